@@ -1,0 +1,214 @@
+//! The edge filter's plugin configuration (JSON): what `lockctl` compiles from the registry
+//! and the filter compiles again in `on_configure` (parse, compile, freeze). Any error
+//! rejects the whole configuration, so Envoy keeps the previous one.
+
+use crate::authz::Authoriser;
+use crate::identity::SpiffeId;
+use crate::key::KeyPrefix;
+use crate::registry::{RateBudget, Registry};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FilterConfig {
+    /// The region this Envoy serves; keys homed elsewhere get REGION_REDIRECT.
+    pub region: String,
+    /// SPIFFE trust domains whose identities are accepted.
+    pub trust_domains: Vec<String>,
+    /// Namespace -> home region.
+    pub namespaces: BTreeMap<String, String>,
+    pub grants: Vec<FilterGrant>,
+    /// Budget for grants that do not set their own.
+    #[serde(default)]
+    pub default_rate: Option<RateBudget>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FilterGrant {
+    pub spiffe_id: String,
+    pub prefixes: Vec<String>,
+    #[serde(default)]
+    pub rate: Option<RateBudget>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterConfigError {
+    #[error("not a filter configuration: {0}")]
+    Json(String),
+    #[error("{field}: {problem}")]
+    Invalid { field: String, problem: String },
+}
+
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> FilterConfigError {
+    FilterConfigError::Invalid {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// The frozen, compiled configuration one filter instance serves from.
+#[derive(Debug)]
+pub struct CompiledFilterConfig {
+    pub region: String,
+    pub trust_domains: Vec<String>,
+    pub namespaces: HashMap<String, String>,
+    pub authoriser: Authoriser,
+    /// Budget per grant index (None = unlimited).
+    pub rates: Vec<Option<RateBudget>>,
+}
+
+impl FilterConfig {
+    /// The filter configuration for one region's Envoys, from a validated registry.
+    pub fn from_registry(
+        registry: &Registry,
+        region: &str,
+        trust_domains: &[String],
+        default_rate: Option<RateBudget>,
+    ) -> Self {
+        Self {
+            region: region.to_owned(),
+            trust_domains: trust_domains.to_vec(),
+            namespaces: registry
+                .namespaces()
+                .map(|(n, s)| (n.to_owned(), s.region.clone()))
+                .collect(),
+            grants: registry
+                .grants()
+                .map(|(id, g)| FilterGrant {
+                    spiffe_id: id.as_str().to_owned(),
+                    prefixes: g.prefixes.iter().map(|p| p.as_str().to_owned()).collect(),
+                    rate: g.rate,
+                })
+                .collect(),
+            default_rate,
+        }
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Result<Self, FilterConfigError> {
+        serde_json::from_slice(bytes).map_err(|e| FilterConfigError::Json(e.to_string()))
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serializing plain data with string keys cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Validates every field and compiles the authoriser.
+    pub fn compile(&self) -> Result<CompiledFilterConfig, FilterConfigError> {
+        if self.region.trim().is_empty() {
+            return Err(invalid("region", "must not be empty"));
+        }
+        if self.trust_domains.is_empty() {
+            return Err(invalid(
+                "trustDomains",
+                "at least one trust domain is required",
+            ));
+        }
+        for (i, td) in self.trust_domains.iter().enumerate() {
+            SpiffeId::parse(&format!("spiffe://{td}/x"))
+                .map_err(|e| invalid(format!("trustDomains[{i}]"), e.to_string()))?;
+        }
+        for (ns, region) in &self.namespaces {
+            KeyPrefix::parse(ns)
+                .ok()
+                .filter(|p| !p.as_str().contains('/'))
+                .ok_or_else(|| invalid(format!("namespaces.{ns}"), "not a DNS label"))?;
+            if region.trim().is_empty() {
+                return Err(invalid(
+                    format!("namespaces.{ns}"),
+                    "region must not be empty",
+                ));
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut compiled = Vec::with_capacity(self.grants.len());
+        let mut rates = Vec::with_capacity(self.grants.len());
+        for (i, g) in self.grants.iter().enumerate() {
+            let id = SpiffeId::parse(&g.spiffe_id)
+                .map_err(|e| invalid(format!("grants[{i}].spiffeId"), e.to_string()))?;
+            if !self.trust_domains.iter().any(|td| td == id.trust_domain()) {
+                return Err(invalid(
+                    format!("grants[{i}].spiffeId"),
+                    "trust domain is not in trustDomains",
+                ));
+            }
+            if !seen.insert(g.spiffe_id.clone()) {
+                return Err(invalid(
+                    format!("grants[{i}].spiffeId"),
+                    "duplicate identity",
+                ));
+            }
+            let mut prefixes = Vec::with_capacity(g.prefixes.len());
+            for (j, p) in g.prefixes.iter().enumerate() {
+                let field = format!("grants[{i}].prefixes[{j}]");
+                let prefix = KeyPrefix::parse(p).map_err(|e| invalid(&field, e.to_string()))?;
+                if !self.namespaces.contains_key(prefix.namespace()) {
+                    return Err(invalid(field, "namespace is not declared"));
+                }
+                prefixes.push(prefix);
+            }
+            for (field, rate) in [("rate", g.rate), ("defaultRate", self.default_rate)] {
+                if rate.is_some_and(|r| r.per_second == 0 || r.burst == 0) {
+                    return Err(invalid(format!("grants[{i}].{field}"), "must be > 0"));
+                }
+            }
+            rates.push(g.rate.or(self.default_rate));
+            compiled.push((id, prefixes));
+        }
+        Ok(CompiledFilterConfig {
+            region: self.region.clone(),
+            trust_domains: self.trust_domains.clone(),
+            namespaces: self.namespaces.clone().into_iter().collect(),
+            authoriser: Authoriser::compile(compiled.iter().map(|(i, p)| (i, p.as_slice()))),
+            rates,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> FilterConfig {
+        FilterConfig {
+            region: "local".into(),
+            trust_domains: vec!["dev.lock.local".into()],
+            namespaces: [("pay".to_owned(), "local".to_owned())].into(),
+            grants: vec![FilterGrant {
+                spiffe_id: "spiffe://dev.lock.local/w".into(),
+                prefixes: vec!["pay/ledger".into()],
+                rate: None,
+            }],
+            default_rate: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_compiles() {
+        let c = sample();
+        let back = FilterConfig::from_json(c.to_json().as_bytes()).unwrap();
+        assert_eq!(back, c);
+        let compiled = back.compile().unwrap();
+        assert!(compiled.authoriser.knows("spiffe://dev.lock.local/w"));
+    }
+
+    #[test]
+    fn rejects_bad_configurations() {
+        let mut c = sample();
+        c.grants[0].spiffe_id = "spiffe://other.domain/w".into();
+        assert!(c.compile().is_err());
+        let mut c = sample();
+        c.grants[0].prefixes[0] = "nope/x".into();
+        assert!(c.compile().is_err());
+        let mut c = sample();
+        c.grants.push(c.grants[0].clone());
+        assert!(c.compile().is_err());
+        let mut c = sample();
+        c.trust_domains.clear();
+        assert!(c.compile().is_err());
+        assert!(FilterConfig::from_json(b"{\"region\":\"x\",\"bogus\":1}").is_err());
+        assert!(FilterConfig::from_json(b"not json").is_err());
+    }
+}

@@ -1,0 +1,26 @@
+//! The registry (ADR-11, 14, 19, 24; DESIGN 5): reviewed YAML documents shaped like the
+//! Kubernetes resources they become. Parse, then validate every cross-document rule in one
+//! function, then freeze into an immutable [`Registry`].
+
+mod documents;
+mod validate;
+
+pub use documents::{
+    API_VERSION, Document, Enforcement, Fairness, LockClassSpec, LockGrantSpec, NamespaceSpec,
+    PauseTestResultSpec, Purpose, QuorumPosture, RateBudget, Tier,
+};
+pub use validate::{Date, Registry, RegistryError, RegistryErrors, ResolvedClass};
+
+/// Default session TTL of a class that does not set one (ADR-11).
+pub const DEFAULT_TTL_SECONDS: u32 = 15;
+/// Allowed TTL range for every class.
+pub const TTL_RANGE: std::ops::RangeInclusive<u32> = 5..=300;
+/// Advisory classes may not go below this: a false expiry there can produce a duplicate write.
+pub const ADVISORY_TTL_FLOOR: u32 = 30;
+
+/// One input file: its name (for error messages) and its text.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}

@@ -1,0 +1,171 @@
+//! Document shapes. Unknown fields are errors: a misspelt safety field must not silently
+//! fall back to a default.
+
+use serde::{Deserialize, Serialize};
+
+pub const API_VERSION: &str = "lock.dev/v1alpha1";
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Metadata {
+    pub name: String,
+}
+
+/// One parsed document, tagged by `kind`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum Document {
+    Namespace {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        metadata: Metadata,
+        spec: NamespaceSpec,
+    },
+    LockClass {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        metadata: Metadata,
+        spec: LockClassSpec,
+    },
+    LockGrant {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        metadata: Metadata,
+        spec: LockGrantSpec,
+    },
+    PauseTestResult {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        metadata: Metadata,
+        spec: PauseTestResultSpec,
+    },
+}
+
+impl Document {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Document::Namespace { .. } => "Namespace",
+            Document::LockClass { .. } => "LockClass",
+            Document::LockGrant { .. } => "LockGrant",
+            Document::PauseTestResult { .. } => "PauseTestResult",
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Document::Namespace { metadata, .. }
+            | Document::LockClass { metadata, .. }
+            | Document::LockGrant { metadata, .. }
+            | Document::PauseTestResult { metadata, .. } => &metadata.name,
+        }
+    }
+
+    pub fn api_version(&self) -> &str {
+        match self {
+            Document::Namespace { api_version, .. }
+            | Document::LockClass { api_version, .. }
+            | Document::LockGrant { api_version, .. }
+            | Document::PauseTestResult { api_version, .. } => api_version,
+        }
+    }
+}
+
+/// A tenant namespace and the region it is homed in (ADR-08).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NamespaceSpec {
+    pub region: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Purpose {
+    Correctness,
+    Efficiency,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Enforcement {
+    Fenced,
+    Advisory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum QuorumPosture {
+    #[default]
+    Closed,
+    Open,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Fairness {
+    #[default]
+    Memory,
+    Durable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Tier {
+    Coord,
+    #[default]
+    Entity,
+}
+
+/// A lock class (ADR-01, 04, 07, 11, 14): what the keys under its prefixes are for and how
+/// they behave. A key's class is the longest matching class prefix.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LockClassSpec {
+    pub namespace: String,
+    pub prefixes: Vec<String>,
+    pub purpose: Purpose,
+    pub enforcement: Enforcement,
+    #[serde(default)]
+    pub risk_owner: Option<String>,
+    /// `YYYY-MM-DD`.
+    #[serde(default)]
+    pub waiver_expires: Option<String>,
+    #[serde(default)]
+    pub ttl_seconds: Option<u32>,
+    #[serde(default)]
+    pub on_quorum_loss: QuorumPosture,
+    #[serde(default)]
+    pub fairness: Fairness,
+    #[serde(default)]
+    pub tier: Tier,
+}
+
+/// Per-identity rate budget at the edge (token bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateBudget {
+    pub per_second: u32,
+    pub burst: u32,
+}
+
+/// Which key prefixes one SPIFFE ID (exact match) may lock (ADR-19).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LockGrantSpec {
+    pub spiffe_id: String,
+    pub prefixes: Vec<String>,
+    #[serde(default)]
+    pub rate: Option<RateBudget>,
+}
+
+/// Evidence that the pause test passed for a class against a resource (ADR-17).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PauseTestResultSpec {
+    pub class: String,
+    pub resource: String,
+    pub schema_version: String,
+    /// `YYYY-MM-DD`.
+    pub passed_at: String,
+    /// `YYYY-MM-DD`; at most one year after `passed_at`.
+    pub expires: String,
+}

@@ -1,0 +1,483 @@
+//! Registry validation: the one function used by `lockctl registry check`, by the arbiter at
+//! load and (for the grant part, through the compiled filter configuration) by the filter.
+
+use super::documents::*;
+use super::{ADVISORY_TTL_FLOOR, DEFAULT_TTL_SECONDS, Source, TTL_RANGE};
+use crate::identity::SpiffeId;
+use crate::key::{KeyPrefix, LockKey, trie_key};
+use radix_trie::Trie;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// One problem, located: file, document (`Kind/name`) and field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryError {
+    pub source: String,
+    pub document: String,
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}: {}",
+            self.source, self.document, self.field, self.problem
+        )
+    }
+}
+
+/// Every problem found; a registry is accepted only with none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct RegistryErrors(pub Vec<RegistryError>);
+
+impl fmt::Display for RegistryErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "registry rejected ({} problem(s)):", self.0.len())?;
+        for e in &self.0 {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A calendar date `YYYY-MM-DD` (waivers and pause-test results are dated, not timed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Date {
+    pub year: u16,
+    pub month: u8,
+    pub day: u8,
+}
+
+impl Date {
+    pub fn parse(s: &str) -> Option<Date> {
+        let mut it = s.splitn(3, '-');
+        let (y, m, d) = (it.next()?, it.next()?, it.next()?);
+        if y.len() != 4 || m.len() != 2 || d.len() != 2 {
+            return None;
+        }
+        let date = Date {
+            year: y.parse().ok()?,
+            month: m.parse().ok()?,
+            day: d.parse().ok()?,
+        };
+        let leap = date.year % 4 == 0 && (date.year % 100 != 0 || date.year % 400 == 0);
+        let days = match date.month {
+            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+            4 | 6 | 9 | 11 => 30,
+            2 if leap => 29,
+            2 => 28,
+            _ => return None,
+        };
+        (1..=days).contains(&date.day).then_some(date)
+    }
+
+    /// The same day one year later (29 Feb maps to 28 Feb).
+    pub fn plus_one_year(self) -> Date {
+        let day = if self.month == 2 && self.day == 29 {
+            28
+        } else {
+            self.day
+        };
+        Date {
+            year: self.year + 1,
+            month: self.month,
+            day,
+        }
+    }
+}
+
+impl fmt::Display for Date {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
+    }
+}
+
+/// A grant after merging every LockGrant document of one SPIFFE ID.
+#[derive(Debug, Clone)]
+pub struct MergedGrant {
+    pub prefixes: Vec<KeyPrefix>,
+    pub rate: Option<RateBudget>,
+}
+
+/// A validated, frozen registry.
+#[derive(Debug)]
+pub struct Registry {
+    namespaces: BTreeMap<String, NamespaceSpec>,
+    classes: BTreeMap<String, LockClassSpec>,
+    /// trie_key(class prefix) -> class name: longest-prefix class lookup.
+    class_index: Trie<String, String>,
+    grants: BTreeMap<SpiffeId, MergedGrant>,
+}
+
+/// The class a key resolves to, with its effective TTL.
+#[derive(Debug, Clone, Copy)]
+pub struct ResolvedClass<'a> {
+    pub name: &'a str,
+    pub spec: &'a LockClassSpec,
+    pub ttl_seconds: u32,
+}
+
+impl Registry {
+    /// Parses every source and validates all rules. `today` decides expiry of waivers and
+    /// pause-test results (a parameter, so validation stays pure and testable).
+    pub fn load(sources: &[Source], today: Date) -> Result<Registry, RegistryErrors> {
+        let mut v = Validator::default();
+        let mut docs = Vec::new();
+        for src in sources {
+            v.parse_source(src, &mut docs);
+        }
+        v.build(docs, today)
+    }
+
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, &NamespaceSpec)> {
+        self.namespaces.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn classes(&self) -> impl Iterator<Item = ResolvedClass<'_>> {
+        self.classes.iter().map(|(name, spec)| ResolvedClass {
+            name,
+            spec,
+            ttl_seconds: effective_ttl(spec),
+        })
+    }
+
+    pub fn grants(&self) -> impl Iterator<Item = (&SpiffeId, &MergedGrant)> {
+        self.grants.iter()
+    }
+
+    /// The key's class: the longest class prefix covering it.
+    pub fn class_for(&self, key: &LockKey) -> Option<ResolvedClass<'_>> {
+        let name = self
+            .class_index
+            .get_ancestor_value(&trie_key(key.as_str()))?;
+        let (name, spec) = self.classes.get_key_value(name)?;
+        Some(ResolvedClass {
+            name,
+            spec,
+            ttl_seconds: effective_ttl(spec),
+        })
+    }
+}
+
+fn effective_ttl(spec: &LockClassSpec) -> u32 {
+    spec.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS)
+}
+
+struct Located {
+    source: String,
+    doc: Document,
+}
+
+#[derive(Default)]
+struct Validator {
+    errors: Vec<RegistryError>,
+}
+
+impl Validator {
+    fn err(&mut self, source: &str, document: &str, field: &str, problem: impl Into<String>) {
+        self.errors.push(RegistryError {
+            source: source.to_owned(),
+            document: document.to_owned(),
+            field: field.to_owned(),
+            problem: problem.into(),
+        });
+    }
+
+    #[cfg(feature = "yaml")]
+    fn parse_source(&mut self, src: &Source, out: &mut Vec<Located>) {
+        use serde::Deserialize as _;
+        for (i, de) in serde_yaml_ng::Deserializer::from_str(&src.text).enumerate() {
+            let label = format!("document #{}", i + 1);
+            let value = match serde_yaml_ng::Value::deserialize(de) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.err(&src.name, &label, "-", format!("not YAML: {e}"));
+                    // A syntax error ends the stream: later documents cannot be located.
+                    return;
+                }
+            };
+            if value.is_null() {
+                continue;
+            }
+            let name = value
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str())
+                .map_or(label.clone(), str::to_owned);
+            let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("?");
+            match serde_yaml_ng::from_value::<Document>(value.clone()) {
+                Ok(doc) => out.push(Located {
+                    source: src.name.clone(),
+                    doc,
+                }),
+                Err(e) => self.err(&src.name, &format!("{kind}/{name}"), "spec", e.to_string()),
+            }
+        }
+    }
+
+    #[cfg(not(feature = "yaml"))]
+    fn parse_source(&mut self, src: &Source, _out: &mut Vec<Located>) {
+        self.err(&src.name, "-", "-", "built without YAML support");
+    }
+
+    fn build(mut self, docs: Vec<Located>, today: Date) -> Result<Registry, RegistryErrors> {
+        let mut namespaces = BTreeMap::new();
+        let mut classes: BTreeMap<String, (String, LockClassSpec)> = BTreeMap::new();
+        let mut grant_docs = Vec::new();
+        let mut results = Vec::new();
+        let mut seen = BTreeMap::new();
+
+        for Located { source, doc } in docs {
+            let id = format!("{}/{}", doc.kind(), doc.name());
+            if doc.api_version() != API_VERSION {
+                self.err(&source, &id, "apiVersion", format!("must be {API_VERSION}"));
+            }
+            if let Some(first) = seen.insert(id.clone(), source.clone()) {
+                self.err(
+                    &source,
+                    &id,
+                    "metadata.name",
+                    format!("duplicate (first in {first})"),
+                );
+                continue;
+            }
+            match doc {
+                Document::Namespace { metadata, spec, .. } => {
+                    if KeyPrefix::parse(&metadata.name).is_err() || metadata.name.contains('/') {
+                        self.err(
+                            &source,
+                            &id,
+                            "metadata.name",
+                            "namespace must be a DNS label",
+                        );
+                    }
+                    if spec.region.trim().is_empty() {
+                        self.err(&source, &id, "spec.region", "must not be empty");
+                    }
+                    namespaces.insert(metadata.name, spec);
+                }
+                Document::LockClass { metadata, spec, .. } => {
+                    classes.insert(metadata.name, (source, spec));
+                }
+                Document::LockGrant { spec, .. } => grant_docs.push((source, id, spec)),
+                Document::PauseTestResult { spec, .. } => results.push((source, id, spec)),
+            }
+        }
+
+        let mut class_index = Trie::new();
+        for (name, (source, spec)) in &classes {
+            let id = format!("LockClass/{name}");
+            self.check_class(source, &id, name, spec, &namespaces, &results, today);
+            for (i, p) in spec.prefixes.iter().enumerate() {
+                let Ok(prefix) = KeyPrefix::parse(p) else {
+                    continue;
+                };
+                if let Some(other) = class_index.insert(trie_key(prefix.as_str()), name.clone()) {
+                    self.err(
+                        source,
+                        &id,
+                        &format!("spec.prefixes[{i}]"),
+                        format!("prefix {p} is already claimed by class {other}"),
+                    );
+                }
+            }
+        }
+        for (source, id, spec) in &results {
+            if !classes.contains_key(&spec.class) {
+                self.err(
+                    source,
+                    id,
+                    "spec.class",
+                    format!("no LockClass named {}", spec.class),
+                );
+            }
+        }
+
+        let grants = self.merge_grants(grant_docs, &namespaces);
+        if !self.errors.is_empty() {
+            return Err(RegistryErrors(self.errors));
+        }
+        Ok(Registry {
+            namespaces,
+            classes: classes.into_iter().map(|(n, (_, s))| (n, s)).collect(),
+            class_index,
+            grants,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_class(
+        &mut self,
+        source: &str,
+        id: &str,
+        name: &str,
+        spec: &LockClassSpec,
+        namespaces: &BTreeMap<String, NamespaceSpec>,
+        results: &[(String, String, PauseTestResultSpec)],
+        today: Date,
+    ) {
+        if !namespaces.contains_key(&spec.namespace) {
+            self.err(
+                source,
+                id,
+                "spec.namespace",
+                format!("no Namespace named {}", spec.namespace),
+            );
+        }
+        if spec.prefixes.is_empty() {
+            self.err(
+                source,
+                id,
+                "spec.prefixes",
+                "at least one prefix is required",
+            );
+        }
+        for (i, p) in spec.prefixes.iter().enumerate() {
+            let field = format!("spec.prefixes[{i}]");
+            match KeyPrefix::parse(p) {
+                Ok(prefix) if prefix.namespace() != spec.namespace => self.err(
+                    source,
+                    id,
+                    &field,
+                    format!("prefix {p} is outside namespace {}", spec.namespace),
+                ),
+                Ok(_) => {}
+                Err(e) => self.err(source, id, &field, format!("invalid prefix {p:?}: {e}")),
+            }
+        }
+        let ttl = effective_ttl(spec);
+        if !TTL_RANGE.contains(&ttl) {
+            self.err(
+                source,
+                id,
+                "spec.ttlSeconds",
+                format!("{ttl} is outside 5..=300"),
+            );
+        }
+        let advisory = spec.enforcement == Enforcement::Advisory;
+        if advisory && ttl < ADVISORY_TTL_FLOOR {
+            self.err(
+                source,
+                id,
+                "spec.ttlSeconds",
+                format!("advisory classes need at least {ADVISORY_TTL_FLOOR} s (got {ttl})"),
+            );
+        }
+        if advisory && spec.purpose == Purpose::Correctness {
+            if spec
+                .risk_owner
+                .as_deref()
+                .is_none_or(|o| o.trim().is_empty())
+            {
+                self.err(
+                    source,
+                    id,
+                    "spec.riskOwner",
+                    "advisory correctness class needs a risk owner",
+                );
+            }
+            match spec.waiver_expires.as_deref().map(Date::parse) {
+                None => self.err(
+                    source,
+                    id,
+                    "spec.waiverExpires",
+                    "advisory correctness class needs a waiver expiry date",
+                ),
+                Some(None) => self.err(source, id, "spec.waiverExpires", "must be YYYY-MM-DD"),
+                Some(Some(_)) => {}
+            }
+        }
+        if spec.on_quorum_loss == QuorumPosture::Open
+            && (spec.purpose == Purpose::Correctness || spec.enforcement == Enforcement::Fenced)
+        {
+            self.err(
+                source,
+                id,
+                "spec.onQuorumLoss",
+                "open is allowed only for efficiency, advisory classes",
+            );
+        }
+        if spec.enforcement == Enforcement::Fenced {
+            let valid = results.iter().any(|(_, _, r)| {
+                r.class == name
+                    && Date::parse(&r.passed_at).is_some_and(|p| {
+                        Date::parse(&r.expires)
+                            .is_some_and(|e| e >= today && p <= today && e <= p.plus_one_year())
+                    })
+            });
+            if !valid {
+                self.err(
+                    source,
+                    id,
+                    "spec.enforcement",
+                    format!("class {name} is fenced but has no unexpired PauseTestResult"),
+                );
+            }
+        }
+    }
+
+    fn merge_grants(
+        &mut self,
+        docs: Vec<(String, String, LockGrantSpec)>,
+        namespaces: &BTreeMap<String, NamespaceSpec>,
+    ) -> BTreeMap<SpiffeId, MergedGrant> {
+        let mut grants: BTreeMap<SpiffeId, MergedGrant> = BTreeMap::new();
+        for (source, id, spec) in docs {
+            let spiffe = match SpiffeId::parse(&spec.spiffe_id) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.err(&source, &id, "spec.spiffeId", e.to_string());
+                    continue;
+                }
+            };
+            if spec.prefixes.is_empty() {
+                self.err(
+                    &source,
+                    &id,
+                    "spec.prefixes",
+                    "at least one prefix is required",
+                );
+            }
+            let mut prefixes = Vec::new();
+            for (i, p) in spec.prefixes.iter().enumerate() {
+                let field = format!("spec.prefixes[{i}]");
+                match KeyPrefix::parse(p) {
+                    Ok(prefix) if !namespaces.contains_key(prefix.namespace()) => self.err(
+                        &source,
+                        &id,
+                        &field,
+                        format!("no Namespace named {}", prefix.namespace()),
+                    ),
+                    Ok(prefix) => prefixes.push(prefix),
+                    Err(e) => self.err(&source, &id, &field, format!("invalid prefix {p:?}: {e}")),
+                }
+            }
+            if let Some(rate) = spec.rate {
+                if rate.per_second == 0 || rate.burst == 0 {
+                    self.err(&source, &id, "spec.rate", "perSecond and burst must be > 0");
+                }
+            }
+            let entry = grants.entry(spiffe).or_insert(MergedGrant {
+                prefixes: Vec::new(),
+                rate: None,
+            });
+            entry.prefixes.extend(prefixes);
+            match (entry.rate, spec.rate) {
+                (Some(a), Some(b)) if a != b => self.err(
+                    &source,
+                    &id,
+                    "spec.rate",
+                    "another LockGrant for this SPIFFE ID sets a different rate",
+                ),
+                (None, Some(b)) => entry.rate = Some(b),
+                _ => {}
+            }
+        }
+        grants
+    }
+}
+
+#[cfg(all(test, feature = "yaml"))]
+mod tests;

@@ -1,0 +1,184 @@
+use super::*;
+use crate::registry::Source;
+
+const TODAY: Date = Date {
+    year: 2026,
+    month: 12,
+    day: 2,
+};
+
+fn src(text: &str) -> Vec<Source> {
+    vec![Source {
+        name: "test.yaml".into(),
+        text: text.into(),
+    }]
+}
+
+const NS: &str = "apiVersion: lock.dev/v1alpha1\nkind: Namespace\nmetadata: {name: pay}\nspec: {region: local}\n---\n";
+
+fn class(spec: &str) -> String {
+    format!(
+        "{NS}apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {{name: c1}}\nspec:\n  namespace: pay\n  prefixes: [pay/ledger]\n{spec}"
+    )
+}
+
+fn errors(text: &str) -> Vec<RegistryError> {
+    Registry::load(&src(text), TODAY).unwrap_err().0
+}
+
+#[test]
+fn dev_registry_loads() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/registry/dev");
+    let sources: Vec<Source> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            Source {
+                name: p.display().to_string(),
+                text: std::fs::read_to_string(&p).unwrap(),
+            }
+        })
+        .collect();
+    let reg = Registry::load(&sources, TODAY).unwrap();
+    let k = LockKey::parse("orders/batch/7").unwrap();
+    let c = reg.class_for(&k).unwrap();
+    assert_eq!((c.name, c.ttl_seconds), ("orders-batch", 60));
+    let k = LockKey::parse("orders/batchy").unwrap();
+    assert_eq!(reg.class_for(&k).unwrap().name, "orders-default");
+    assert!(
+        reg.class_for(&LockKey::parse("pay/other").unwrap())
+            .is_none()
+    );
+}
+
+#[test]
+fn each_invalid_class_is_refused_naming_it() {
+    let cases = [
+        (
+            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 4\n",
+            "spec.ttlSeconds",
+        ),
+        (
+            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 301\n",
+            "spec.ttlSeconds",
+        ),
+        (
+            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 20\n",
+            "spec.ttlSeconds",
+        ),
+        (
+            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  waiverExpires: \"2027-01-01\"\n",
+            "spec.riskOwner",
+        ),
+        (
+            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n",
+            "spec.waiverExpires",
+        ),
+        (
+            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n  waiverExpires: soon\n",
+            "spec.waiverExpires",
+        ),
+        (
+            "  purpose: efficiency\n  enforcement: fenced\n  onQuorumLoss: open\n",
+            "spec.onQuorumLoss",
+        ),
+        (
+            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n  waiverExpires: \"2027-01-01\"\n  onQuorumLoss: open\n",
+            "spec.onQuorumLoss",
+        ),
+        (
+            "  purpose: efficiency\n  enforcement: fenced\n",
+            "spec.enforcement",
+        ),
+        (
+            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes\n",
+            "spec",
+        ),
+        (
+            "  purpose: efficiency\n  enforcement: advisory\n  ttlSecond: 30\n",
+            "spec",
+        ),
+    ];
+    for (spec, field) in cases {
+        let errs = errors(&class(spec));
+        assert!(
+            errs.iter().any(|e| e.field == field
+                && e.document == "LockClass/c1"
+                && e.source == "test.yaml"),
+            "{spec:?} -> {errs:?}"
+        );
+    }
+}
+
+#[test]
+fn fenced_needs_an_unexpired_pause_test_result() {
+    let fenced = class("  purpose: correctness\n  enforcement: fenced\n  ttlSeconds: 10\n");
+    let result = |passed: &str, expires: &str| {
+        format!(
+            "{fenced}---\napiVersion: lock.dev/v1alpha1\nkind: PauseTestResult\nmetadata: {{name: r1}}\nspec:\n  class: c1\n  resource: pg/ledger\n  schemaVersion: \"3\"\n  passedAt: \"{passed}\"\n  expires: \"{expires}\"\n"
+        )
+    };
+    assert!(Registry::load(&src(&result("2026-11-01", "2027-11-01")), TODAY).is_ok());
+    let expired = errors(&result("2025-11-01", "2026-11-01"));
+    assert!(expired[0].problem.contains("c1"), "{expired:?}");
+    // An expiry more than one year after the pass is not accepted as evidence.
+    assert!(Registry::load(&src(&result("2026-11-01", "2028-11-01")), TODAY).is_err());
+}
+
+#[test]
+fn grants_and_namespaces_are_checked() {
+    let text = format!(
+        "{NS}apiVersion: lock.dev/v1alpha1\nkind: LockGrant\nmetadata: {{name: g}}\nspec:\n  spiffeId: spiffe://td/x\n  prefixes: [nope/x, pay/ok, \"pay/a//b\"]\n---\napiVersion: lock.dev/v1alpha1\nkind: LockGrant\nmetadata: {{name: h}}\nspec:\n  spiffeId: not-a-spiffe-id\n  prefixes: [pay]\n"
+    );
+    let errs = errors(&text);
+    let fields: Vec<_> = errs
+        .iter()
+        .map(|e| (e.document.as_str(), e.field.as_str()))
+        .collect();
+    assert!(
+        fields.contains(&("LockGrant/g", "spec.prefixes[0]")),
+        "{errs:?}"
+    );
+    assert!(
+        fields.contains(&("LockGrant/g", "spec.prefixes[2]")),
+        "{errs:?}"
+    );
+    assert!(
+        fields.contains(&("LockGrant/h", "spec.spiffeId")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn overlapping_class_prefixes_are_refused_and_nested_resolve_longest() {
+    let two = format!(
+        "{}---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {{name: c2}}\nspec:\n  namespace: pay\n  prefixes: [pay/ledger]\n  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n",
+        class("  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n")
+    );
+    let errs = errors(&two);
+    assert!(errs[0].problem.contains("already claimed"), "{errs:?}");
+}
+
+#[test]
+fn bad_yaml_and_versions_are_located() {
+    let errs = errors("kind: [unclosed");
+    assert_eq!(errs[0].source, "test.yaml");
+    let errs =
+        errors("apiVersion: v0\nkind: Namespace\nmetadata: {name: pay}\nspec: {region: x}\n");
+    assert_eq!(errs[0].field, "apiVersion");
+}
+
+#[test]
+fn dates() {
+    assert!(Date::parse("2024-02-29").is_some());
+    assert!(Date::parse("2023-02-29").is_none());
+    assert!(Date::parse("2023-13-01").is_none());
+    assert!(Date::parse("23-01-01").is_none());
+    assert_eq!(
+        Date::parse("2024-02-29")
+            .unwrap()
+            .plus_one_year()
+            .to_string(),
+        "2025-02-28"
+    );
+}

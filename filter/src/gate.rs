@@ -1,0 +1,185 @@
+//! The per-request decision: identity on headers, key on the first body frame.
+//!
+//! On headers: method, gRPC content type, identity (`connection.mtls` and the URI SAN of
+//! the peer certificate: a valid SPIFFE ID of a trusted domain). Client-supplied
+//! `x-lock-key`/`x-lock-identity` are removed and `x-lock-identity` is set from the
+//! certificate. Keyed methods then pause (Envoy must run with
+//! `allow_on_headers_stop_iteration: true`) until the first gRPC message is buffered; the
+//! key is decoded, checked (syntax -> grant -> region, so an identity without a grant learns
+//! nothing about where a namespace lives), and set as `x-lock-key` for ring-hash routing.
+
+use crate::error::EdgeError;
+use crate::frame::{FirstFrame, first_message};
+use crate::host::Host;
+use crate::method::{Keyed, Method};
+use lock_config::status_details::{STATUS_DETAILS_HEADER, encode_status_header};
+use lock_config::{CompiledFilterConfig, LockKey, SpiffeId};
+use std::rc::Rc;
+
+pub const KEY_HEADER: &str = "x-lock-key";
+pub const IDENTITY_HEADER: &str = "x-lock-identity";
+
+/// What the glue tells Envoy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Continue,
+    /// Stop iteration (headers) or keep buffering (body); also after a local reply.
+    Pause,
+}
+
+#[derive(Debug)]
+enum State {
+    Headers,
+    Body {
+        method: Keyed,
+        identity: String,
+    },
+    /// Admitted or refused: later callbacks pass through untouched.
+    Decided,
+}
+
+pub struct RequestGate {
+    config: Option<Rc<CompiledFilterConfig>>,
+    state: State,
+}
+
+impl RequestGate {
+    /// `config` is None when no valid configuration was ever accepted: everything is
+    /// refused (fail closed).
+    pub fn new(config: Option<Rc<CompiledFilterConfig>>) -> Self {
+        Self {
+            config,
+            state: State::Headers,
+        }
+    }
+
+    pub fn on_request_headers(&mut self, host: &mut impl Host, end_of_stream: bool) -> Step {
+        match self.check_headers(host, end_of_stream) {
+            Ok(step) => step,
+            Err(e) => self.refuse(host, &e),
+        }
+    }
+
+    pub fn on_request_body(
+        &mut self,
+        host: &mut impl Host,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Step {
+        let State::Body { method, .. } = &self.state else {
+            return Step::Continue;
+        };
+        let method = *method;
+        match self.check_body(host, method, body_size, end_of_stream) {
+            Ok(step) => step,
+            Err(e) => self.refuse(host, &e),
+        }
+    }
+
+    fn check_headers(&mut self, host: &mut impl Host, eos: bool) -> Result<Step, EdgeError> {
+        let config = self.config.clone().ok_or(EdgeError::Unconfigured)?;
+        let path = host.request_header(":path").unwrap_or_default();
+        let method = Method::from_path(&path)?;
+        let grpc = host
+            .request_header("content-type")
+            .is_some_and(|ct| ct.starts_with("application/grpc"));
+        if !grpc {
+            return Err(EdgeError::NotGrpc);
+        }
+        let identity = peer_identity(host, &config)?;
+        host.set_request_header(KEY_HEADER, None);
+        host.set_request_header(IDENTITY_HEADER, Some(identity.as_str()));
+        match method {
+            Method::Session => {
+                if !config.authoriser.knows(identity.as_str()) {
+                    return Err(EdgeError::NotGranted);
+                }
+                self.state = State::Decided;
+                Ok(Step::Continue)
+            }
+            Method::Keyed(_) if eos => Err(EdgeError::Truncated),
+            Method::Keyed(method) => {
+                self.state = State::Body {
+                    method,
+                    identity: identity.as_str().to_owned(),
+                };
+                Ok(Step::Pause)
+            }
+        }
+    }
+
+    fn check_body(
+        &mut self,
+        host: &mut impl Host,
+        method: Keyed,
+        body_size: usize,
+        eos: bool,
+    ) -> Result<Step, EdgeError> {
+        let config = self.config.clone().ok_or(EdgeError::Unconfigured)?;
+        let body = host.request_body(body_size).unwrap_or_default();
+        let message = match first_message(&body)? {
+            FirstFrame::Complete(m) => m,
+            FirstFrame::Incomplete if eos => return Err(EdgeError::Truncated),
+            FirstFrame::Incomplete => return Ok(Step::Pause),
+        };
+        let key = LockKey::parse(&method.key_of(message)?).map_err(EdgeError::InvalidKey)?;
+        let State::Body { identity, .. } = &self.state else {
+            return Err(EdgeError::Unconfigured);
+        };
+        config
+            .authoriser
+            .authorise(identity, &key)
+            .ok_or(EdgeError::NotGranted)?;
+        match config.namespaces.get(key.namespace()) {
+            Some(home) if *home != config.region => {
+                return Err(EdgeError::RegionRedirect {
+                    region: home.clone(),
+                });
+            }
+            Some(_) => {}
+            // Grants are validated against declared namespaces; an undeclared one cannot be
+            // granted, so this is unreachable with a valid config. Refuse like no grant.
+            None => return Err(EdgeError::NotGranted),
+        }
+        host.set_request_header(KEY_HEADER, Some(key.as_str()));
+        self.state = State::Decided;
+        Ok(Step::Continue)
+    }
+
+    fn refuse(&mut self, host: &mut impl Host, error: &EdgeError) -> Step {
+        self.state = State::Decided;
+        let r = error.refusal();
+        let meta: Vec<(&str, &str)> = r.metadata.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let details = encode_status_header(r.reason, &r.message, &meta);
+        host.send_grpc_reply(
+            r.reason.code(),
+            &r.message,
+            &[(STATUS_DETAILS_HEADER, details.as_str())],
+        );
+        Step::Pause
+    }
+}
+
+fn peer_identity(host: &impl Host, config: &CompiledFilterConfig) -> Result<SpiffeId, EdgeError> {
+    let mtls = host.property(&["connection", "mtls"]);
+    if mtls.as_deref() != Some(&[1u8][..]) {
+        return Err(EdgeError::NoPeerCertificate);
+    }
+    let san = host
+        .property(&["connection", "uri_san_peer_certificate"])
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|s| !s.is_empty())
+        .ok_or(EdgeError::InvalidSpiffeId)?;
+    let id = SpiffeId::parse(&san).map_err(|_| EdgeError::InvalidSpiffeId)?;
+    if !config
+        .trust_domains
+        .iter()
+        .any(|td| td == id.trust_domain())
+    {
+        return Err(EdgeError::ForeignTrustDomain);
+    }
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,313 @@
+use super::*;
+use crate::frame::frame;
+use lock_config::GrpcCode;
+use lock_config::filter_config::{FilterConfig, FilterGrant};
+use lock_config::proto::v1;
+use lock_config::status_details::decode_error_info;
+use prost::Message as _;
+use std::collections::HashMap;
+
+const LEDGER: &str = "spiffe://dev.lock.local/ns/pay/sa/ledger";
+
+#[derive(Default)]
+struct FakeHost {
+    props: HashMap<String, Vec<u8>>,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+    reply: Option<(GrpcCode, String, Vec<(String, String)>)>,
+}
+
+impl Host for FakeHost {
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.props.get(&path.join(".")).cloned()
+    }
+    fn request_header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).cloned()
+    }
+    fn set_request_header(&mut self, name: &str, value: Option<&str>) {
+        match value {
+            Some(v) => self.headers.insert(name.to_owned(), v.to_owned()),
+            None => self.headers.remove(name),
+        };
+    }
+    fn request_body(&self, len: usize) -> Option<Vec<u8>> {
+        Some(self.body[..len.min(self.body.len())].to_vec())
+    }
+    fn send_grpc_reply(&mut self, code: GrpcCode, message: &str, headers: &[(&str, &str)]) {
+        assert!(self.reply.is_none(), "two replies for one request");
+        self.reply = Some((
+            code,
+            message.to_owned(),
+            headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ));
+    }
+}
+
+fn config() -> Rc<CompiledFilterConfig> {
+    let c = FilterConfig {
+        region: "local".into(),
+        trust_domains: vec!["dev.lock.local".into()],
+        namespaces: [
+            ("pay".to_owned(), "local".to_owned()),
+            ("archive".to_owned(), "eu-far".to_owned()),
+        ]
+        .into(),
+        grants: vec![FilterGrant {
+            spiffe_id: LEDGER.into(),
+            prefixes: vec!["pay/ledger".into(), "archive".into()],
+            rate: None,
+        }],
+        default_rate: None,
+    };
+    Rc::new(c.compile().unwrap())
+}
+
+fn host(method: &str, san: Option<&str>) -> FakeHost {
+    let mut h = FakeHost::default();
+    h.headers
+        .insert(":path".into(), format!("/lock.v1.Lock/{method}"));
+    h.headers
+        .insert("content-type".into(), "application/grpc".into());
+    if let Some(san) = san {
+        h.props.insert("connection.mtls".into(), vec![1]);
+        h.props.insert(
+            "connection.uri_san_peer_certificate".into(),
+            san.as_bytes().to_vec(),
+        );
+    }
+    h
+}
+
+fn acquire_body(key: &str) -> Vec<u8> {
+    frame(
+        &v1::AcquireRequest {
+            key: key.into(),
+            session_id: 7,
+            wait_millis: 0,
+        }
+        .encode_to_vec(),
+    )
+}
+
+/// Runs a whole keyed request: headers, then the body in chunks of `chunk` bytes.
+fn run(h: &mut FakeHost, body: Vec<u8>, chunk: usize) -> Step {
+    let mut gate = RequestGate::new(Some(config()));
+    if gate.on_request_headers(h, false) == Step::Pause && h.reply.is_none() {
+        let mut step = Step::Pause;
+        let mut end = 0;
+        while step == Step::Pause && h.reply.is_none() && end < body.len() {
+            end = (end + chunk).min(body.len());
+            h.body = body[..end].to_vec();
+            step = gate.on_request_body(h, end, end == body.len());
+        }
+        return step;
+    }
+    Step::Pause
+}
+
+fn reason(h: &FakeHost) -> Option<(GrpcCode, String)> {
+    let (code, _, headers) = h.reply.as_ref()?;
+    let (_, b64) = headers
+        .iter()
+        .find(|(k, _)| k == "grpc-status-details-bin")?;
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(b64)
+        .ok()?;
+    Some((*code, decode_error_info(&bytes)?.reason))
+}
+
+#[test]
+fn admits_granted_key_and_sets_headers_from_what_it_saw() {
+    let mut h = host("Acquire", Some(LEDGER));
+    h.headers
+        .insert("x-lock-key".into(), "pay/ledger/forged".into());
+    h.headers.insert(
+        "x-lock-identity".into(),
+        "spiffe://dev.lock.local/admin".into(),
+    );
+    assert_eq!(
+        run(&mut h, acquire_body("pay/ledger/42"), 3),
+        Step::Continue
+    );
+    assert!(h.reply.is_none());
+    assert_eq!(h.headers["x-lock-key"], "pay/ledger/42");
+    assert_eq!(h.headers["x-lock-identity"], LEDGER);
+}
+
+#[test]
+fn refusals_carry_their_contract_status() {
+    let cases: Vec<(FakeHost, Vec<u8>, GrpcCode, &str)> = vec![
+        (
+            host("Acquire", None),
+            acquire_body("pay/ledger/1"),
+            GrpcCode::Unauthenticated,
+            "UNAUTHENTICATED",
+        ),
+        (
+            host("Acquire", Some("spiffe://evil.domain/x")),
+            acquire_body("pay/ledger/1"),
+            GrpcCode::Unauthenticated,
+            "UNAUTHENTICATED",
+        ),
+        (
+            host("Acquire", Some("https://dev.lock.local/x")),
+            acquire_body("pay/ledger/1"),
+            GrpcCode::Unauthenticated,
+            "UNAUTHENTICATED",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            acquire_body("pay/ledgers"),
+            GrpcCode::PermissionDenied,
+            "NOT_GRANTED",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            acquire_body("nope/x"),
+            GrpcCode::PermissionDenied,
+            "NOT_GRANTED",
+        ),
+        (
+            host("Acquire", Some("spiffe://dev.lock.local/stranger")),
+            acquire_body("pay/ledger/1"),
+            GrpcCode::PermissionDenied,
+            "NOT_GRANTED",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            acquire_body("archive/x"),
+            GrpcCode::FailedPrecondition,
+            "REGION_REDIRECT",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            acquire_body("pay/a//b"),
+            GrpcCode::InvalidArgument,
+            "INVALID_KEY",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            acquire_body(&"x".repeat(2000)),
+            GrpcCode::InvalidArgument,
+            "INVALID_KEY",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            frame(&[0xff, 0xff, 0xff]),
+            GrpcCode::InvalidArgument,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            vec![0, 0, 0, 0x7f],
+            GrpcCode::InvalidArgument,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            host("Acquire", Some(LEDGER)),
+            vec![0, 0, 1, 0, 0],
+            GrpcCode::InvalidArgument,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            host("Nope", Some(LEDGER)),
+            acquire_body("pay/ledger/1"),
+            GrpcCode::Unimplemented,
+            "UNKNOWN_METHOD",
+        ),
+    ];
+    for (i, (mut h, body, code, want)) in cases.into_iter().enumerate() {
+        let step = run(&mut h, body, 4);
+        assert_eq!(step, Step::Pause, "case {i}");
+        assert_eq!(reason(&h), Some((code, want.to_owned())), "case {i}");
+        assert!(
+            !h.headers.contains_key("x-lock-key"),
+            "case {i}: key header must not survive"
+        );
+    }
+}
+
+#[test]
+fn region_redirect_names_the_region() {
+    let mut h = host("Acquire", Some(LEDGER));
+    run(&mut h, acquire_body("archive/x"), 100);
+    let (_, _, headers) = h.reply.unwrap();
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(&headers[0].1)
+        .unwrap();
+    let info = decode_error_info(&bytes).unwrap();
+    assert_eq!(info.metadata["region"], "eu-far");
+}
+
+#[test]
+fn not_granted_reply_is_identical_for_any_key() {
+    let replies: Vec<_> = ["pay/ledgers", "nope/x", "pay/other/deep/key", "orders/x"]
+        .iter()
+        .map(|k| {
+            let mut h = host("Acquire", Some(LEDGER));
+            run(&mut h, acquire_body(k), 1000);
+            h.reply.unwrap()
+        })
+        .collect();
+    assert!(replies.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn session_calls_need_a_known_identity_and_no_body() {
+    let mut gate = RequestGate::new(Some(config()));
+    let mut h = host("KeepAlive", Some(LEDGER));
+    assert_eq!(gate.on_request_headers(&mut h, false), Step::Continue);
+    assert_eq!(h.headers["x-lock-identity"], LEDGER);
+    // Stream messages after admission pass through untouched.
+    assert_eq!(gate.on_request_body(&mut h, 10, false), Step::Continue);
+
+    let mut gate = RequestGate::new(Some(config()));
+    let mut h = host("CloseSession", Some("spiffe://dev.lock.local/stranger"));
+    assert_eq!(gate.on_request_headers(&mut h, false), Step::Pause);
+    assert_eq!(reason(&h).unwrap().1, "NOT_GRANTED");
+}
+
+#[test]
+fn unconfigured_filter_fails_closed() {
+    let mut gate = RequestGate::new(None);
+    let mut h = host("Acquire", Some(LEDGER));
+    assert_eq!(gate.on_request_headers(&mut h, false), Step::Pause);
+    assert_eq!(reason(&h).unwrap().0, GrpcCode::Internal);
+}
+
+#[test]
+fn non_grpc_and_headers_only_requests_are_refused() {
+    let mut h = host("Acquire", Some(LEDGER));
+    h.headers
+        .insert("content-type".into(), "application/json".into());
+    run(&mut h, acquire_body("pay/ledger/1"), 100);
+    assert_eq!(reason(&h).unwrap().1, "MALFORMED_REQUEST");
+
+    let mut gate = RequestGate::new(Some(config()));
+    let mut h = host("Acquire", Some(LEDGER));
+    gate.on_request_headers(&mut h, true);
+    assert_eq!(reason(&h).unwrap().1, "MALFORMED_REQUEST");
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Any body, split anywhere: never a panic, always exactly one outcome.
+        #[test]
+        fn arbitrary_bodies_get_a_verdict(body in proptest::collection::vec(any::<u8>(), 0..200), chunk in 1usize..50) {
+            let mut h = host("Release", Some(LEDGER));
+            let step = run(&mut h, body, chunk);
+            prop_assert!(step == Step::Continue || h.reply.is_some() || step == Step::Pause);
+            if step == Step::Continue {
+                prop_assert!(h.headers.contains_key("x-lock-key"));
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! proxy-wasm glue: forwards Envoy's callbacks to the edge logic. Nothing here decides.
+
+use crate::gate::{RequestGate, Step};
+use crate::host::Host;
+use lock_config::{CompiledFilterConfig, FilterConfig, GrpcCode};
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, BufferType, ContextType, GrpcStatusCode, LogLevel, MapType};
+use std::rc::Rc;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Warn);
+    // A panic inside the VM must be visible in Envoy's log rather than a silent trap.
+    std::panic::set_hook(Box::new(|info| {
+        let _ = hostcalls::log(LogLevel::Critical, &format!("lock-filter panic: {info}"));
+    }));
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(LockFilterRoot { config: None }) });
+}}
+
+struct LockFilterRoot {
+    config: Option<Rc<CompiledFilterConfig>>,
+}
+
+impl Context for LockFilterRoot {}
+
+impl RootContext for LockFilterRoot {
+    /// Parse, compile, freeze. Returning false makes Envoy reject the configuration and
+    /// keep serving with the previous one.
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let Some(bytes) = self.get_plugin_configuration() else {
+            let _ = hostcalls::log(LogLevel::Error, "lock-filter: no plugin configuration");
+            return false;
+        };
+        match FilterConfig::from_json(&bytes).and_then(|c| c.compile()) {
+            Ok(compiled) => {
+                let _ = hostcalls::log(
+                    LogLevel::Info,
+                    &format!(
+                        "lock-filter: configuration accepted ({} identities, region {})",
+                        compiled.authoriser.identities(),
+                        compiled.region
+                    ),
+                );
+                self.config = Some(Rc::new(compiled));
+                true
+            }
+            Err(e) => {
+                let _ = hostcalls::log(
+                    LogLevel::Error,
+                    &format!("lock-filter: configuration rejected: {e}"),
+                );
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(LockFilter {
+            gate: RequestGate::new(self.config.clone()),
+        }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+struct LockFilter {
+    gate: RequestGate,
+}
+
+impl Context for LockFilter {}
+
+impl HttpContext for LockFilter {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        action(self.gate.on_request_headers(&mut WasmHost, end_of_stream))
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(
+            self.gate
+                .on_request_body(&mut WasmHost, body_size, end_of_stream),
+        )
+    }
+}
+
+fn action(step: Step) -> Action {
+    match step {
+        Step::Continue => Action::Continue,
+        Step::Pause => Action::Pause,
+    }
+}
+
+/// The current HTTP context's host: proxy-wasm hostcalls act on the context being called.
+struct WasmHost;
+
+impl Host for WasmHost {
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        hostcalls::get_property(path.to_vec()).ok().flatten()
+    }
+
+    fn request_header(&self, name: &str) -> Option<String> {
+        hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
+            .ok()
+            .flatten()
+    }
+
+    fn set_request_header(&mut self, name: &str, value: Option<&str>) {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, value);
+    }
+
+    fn request_body(&self, len: usize) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(BufferType::HttpRequestBody, 0, len)
+            .ok()
+            .flatten()
+    }
+
+    fn send_grpc_reply(&mut self, code: GrpcCode, message: &str, headers: &[(&str, &str)]) {
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        if hostcalls::send_grpc_response(grpc_status(code), Some(message), headers).is_err() {
+            let _ = hostcalls::log(LogLevel::Error, "lock-filter: local reply failed");
+        }
+    }
+}
+
+fn grpc_status(code: GrpcCode) -> GrpcStatusCode {
+    match code {
+        GrpcCode::InvalidArgument => GrpcStatusCode::InvalidArgument,
+        GrpcCode::DeadlineExceeded => GrpcStatusCode::DeadlineExceeded,
+        GrpcCode::NotFound => GrpcStatusCode::NotFound,
+        GrpcCode::PermissionDenied => GrpcStatusCode::PermissionDenied,
+        GrpcCode::ResourceExhausted => GrpcStatusCode::ResourceExhausted,
+        GrpcCode::FailedPrecondition => GrpcStatusCode::FailedPrecondition,
+        GrpcCode::Aborted => GrpcStatusCode::Aborted,
+        GrpcCode::Unimplemented => GrpcStatusCode::Unimplemented,
+        GrpcCode::Internal => GrpcStatusCode::Internal,
+        GrpcCode::Unavailable => GrpcStatusCode::Unavailable,
+        GrpcCode::Unauthenticated => GrpcStatusCode::Unauthenticated,
+    }
+}

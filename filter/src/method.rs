@@ -1,0 +1,72 @@
+//! Which lock.v1 method a request calls, and how to find its key.
+
+use crate::error::EdgeError;
+use lock_config::proto::v1;
+use prost::Message as _;
+
+const SERVICE_PREFIX: &str = "/lock.v1.Lock/";
+
+/// Methods whose request message names a key (field 1): authorised per key and routed on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keyed {
+    OpenSession,
+    Acquire,
+    Release,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Keyed(Keyed),
+    /// KeepAlive and CloseSession carry no key; the arbiter checks session ownership.
+    Session,
+}
+
+impl Method {
+    /// Unknown methods are refused: the edge cannot authorise what it does not understand.
+    pub fn from_path(path: &str) -> Result<Self, EdgeError> {
+        match path.strip_prefix(SERVICE_PREFIX) {
+            Some("OpenSession") => Ok(Method::Keyed(Keyed::OpenSession)),
+            Some("Acquire") => Ok(Method::Keyed(Keyed::Acquire)),
+            Some("Release") => Ok(Method::Keyed(Keyed::Release)),
+            Some("KeepAlive") | Some("CloseSession") => Ok(Method::Session),
+            _ => Err(EdgeError::UnknownMethod),
+        }
+    }
+}
+
+impl Keyed {
+    /// Decodes one request message and returns its key (still unvalidated).
+    pub fn key_of(self, message: &[u8]) -> Result<String, EdgeError> {
+        let key = match self {
+            Keyed::OpenSession => v1::OpenSessionRequest::decode(message).map(|m| m.key),
+            Keyed::Acquire => v1::AcquireRequest::decode(message).map(|m| m.key),
+            Keyed::Release => v1::ReleaseRequest::decode(message).map(|m| m.key),
+        };
+        key.map_err(|_| EdgeError::Undecodable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_paths() {
+        assert_eq!(
+            Method::from_path("/lock.v1.Lock/Acquire").unwrap(),
+            Method::Keyed(Keyed::Acquire)
+        );
+        assert_eq!(
+            Method::from_path("/lock.v1.Lock/KeepAlive").unwrap(),
+            Method::Session
+        );
+        for bad in [
+            "/lock.v1.Lock/Nope",
+            "/grpc.health.v1.Health/Check",
+            "",
+            "/lock.v1.Lock/",
+        ] {
+            assert_eq!(Method::from_path(bad), Err(EdgeError::UnknownMethod));
+        }
+    }
+}

