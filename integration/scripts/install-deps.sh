@@ -2,7 +2,7 @@
 # Installs every real component the project runs, idempotently, into the project's own
 # `.deps/` folder where possible. Called by `make run`, `make test` and `make bench`.
 #
-#   protoc        Debian protobuf-compiler (etcd-client's build needs it)
+#   protoc        Debian protobuf-compiler + libprotobuf-dev (etcd-client's build needs both)
 #   wasm target   rustup target add wasm32-wasip1
 #   etcd          Debian trixie etcd-server/etcd-client (>= 3.5.16), fetched through a PRIVATE
 #                 apt list and unpacked with dpkg -x: the system's apt sources are never edited
@@ -33,9 +33,13 @@ system_apt_install() {
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
 
 install_protoc() {
-  if command -v protoc >/dev/null 2>&1; then return; fi
-  log "protoc: installing Debian protobuf-compiler"
-  system_apt_install protobuf-compiler
+  # etcd-client's build compiles etcd's protos, which import google/protobuf/*.proto:
+  # those well-known-type files come with libprotobuf-dev, not with protoc itself.
+  if command -v protoc >/dev/null 2>&1 && [ -f /usr/include/google/protobuf/descriptor.proto ]; then
+    return
+  fi
+  log "protoc: installing Debian protobuf-compiler and libprotobuf-dev"
+  system_apt_install protobuf-compiler libprotobuf-dev
 }
 
 install_wasm_target() {

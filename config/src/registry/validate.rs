@@ -62,7 +62,8 @@ impl Date {
             month: m.parse().ok()?,
             day: d.parse().ok()?,
         };
-        let leap = date.year % 4 == 0 && (date.year % 100 != 0 || date.year % 400 == 0);
+        let y = date.year;
+        let leap = y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400));
         let days = match date.month {
             1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
             4 | 6 | 9 | 11 => 30,
@@ -71,6 +72,21 @@ impl Date {
             _ => return None,
         };
         (1..=days).contains(&date.day).then_some(date)
+    }
+
+    /// The civil (UTC) date of a day count since 1970-01-01 (H. Hinnant's algorithm), so
+    /// callers with a clock can say what "today" is without a date library.
+    pub fn from_unix_days(days: i64) -> Date {
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+        let year = (yoe + era * 400 + i64::from(month <= 2)) as u16;
+        Date { year, month, day }
     }
 
     /// The same day one year later (29 Feb maps to 28 Feb).
@@ -454,10 +470,8 @@ impl Validator {
                     Err(e) => self.err(&source, &id, &field, format!("invalid prefix {p:?}: {e}")),
                 }
             }
-            if let Some(rate) = spec.rate {
-                if rate.per_second == 0 || rate.burst == 0 {
-                    self.err(&source, &id, "spec.rate", "perSecond and burst must be > 0");
-                }
+            if spec.rate.is_some_and(|r| r.per_second == 0 || r.burst == 0) {
+                self.err(&source, &id, "spec.rate", "perSecond and burst must be > 0");
             }
             let entry = grants.entry(spiffe).or_insert(MergedGrant {
                 prefixes: Vec::new(),

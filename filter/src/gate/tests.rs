@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use super::*;
 use crate::frame::frame;
 use lock_config::GrpcCode;
@@ -9,12 +11,15 @@ use std::collections::HashMap;
 
 const LEDGER: &str = "spiffe://dev.lock.local/ns/pay/sa/ledger";
 
+/// A local reply as the fake host recorded it: code, message, headers.
+type Reply = (GrpcCode, String, Vec<(String, String)>);
+
 #[derive(Default)]
 struct FakeHost {
     props: HashMap<String, Vec<u8>>,
     headers: HashMap<String, String>,
     body: Vec<u8>,
-    reply: Option<(GrpcCode, String, Vec<(String, String)>)>,
+    reply: Option<Reply>,
 }
 
 impl Host for FakeHost {

@@ -1,0 +1,173 @@
+//! `lockctl`: the operator and workload CLI.
+//!
+//! Exit codes: 0 success; 1 refused by the service (the reason is printed); 2 usage or
+//! local input error (bad registry, bad token); 3 cannot reach the service or etcd.
+
+mod offline;
+mod remote;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(about = "fenced lock service: take and release locks, manage epoch and registry")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct Conn {
+    /// Envoy's lock.v1 endpoint.
+    #[arg(long, env = "LOCK_ENDPOINT", default_value = "https://127.0.0.1:8443")]
+    pub endpoint: String,
+    /// This workload's X.509-SVID (PEM).
+    #[arg(long, env = "LOCK_SVID")]
+    pub svid: PathBuf,
+    /// The SVID's private key (PEM).
+    #[arg(long, env = "LOCK_SVID_KEY")]
+    pub svid_key: PathBuf,
+    /// Trust bundle (PEM) that signs Envoy's certificate.
+    #[arg(long, env = "LOCK_CA")]
+    pub ca: PathBuf,
+    /// Name to verify in Envoy's certificate.
+    #[arg(long, env = "LOCK_SERVER_NAME", default_value = "localhost")]
+    pub server_name: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Take a lock: opens a session for the key's class and acquires. Prints the token.
+    /// The hold lasts until released or until the session's TTL lapses (lockctl does not
+    /// keep the session alive after it exits).
+    Acquire {
+        key: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Release a lock with the token `acquire` printed.
+    Release {
+        key: String,
+        token: u64,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Epoch record administration (ADR-03).
+    Epoch {
+        #[command(subcommand)]
+        cmd: EpochCmd,
+    },
+    /// Registry documents (ADR-24).
+    Registry {
+        #[command(subcommand)]
+        cmd: RegistryCmd,
+    },
+    /// The edge filter's configuration compiled from a registry.
+    Grants {
+        #[command(subcommand)]
+        cmd: GrantsCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum EpochCmd {
+    /// Create /sys/epoch (epoch 1, bound to the cluster ID) if absent.
+    Init {
+        #[arg(
+            long,
+            env = "LOCK_ETCD",
+            default_value = "http://127.0.0.1:2379",
+            value_delimiter = ','
+        )]
+        etcd: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum RegistryCmd {
+    /// Validate a registry directory and print each class's cost and liveness bound.
+    Check {
+        dir: PathBuf,
+        /// Expected concurrent sessions per class, for the keepalive load estimate.
+        #[arg(long, default_value_t = 1000)]
+        sessions: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum GrantsCmd {
+    /// Print the filter's plugin configuration (JSON) for one region.
+    Compile {
+        dir: PathBuf,
+        #[arg(long)]
+        region: String,
+        #[arg(long = "trust-domain", required = true)]
+        trust_domains: Vec<String>,
+    },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let result = match Cli::parse().cmd {
+        Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
+        Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
+        Cmd::Epoch {
+            cmd: EpochCmd::Init { etcd },
+        } => offline::epoch_init(&etcd).await,
+        Cmd::Registry {
+            cmd: RegistryCmd::Check { dir, sessions },
+        } => offline::registry_check(&dir, sessions),
+        Cmd::Grants {
+            cmd:
+                GrantsCmd::Compile {
+                    dir,
+                    region,
+                    trust_domains,
+                },
+        } => offline::grants_compile(&dir, &region, &trust_domains),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockctl: {}", e.message);
+            ExitCode::from(e.exit)
+        }
+    }
+}
+
+/// A failure with its exit code.
+pub struct Failure {
+    pub exit: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self {
+            exit: 1,
+            message: message.into(),
+        }
+    }
+    pub fn input(message: impl Into<String>) -> Self {
+        Self {
+            exit: 2,
+            message: message.into(),
+        }
+    }
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        Self {
+            exit: 3,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory as _;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,130 @@
+//! Arbiter errors and their one mapping to gRPC statuses with `google.rpc.ErrorInfo`
+//! (DESIGN 4.4). Messages never contain a token.
+
+use lock_config::{ERROR_DOMAIN, GrpcCode, KeyError, Reason};
+use std::collections::HashMap;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArbiterError {
+    #[error("request did not come through the edge: no x-lock-identity")]
+    NoIdentity,
+    #[error("x-lock-key does not match the key in the request")]
+    KeyHeaderMismatch,
+    #[error("invalid key: {0}")]
+    InvalidKey(#[from] KeyError),
+    #[error("no lock class covers this key")]
+    NoClass,
+    #[error("token is not a valid fencing token")]
+    MalformedToken,
+    #[error("held by another session")]
+    Held,
+    #[error("held by the same identity under another session (leaked hold?)")]
+    LeakedHold,
+    #[error("token does not name the current grant of this key")]
+    StaleToken,
+    #[error("no such session for this identity (expired or never opened)")]
+    SessionNotFound,
+    #[error("class {class} needs a session with a TTL of {ttl_seconds} s")]
+    WrongSessionTtl { class: String, ttl_seconds: u32 },
+    #[error("sealed: {0}")]
+    Sealed(String),
+    #[error("store unavailable or without quorum")]
+    NoQuorum,
+    #[error("store error: {0}")]
+    Store(String),
+}
+
+impl ArbiterError {
+    fn reason(&self) -> Reason {
+        match self {
+            ArbiterError::NoIdentity => Reason::Unauthenticated,
+            ArbiterError::KeyHeaderMismatch | ArbiterError::MalformedToken => {
+                Reason::MalformedRequest
+            }
+            ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
+            ArbiterError::Held => Reason::Held,
+            ArbiterError::LeakedHold => Reason::LeakedHold,
+            ArbiterError::StaleToken => Reason::StaleToken,
+            ArbiterError::SessionNotFound => Reason::SessionExpired,
+            ArbiterError::WrongSessionTtl { .. } => Reason::WrongSessionTtl,
+            ArbiterError::Sealed(_) => Reason::Sealed,
+            ArbiterError::NoQuorum => Reason::NoQuorum,
+            ArbiterError::Store(_) => Reason::Internal,
+        }
+    }
+
+    fn metadata(&self) -> HashMap<String, String> {
+        match self {
+            ArbiterError::WrongSessionTtl { class, ttl_seconds } => HashMap::from([
+                ("class".to_owned(), class.clone()),
+                ("ttl_seconds".to_owned(), ttl_seconds.to_string()),
+            ]),
+            _ => HashMap::new(),
+        }
+    }
+}
+
+fn code(c: GrpcCode) -> Code {
+    match c {
+        GrpcCode::InvalidArgument => Code::InvalidArgument,
+        GrpcCode::DeadlineExceeded => Code::DeadlineExceeded,
+        GrpcCode::NotFound => Code::NotFound,
+        GrpcCode::PermissionDenied => Code::PermissionDenied,
+        GrpcCode::ResourceExhausted => Code::ResourceExhausted,
+        GrpcCode::FailedPrecondition => Code::FailedPrecondition,
+        GrpcCode::Aborted => Code::Aborted,
+        GrpcCode::Unimplemented => Code::Unimplemented,
+        GrpcCode::Internal => Code::Internal,
+        GrpcCode::Unavailable => Code::Unavailable,
+        GrpcCode::Unauthenticated => Code::Unauthenticated,
+    }
+}
+
+impl From<ArbiterError> for Status {
+    fn from(e: ArbiterError) -> Status {
+        let reason = e.reason();
+        let details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, e.metadata());
+        Status::with_error_details(code(reason.code()), e.to_string(), details)
+    }
+}
+
+/// etcd errors: unavailability and timeouts are "no quorum" (closed posture, ADR-04);
+/// anything else is an internal store error.
+impl From<etcd_client::Error> for ArbiterError {
+    fn from(e: etcd_client::Error) -> Self {
+        match &e {
+            etcd_client::Error::GRpcStatus(s)
+                if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded) =>
+            {
+                ArbiterError::NoQuorum
+            }
+            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+                ArbiterError::NoQuorum
+            }
+            _ => ArbiterError::Store(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_carry_error_info() {
+        let s: Status = ArbiterError::WrongSessionTtl {
+            class: "c".into(),
+            ttl_seconds: 60,
+        }
+        .into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        let info = s.get_details_error_info().unwrap();
+        assert_eq!(info.reason, "WRONG_SESSION_TTL");
+        assert_eq!(info.domain, "lock.v1");
+        assert_eq!(info.metadata["ttl_seconds"], "60");
+        let s: Status = ArbiterError::Held.into();
+        assert_eq!(s.code(), Code::Aborted);
+    }
+}

@@ -1,0 +1,20 @@
+//! The arbiter: the only component with an etcd write credential for grants (ADR-18).
+//! It owns the grant and release transactions, sessions and the epoch seal, and serves
+//! `lock.v1` behind Envoy.
+
+pub mod engine;
+pub mod epoch;
+pub mod error;
+pub mod keepalive;
+pub mod layout;
+pub mod proto;
+pub mod registry_files;
+pub mod remote;
+pub mod server;
+pub mod service;
+pub mod sessions;
+pub mod store;
+
+pub use engine::Engine;
+pub use error::ArbiterError;
+pub use store::Store;

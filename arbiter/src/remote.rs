@@ -1,0 +1,79 @@
+//! Client side of lock.v1 for `lockctl` and the test harness: a TLS channel to Envoy
+//! presenting the workload's X.509-SVID, and refusals decoded into their contract reason.
+
+use crate::proto::lock_client::LockClient;
+use lock_config::Reason;
+use std::path::Path;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic_types::StatusExt as _;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("bad endpoint or TLS configuration: {0}")]
+    Config(String),
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+}
+
+/// Where the SVID lives. `cert`/`key` None means connect without a client certificate
+/// (only useful to show that Envoy refuses it).
+pub struct Svid<'a> {
+    pub cert: Option<&'a Path>,
+    pub key: Option<&'a Path>,
+    pub ca: &'a Path,
+}
+
+fn read(p: &Path) -> Result<Vec<u8>, ConnectError> {
+    std::fs::read(p).map_err(|source| ConnectError::Read {
+        path: p.display().to_string(),
+        source,
+    })
+}
+
+/// A TLS channel to `endpoint` (`https://host:port`) verifying `server_name`.
+pub async fn connect(
+    endpoint: &str,
+    svid: &Svid<'_>,
+    server_name: &str,
+) -> Result<LockClient<Channel>, ConnectError> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(svid.ca)?))
+        .domain_name(server_name.to_owned());
+    if let (Some(cert), Some(key)) = (svid.cert, svid.key) {
+        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    let channel = Channel::from_shared(endpoint.to_owned())
+        .map_err(|e| ConnectError::Config(e.to_string()))?
+        .tls_config(tls)
+        .map_err(|e| ConnectError::Config(e.to_string()))?
+        .connect()
+        .await
+        .map_err(|source| ConnectError::Connect {
+            endpoint: endpoint.to_owned(),
+            source,
+        })?;
+    Ok(LockClient::new(channel))
+}
+
+/// The contract reason and metadata of a refusal, if it carries an ErrorInfo of lock.v1.
+pub fn reason_of(
+    status: &tonic::Status,
+) -> Option<(Reason, std::collections::HashMap<String, String>)> {
+    let info = status.get_details_error_info()?;
+    if info.domain != lock_config::ERROR_DOMAIN {
+        return None;
+    }
+    let mut reason = Reason::from_wire(&info.reason)?;
+    if reason == Reason::Held && status.code() == tonic::Code::DeadlineExceeded {
+        reason = Reason::HeldDeadline;
+    }
+    Some((reason, info.metadata))
+}

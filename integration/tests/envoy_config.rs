@@ -1,0 +1,35 @@
+//! The deployment configuration is tested: the rendered local bootstrap passes
+//! `envoy --mode validate` with the built wasm.
+
+use lock_config::FilterConfig;
+use lock_integration::envoy::{Envoy, EnvoyConfig};
+use lock_integration::paths::dev_registry;
+use lock_integration::pki::{Pki, TRUST_DOMAIN};
+
+#[test]
+fn local_bootstrap_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::create(&dir.path().join("pki")).unwrap();
+    let registry = lock_arbiter::registry_files::load(&dev_registry()).unwrap();
+    let filter = FilterConfig::from_registry(&registry, "local", &[TRUST_DOMAIN.into()], None);
+    let cfg = EnvoyConfig::new(
+        &pki.dir,
+        filter,
+        vec![
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        ],
+    )
+    .unwrap();
+    let path = dir.path().join("envoy.yaml");
+    std::fs::write(&path, cfg.render().unwrap()).unwrap();
+    Envoy::validate(&path).unwrap();
+
+    // The check can fail: a bootstrap with a broken field is rejected.
+    let broken = cfg
+        .render()
+        .unwrap()
+        .replace("lb_policy: RING_HASH", "lb_policy: NOT_A_POLICY");
+    std::fs::write(&path, broken).unwrap();
+    assert!(Envoy::validate(&path).is_err());
+}
