@@ -527,3 +527,46 @@ async fn lockctl_takes_and_releases_through_envoy() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("STALE_TOKEN"));
 }
+
+#[tokio::test]
+async fn keepalive_stream_renews_and_reports_a_closed_session() {
+    let stack = stack().await;
+    let mut ledger = stack.workload(LEDGER).await.unwrap();
+    let s = session(&mut ledger, "pay/ledger/ka").await;
+    acquire(&mut ledger, "pay/ledger/ka", s).await.unwrap();
+
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = ledger
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..2 {
+        tx.send(KeepAliveRequest { session_id: s }).await.unwrap();
+        let r = replies.message().await.unwrap().unwrap();
+        assert_eq!(r.session_id, s);
+        assert!((1..=30).contains(&r.ttl_seconds), "ttl {}", r.ttl_seconds);
+    }
+
+    // Another identity cannot renew this session.
+    let mut orders = stack.workload(ORDERS).await.unwrap();
+    let (otx, orx) = tokio::sync::mpsc::channel(1);
+    let mut theirs = orders
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(orx))
+        .await
+        .unwrap()
+        .into_inner();
+    otx.send(KeepAliveRequest { session_id: s }).await.unwrap();
+    let status = theirs.message().await.unwrap_err();
+    assert_eq!(reason_of(&status).unwrap().0, Reason::SessionExpired);
+
+    // After CloseSession the hold is gone and renewing says so.
+    ledger
+        .close_session(CloseSessionRequest { session_id: s })
+        .await
+        .unwrap();
+    assert_eq!(holder_create_revision(&stack, "pay/ledger/ka").await, None);
+    tx.send(KeepAliveRequest { session_id: s }).await.unwrap();
+    let status = replies.message().await.unwrap_err();
+    assert_eq!(reason_of(&status).unwrap().0, Reason::SessionExpired);
+}
