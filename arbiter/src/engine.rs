@@ -10,6 +10,7 @@
 use crate::epoch::{Epoch, EpochCache};
 use crate::error::ArbiterError;
 use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
+use crate::queue::{Queues, Ticket};
 use crate::sessions::{Session, Sessions};
 use crate::store::Store;
 use etcd_client::{
@@ -18,30 +19,46 @@ use etcd_client::{
 use lock_config::registry::ResolvedClass;
 use lock_config::{FencingToken, LockKey, Registry};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
 
 /// Attempts per request when the epoch record moved or the key was released between the
 /// compare and the classification read; bounded so a flapping store cannot spin a request.
 const MAX_ATTEMPTS: usize = 3;
+/// Longest wait an Acquire may ask for; longer requests are capped.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
 pub struct Engine {
     pub store: Store,
     pub registry: Arc<Registry>,
     pub epoch: EpochCache,
     pub sessions: Sessions,
+    pub queues: Arc<Queues>,
 }
 
 /// A successful grant.
 #[derive(Debug, Clone)]
 pub struct Grant {
     pub token: FencingToken,
+    /// The holder key's create revision (= the token's revision).
+    pub revision: i64,
     pub class: String,
     pub ttl_seconds: u32,
 }
 
 enum Outcome {
     Granted(Grant),
+    /// Held by another session; the key was seen held at this revision.
+    Held {
+        revision: i64,
+    },
     Retry,
+}
+
+/// One grant attempt's result for a caller that may wait.
+enum Attempt {
+    Granted(Grant),
+    Held { revision: i64 },
 }
 
 impl Engine {
@@ -51,6 +68,7 @@ impl Engine {
             registry,
             epoch: EpochCache::default(),
             sessions: Sessions::default(),
+            queues: Arc::new(Queues::default()),
         }
     }
 
@@ -73,11 +91,14 @@ impl Engine {
         Ok((session, class.name.to_owned()))
     }
 
+    /// Grants `key` to the session, waiting up to `wait` in the key's FIFO queue when it
+    /// is held (ADR-14, 15). A notification never grants: every grant is a transaction.
     pub async fn acquire(
         &self,
         identity: &str,
         key: &LockKey,
         lease: i64,
+        wait: Duration,
     ) -> Result<Grant, ArbiterError> {
         let class = self.class_for(key)?;
         let session = self.sessions.owned(&self.store, lease, identity).await?;
@@ -87,10 +108,83 @@ impl Engine {
                 ttl_seconds: class.ttl_seconds,
             });
         }
+        if wait.is_zero() {
+            return match self.attempt(&session, key, &class).await? {
+                Attempt::Granted(g) => Ok(g),
+                Attempt::Held { .. } => Err(ArbiterError::Held),
+            };
+        }
+        let deadline = Instant::now() + wait.min(MAX_WAIT);
+        let ticket = self.queues.join(key.as_str());
+        if tokio::time::timeout_at(deadline, ticket.until_head())
+            .await
+            .is_err()
+        {
+            return Err(ArbiterError::HeldDeadline);
+        }
+        self.wait_as_head(&ticket, &session, key, &class, deadline)
+            .await
+    }
+
+    /// The head of a key's queue: attempt, and when held, watch for the release from the
+    /// revision the key was seen held at, so no release between the two is missed.
+    async fn wait_as_head(
+        &self,
+        ticket: &Ticket,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+        deadline: Instant,
+    ) -> Result<Grant, ArbiterError> {
+        let mut broken_watches = 0u32;
+        loop {
+            if ticket.held_at().is_none() {
+                match self.attempt(session, key, class).await? {
+                    Attempt::Granted(g) => {
+                        // The next head starts by watching, not by a doomed transaction.
+                        ticket.saw_held(g.revision);
+                        return Ok(g);
+                    }
+                    Attempt::Held { revision } => ticket.saw_held(revision),
+                }
+            }
+            let from = ticket.held_at().unwrap_or(0) + 1;
+            match crate::release_watch::wait(&self.store, &holder_key(key), from, deadline).await {
+                crate::release_watch::Wake::Released => {
+                    broken_watches = 0;
+                    ticket.saw_released();
+                }
+                crate::release_watch::Wake::Deadline => return Err(ArbiterError::HeldDeadline),
+                crate::release_watch::Wake::Broken => {
+                    // Watch lost or compacted: retry the transaction and re-watch at once;
+                    // if the watch keeps failing, poll every second with jitter (ADR-15).
+                    broken_watches += 1;
+                    if broken_watches > 1 {
+                        let pause = crate::release_watch::poll_interval();
+                        if tokio::time::timeout_at(deadline, tokio::time::sleep(pause))
+                            .await
+                            .is_err()
+                        {
+                            return Err(ArbiterError::HeldDeadline);
+                        }
+                    }
+                    ticket.saw_released();
+                }
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+    ) -> Result<Attempt, ArbiterError> {
         for _ in 0..MAX_ATTEMPTS {
             let epoch = self.epoch.current(&self.store).await?;
-            match self.try_grant(&epoch, &session, key, &class).await? {
-                Outcome::Granted(g) => return Ok(g),
+            match self.try_grant(&epoch, session, key, class).await? {
+                Outcome::Granted(g) => return Ok(Attempt::Granted(g)),
+                Outcome::Held { revision } => return Ok(Attempt::Held { revision }),
                 Outcome::Retry => continue,
             }
         }
@@ -151,12 +245,13 @@ impl Engine {
         revision: i64,
         class: &ResolvedClass<'_>,
     ) -> Result<Grant, ArbiterError> {
-        let revision =
+        let unsigned =
             u64::try_from(revision).map_err(|_| ArbiterError::Store("bad revision".into()))?;
-        let token = FencingToken::pack(epoch.record.epoch, revision)
+        let token = FencingToken::pack(epoch.record.epoch, unsigned)
             .map_err(|e| ArbiterError::Store(format!("cannot mint token: {e}")))?;
         Ok(Grant {
             token,
+            revision,
             class: class.name.to_owned(),
             ttl_seconds: class.ttl_seconds,
         })
@@ -189,8 +284,13 @@ impl Engine {
             // Released between the compare and the read: try again.
             return Ok(Outcome::Retry);
         };
-        self.holder_verdict(epoch, session, kv, class)
-            .map(Outcome::Granted)
+        match self.holder_verdict(epoch, session, kv, class) {
+            Ok(g) => Ok(Outcome::Granted(g)),
+            Err(ArbiterError::Held) => Ok(Outcome::Held {
+                revision: resp.header().map_or(kv.mod_revision(), |h| h.revision()),
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     /// Who holds the key decides the refusal (ADR-13). Held by this very session: the
@@ -297,6 +397,57 @@ impl Engine {
             self.epoch.refresh(&self.store).await?;
         }
         Err(ArbiterError::StaleToken)
+    }
+}
+
+/// What Inspect reports: never a token.
+#[derive(Debug, Clone, Default)]
+pub struct Inspection {
+    pub holder: Option<Holder>,
+    pub waiters: usize,
+}
+
+impl Engine {
+    /// ValidateToken (ADR-16): is `token` the current grant of `key`? One linearizable
+    /// transaction reads the holder and the epoch record together.
+    pub async fn validate(&self, key: &LockKey, token: FencingToken) -> Result<bool, ArbiterError> {
+        let hkey = holder_key(key);
+        for _ in 0..MAX_ATTEMPTS {
+            let epoch = self.epoch.current(&self.store).await?;
+            let txn = Txn::new().and_then(vec![
+                TxnOp::get(hkey.as_str(), None),
+                TxnOp::get(EPOCH_KEY, None),
+            ]);
+            let resp = self.store.txn(txn).await?;
+            epoch.check_header(resp.header())?;
+            let ops = resp.op_responses();
+            let first = |i: usize| match ops.get(i) {
+                Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
+                _ => None,
+            };
+            if first(1).map(|kv| kv.mod_revision()) != Some(epoch.mod_revision) {
+                self.epoch.refresh(&self.store).await?;
+                continue;
+            }
+            let current = first(0).map(|kv| kv.create_revision());
+            return Ok(token.epoch() == epoch.record.epoch
+                && current == i64::try_from(token.revision()).ok());
+        }
+        Err(ArbiterError::NoQuorum)
+    }
+
+    /// Inspect: the holder record (identity, class, since when) and the local waiter count.
+    pub async fn inspect(&self, key: &LockKey) -> Result<Inspection, ArbiterError> {
+        let epoch = self.epoch.current(&self.store).await?;
+        let resp = self.store.get(&holder_key(key)).await?;
+        epoch.check_header(resp.header())?;
+        Ok(Inspection {
+            holder: resp
+                .kvs()
+                .first()
+                .and_then(|kv| decode::<Holder>(kv.value())),
+            waiters: self.queues.len(key.as_str()),
+        })
     }
 }
 

@@ -20,6 +20,8 @@ pub enum ArbiterError {
     MalformedToken,
     #[error("held by another session")]
     Held,
+    #[error("still held by another session when the wait deadline passed")]
+    HeldDeadline,
     #[error("held by the same identity under another session (leaked hold?)")]
     LeakedHold,
     #[error("token does not name the current grant of this key")]
@@ -45,6 +47,7 @@ impl ArbiterError {
             }
             ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
             ArbiterError::Held => Reason::Held,
+            ArbiterError::HeldDeadline => Reason::HeldDeadline,
             ArbiterError::LeakedHold => Reason::LeakedHold,
             ArbiterError::StaleToken => Reason::StaleToken,
             ArbiterError::SessionNotFound => Reason::SessionExpired,

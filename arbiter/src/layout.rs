@@ -49,7 +49,7 @@ impl EpochRecord {
 
 /// The holder of a key. Never contains the token: the token is derived from the key's create
 /// revision and handed only to the session that was granted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub spiffe_id: String,
     /// Session lease, hex.

@@ -110,9 +110,10 @@ impl Lock for LockService {
     ) -> Result<Response<AcquireResponse>, Status> {
         let who = identity(req.metadata())?;
         let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let wait = std::time::Duration::from_millis(req.get_ref().wait_millis);
         let result = self
             .engine
-            .acquire(&who, &key, req.get_ref().session_id)
+            .acquire(&who, &key, req.get_ref().session_id, wait)
             .await;
         match &result {
             Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
@@ -142,5 +143,36 @@ impl Lock for LockService {
         self.engine.release(&who, &key, token, lease).await?;
         tracing::debug!(namespace = key.namespace(), "released");
         Ok(self.reply(ReleaseResponse {}))
+    }
+
+    async fn validate_token(
+        &self,
+        req: Request<ValidateTokenRequest>,
+    ) -> Result<Response<ValidateTokenResponse>, Status> {
+        identity(req.metadata())?;
+        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        // A value no grant could have produced is simply not valid.
+        let valid = match FencingToken::from_u64(req.get_ref().token) {
+            Ok(token) => self.engine.validate(&key, token).await?,
+            Err(_) => false,
+        };
+        Ok(self.reply(ValidateTokenResponse { valid }))
+    }
+
+    async fn inspect(
+        &self,
+        req: Request<InspectRequest>,
+    ) -> Result<Response<InspectResponse>, Status> {
+        identity(req.metadata())?;
+        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let i = self.engine.inspect(&key).await?;
+        let holder = i.holder.unwrap_or_default();
+        Ok(self.reply(InspectResponse {
+            held: !holder.spiffe_id.is_empty(),
+            holder_spiffe_id: holder.spiffe_id,
+            class_name: holder.class,
+            acquired_at_unix_ms: holder.acquired_at_ms,
+            waiters: u32::try_from(i.waiters).unwrap_or(u32::MAX),
+        }))
     }
 }

@@ -2,7 +2,9 @@
 //! `timeout` is NO_QUORUM (closed posture, ADR-04), never a hang.
 
 use crate::error::ArbiterError;
-use etcd_client::{Client, ConnectOptions, GetResponse, KvClient, LeaseClient, Txn, TxnResponse};
+use etcd_client::{
+    Client, ConnectOptions, GetResponse, KvClient, LeaseClient, Txn, TxnResponse, WatchClient,
+};
 use std::future::Future;
 use std::time::Duration;
 
@@ -32,6 +34,10 @@ impl Store {
 
     pub fn lease(&self) -> LeaseClient {
         self.client.lease_client()
+    }
+
+    pub fn watch_client(&self) -> WatchClient {
+        self.client.watch_client()
     }
 
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, ArbiterError> {

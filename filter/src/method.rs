@@ -12,6 +12,8 @@ pub enum Keyed {
     OpenSession,
     Acquire,
     Release,
+    ValidateToken,
+    Inspect,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +30,8 @@ impl Method {
             Some("OpenSession") => Ok(Method::Keyed(Keyed::OpenSession)),
             Some("Acquire") => Ok(Method::Keyed(Keyed::Acquire)),
             Some("Release") => Ok(Method::Keyed(Keyed::Release)),
+            Some("ValidateToken") => Ok(Method::Keyed(Keyed::ValidateToken)),
+            Some("Inspect") => Ok(Method::Keyed(Keyed::Inspect)),
             Some("KeepAlive") | Some("CloseSession") => Ok(Method::Session),
             _ => Err(EdgeError::UnknownMethod),
         }
@@ -41,6 +45,8 @@ impl Keyed {
             Keyed::OpenSession => v1::OpenSessionRequest::decode(message).map(|m| m.key),
             Keyed::Acquire => v1::AcquireRequest::decode(message).map(|m| m.key),
             Keyed::Release => v1::ReleaseRequest::decode(message).map(|m| m.key),
+            Keyed::ValidateToken => v1::ValidateTokenRequest::decode(message).map(|m| m.key),
+            Keyed::Inspect => v1::InspectRequest::decode(message).map(|m| m.key),
         };
         key.map_err(|_| EdgeError::Undecodable)
     }

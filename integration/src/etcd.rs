@@ -11,6 +11,8 @@ pub struct Etcd {
     pub client_url: String,
     pub client_addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// Prometheus endpoint: etcd's own count of the RPCs it served.
+    pub metrics_addr: SocketAddr,
 }
 
 impl Etcd {
@@ -28,6 +30,7 @@ impl Etcd {
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let data_dir = dir.join(format!("{name}.etcd"));
+        let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let mut cmd = Command::new(dep("etcd")?);
         cmd.args(["--name", name])
             .arg("--data-dir")
@@ -42,10 +45,7 @@ impl Etcd {
                 &format!("lock-{name}-{client_port}"),
             ])
             .args(["--initial-cluster-state", "new"])
-            .args([
-                "--listen-metrics-urls",
-                &format!("http://127.0.0.1:{}", free_port()?),
-            ])
+            .args(["--listen-metrics-urls", &format!("http://{metrics_addr}")])
             .args(["--log-level", "warn"]);
         let mut proc = Proc::spawn(name, cmd, dir)?;
         let client_addr: SocketAddr = format!("127.0.0.1:{client_port}").parse()?;
@@ -55,7 +55,20 @@ impl Etcd {
             client_url,
             client_addr,
             data_dir,
+            metrics_addr,
         })
+    }
+
+    /// How many KV RPCs of `method` (e.g. "Txn", "Range") this member has handled, from
+    /// etcd's own gRPC metrics: an independent count of what the arbiters sent.
+    pub fn rpc_count(&self, method: &str) -> anyhow::Result<u64> {
+        let body = crate::admin_get(self.metrics_addr, "/metrics")?;
+        let needle = format!("grpc_method=\"{method}\"");
+        Ok(body
+            .lines()
+            .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains(&needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64)
     }
 
     pub async fn client(&self) -> anyhow::Result<etcd_client::Client> {

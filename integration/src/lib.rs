@@ -9,6 +9,7 @@ pub mod paths;
 pub mod pki;
 pub mod process;
 pub mod raw;
+pub mod registry;
 pub mod stack;
 
 pub use stack::{Stack, StackOptions};

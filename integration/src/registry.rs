@@ -1,0 +1,68 @@
+//! Registries for tests: the dev registry plus a short-TTL fenced class and test identities.
+//!
+//! The fenced class `pay-fast` (TTL 5 s) lets expiry tests run in seconds. "Fenced" needs a
+//! PauseTestResult (ADR-17); the one written here is a labelled test fixture dated today,
+//! generated per run so it never expires, and never part of a deployable registry.
+
+use crate::paths::dev_registry;
+use std::path::{Path, PathBuf};
+
+pub const FAST_PREFIX: &str = "pay/fast";
+pub const FAST_TTL: u32 = 5;
+
+/// SPIFFE ID of test waiter `i` (granted `pay/fast`).
+pub fn waiter_id(i: usize) -> String {
+    format!("spiffe://dev.lock.local/ns/test/sa/w{i}")
+}
+
+pub const WAITERS: usize = 8;
+
+/// Writes the test registry into `dir` and returns its path.
+pub fn write_test_registry(dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = dir.join("registry");
+    std::fs::create_dir_all(&out)?;
+    for entry in std::fs::read_dir(dev_registry())? {
+        let p = entry?.path();
+        if let Some(name) = p.file_name() {
+            std::fs::copy(&p, out.join(name))?;
+        }
+    }
+    let today = lock_arbiter::registry_files::today();
+    let mut text = format!(
+        "apiVersion: lock.dev/v1alpha1
+kind: LockClass
+metadata: {{name: pay-fast}}
+spec:
+  namespace: pay
+  prefixes: [{FAST_PREFIX}]
+  purpose: correctness
+  enforcement: fenced
+  ttlSeconds: {FAST_TTL}
+---
+apiVersion: lock.dev/v1alpha1
+kind: PauseTestResult
+metadata: {{name: pay-fast-test-fixture}}
+spec:
+  class: pay-fast
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
+  passedAt: \"{today}\"
+  expires: \"{today}\"
+"
+    );
+    for i in 0..WAITERS {
+        text.push_str(&format!(
+            "---
+apiVersion: lock.dev/v1alpha1
+kind: LockGrant
+metadata: {{name: test-w{i}}}
+spec:
+  spiffeId: {}
+  prefixes: [{FAST_PREFIX}]
+",
+            waiter_id(i)
+        ));
+    }
+    std::fs::write(out.join("zz-test.yaml"), text)?;
+    Ok(out)
+}

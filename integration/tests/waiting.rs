@@ -1,0 +1,292 @@
+//! Issue 3: waiting in FIFO order, one grant attempt per release, deadlines, cancellation,
+//! session expiry, ValidateToken and Inspect — through Envoy, on real etcd.
+
+use lock_arbiter::proto::lock_client::LockClient;
+use lock_arbiter::remote::reason_of;
+use lock_config::proto::v1::*;
+use lock_config::{FencingToken, Reason};
+use lock_integration::process::eventually;
+use lock_integration::registry::{FAST_PREFIX, waiter_id, write_test_registry};
+use lock_integration::{Stack, StackOptions};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::Code;
+use tonic::transport::Channel;
+
+type Client = LockClient<Channel>;
+
+async fn stack() -> (Stack, tempfile::TempDir) {
+    let reg = tempfile::tempdir().unwrap();
+    let registry = write_test_registry(reg.path()).unwrap();
+    let stack = Stack::start(StackOptions {
+        registry,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    (stack, reg)
+}
+
+async fn waiter(stack: &Stack, i: usize) -> (Client, i64) {
+    let mut c = stack.workload(&waiter_id(i)).await.unwrap();
+    let s = c
+        .open_session(OpenSessionRequest {
+            key: format!("{FAST_PREFIX}/x"),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    (c, s)
+}
+
+/// Keeps a session alive in the background (the fast class has a 5 s TTL).
+fn keep_alive(mut c: Client, session_id: i64) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let Ok(resp) = c
+            .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+        else {
+            return;
+        };
+        let mut replies = resp.into_inner();
+        for _ in 0..600 {
+            if tx.send(KeepAliveRequest { session_id }).await.is_err() {
+                return;
+            }
+            if !matches!(replies.message().await, Ok(Some(_))) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+    })
+}
+
+async fn acquire(
+    c: &mut Client,
+    key: &str,
+    s: i64,
+    wait_ms: u64,
+) -> Result<AcquireResponse, tonic::Status> {
+    c.acquire(AcquireRequest {
+        key: key.into(),
+        session_id: s,
+        wait_millis: wait_ms,
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+async fn inspect(c: &mut Client, key: &str) -> InspectResponse {
+    c.inspect(InspectRequest { key: key.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn until_waiters(c: &mut Client, key: &str, n: u32) {
+    let key = key.to_owned();
+    eventually(Duration::from_secs(10), || {
+        let mut c = c.clone();
+        let key = key.clone();
+        async move {
+            let w = inspect(&mut c, &key).await.waiters;
+            anyhow::ensure!(w == n, "{w} waiters, want {n}");
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn waiters_are_granted_in_arrival_order_with_one_attempt_per_release() {
+    let (stack, _reg) = stack().await;
+    let key = format!("{FAST_PREFIX}/fifo");
+    let (mut holder, hs) = waiter(&stack, 0).await;
+    let _ka = keep_alive(holder.clone(), hs);
+    let first = acquire(&mut holder, &key, hs, 0).await.unwrap();
+
+    const N: usize = 5;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let mut tokens = Arc::new(Mutex::new(vec![first.token]));
+    for i in 1..=N {
+        let (mut c, s) = waiter(&stack, i).await;
+        let ka = keep_alive(c.clone(), s);
+        let (order, tokens, k) = (order.clone(), tokens.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = acquire(&mut c, &k, s, 30_000).await.unwrap();
+            order.lock().unwrap().push(i);
+            tokens.lock().unwrap().push(g.token);
+            c.release(ReleaseRequest {
+                key: k.clone(),
+                token: g.token,
+                session_id: s,
+            })
+            .await
+            .unwrap();
+            ka.abort();
+        }));
+        // Arrival order is the order the arbiter queued them in: wait until it has.
+        until_waiters(&mut holder, &key, i as u32).await;
+    }
+    let txns_before = stack.etcd.rpc_count("Txn").unwrap();
+    holder
+        .release(ReleaseRequest {
+            key: key.clone(),
+            token: first.token,
+            session_id: hs,
+        })
+        .await
+        .unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let txns = stack.etcd.rpc_count("Txn").unwrap() - txns_before;
+
+    assert_eq!(*order.lock().unwrap(), (1..=N).collect::<Vec<_>>(), "FIFO");
+    let tokens = std::mem::take(Arc::get_mut(&mut tokens).unwrap())
+        .into_inner()
+        .unwrap();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens strictly increase"
+    );
+    // N+1 releases and N grants; a single extra attempt would show here.
+    assert_eq!(
+        txns,
+        (N + 1 + N) as u64,
+        "etcd Txn count: one grant attempt per release"
+    );
+    assert_eq!(inspect(&mut holder, &key).await.waiters, 0);
+}
+
+#[tokio::test]
+async fn deadline_and_cancellation_leave_the_queue() {
+    let (stack, _reg) = stack().await;
+    let key = format!("{FAST_PREFIX}/dl");
+    let (mut holder, hs) = waiter(&stack, 0).await;
+    let _ka = keep_alive(holder.clone(), hs);
+    acquire(&mut holder, &key, hs, 0).await.unwrap();
+
+    let (mut w1, s1) = waiter(&stack, 1).await;
+    let status = acquire(&mut w1, &key, s1, 800).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(reason_of(&status).unwrap().0, Reason::HeldDeadline);
+    assert_eq!(inspect(&mut holder, &key).await.waiters, 0);
+
+    // A cancelled request (the caller drops it) leaves the queue.
+    let (w2, s2) = waiter(&stack, 2).await;
+    let k = key.clone();
+    let task = tokio::spawn(async move {
+        let mut w2 = w2;
+        let _ = acquire(&mut w2, &k, s2, 60_000).await;
+    });
+    until_waiters(&mut holder, &key, 1).await;
+    task.abort();
+    until_waiters(&mut holder, &key, 0).await;
+}
+
+#[tokio::test]
+async fn session_expiry_releases_every_hold_and_the_waiter_gets_a_larger_token() {
+    let (stack, _reg) = stack().await;
+    let (mut holder, hs) = waiter(&stack, 0).await; // never kept alive: expires after 5 s
+    let a = acquire(&mut holder, &format!("{FAST_PREFIX}/a"), hs, 0)
+        .await
+        .unwrap();
+    let b = acquire(&mut holder, &format!("{FAST_PREFIX}/b"), hs, 0)
+        .await
+        .unwrap();
+
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let mut watch = etcd
+        .watch(
+            format!("/l/{FAST_PREFIX}/"),
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+
+    let (mut w, ws) = waiter(&stack, 1).await;
+    let _ka = keep_alive(w.clone(), ws);
+    let g = acquire(&mut w, &format!("{FAST_PREFIX}/a"), ws, 20_000)
+        .await
+        .unwrap();
+    assert!(g.token > a.token && g.token > b.token);
+
+    // Both holds were deleted by the lease expiry in one committed entry (same revision).
+    let mut deleted = Vec::new();
+    while deleted.len() < 2 {
+        let resp = tokio::time::timeout(Duration::from_secs(10), watch.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        for e in resp.events() {
+            if e.event_type() == etcd_client::EventType::Delete {
+                deleted.push(e.kv().unwrap().mod_revision());
+            }
+        }
+    }
+    assert_eq!(
+        deleted[0], deleted[1],
+        "expiry removes all holds in one entry"
+    );
+    let status = acquire(&mut holder, &format!("{FAST_PREFIX}/c"), hs, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(reason_of(&status).unwrap().0, Reason::SessionExpired);
+}
+
+#[tokio::test]
+async fn validate_token_and_inspect() {
+    let (stack, _reg) = stack().await;
+    let key = format!("{FAST_PREFIX}/v");
+    let (mut w0, s0) = waiter(&stack, 0).await;
+    let _ka = keep_alive(w0.clone(), s0);
+    let g = acquire(&mut w0, &key, s0, 0).await.unwrap();
+    let valid = |c: &mut Client, token: u64| {
+        let mut c = c.clone();
+        let key = key.clone();
+        async move {
+            c.validate_token(ValidateTokenRequest { key, token })
+                .await
+                .unwrap()
+                .into_inner()
+                .valid
+        }
+    };
+    assert!(valid(&mut w0, g.token).await);
+    assert!(!valid(&mut w0, g.token + 1).await);
+    assert!(!valid(&mut w0, u64::MAX).await);
+    let wrong_epoch =
+        FencingToken::pack(2, FencingToken::from_u64(g.token).unwrap().revision()).unwrap();
+    assert!(!valid(&mut w0, wrong_epoch.as_u64()).await);
+
+    let i = inspect(&mut w0, &key).await;
+    assert!(i.held);
+    assert_eq!(i.holder_spiffe_id, waiter_id(0));
+    assert_eq!(i.class_name, "pay-fast");
+    assert!(i.acquired_at_unix_ms > 0);
+
+    w0.release(ReleaseRequest {
+        key: key.clone(),
+        token: g.token,
+        session_id: s0,
+    })
+    .await
+    .unwrap();
+    assert!(!valid(&mut w0, g.token).await, "false after release");
+    assert!(!inspect(&mut w0, &key).await.held);
+
+    let (mut w1, s1) = waiter(&stack, 1).await;
+    let _ka1 = keep_alive(w1.clone(), s1);
+    let g2 = acquire(&mut w1, &key, s1, 0).await.unwrap();
+    assert!(!valid(&mut w0, g.token).await, "false after re-grant");
+    assert!(valid(&mut w0, g2.token).await);
+}
