@@ -180,15 +180,28 @@ impl Engine {
         key: &LockKey,
         class: &ResolvedClass<'_>,
     ) -> Result<Attempt, ArbiterError> {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let epoch = self.epoch.current(&self.store).await?;
-            match self.try_grant(&epoch, session, key, class).await? {
-                Outcome::Granted(g) => return Ok(Attempt::Granted(g)),
-                Outcome::Held { revision } => return Ok(Attempt::Held { revision }),
-                Outcome::Retry => continue,
+            match self.try_grant(&epoch, session, key, class).await {
+                Ok(Outcome::Granted(g)) => return Ok(Attempt::Granted(g)),
+                Ok(Outcome::Held { revision }) => return Ok(Attempt::Held { revision }),
+                Ok(Outcome::Retry) => continue,
+                Err(e) => self.recheck_seal(e, attempt).await?,
             }
         }
         Err(ArbiterError::Held)
+    }
+
+    /// A SEALED answer may come from a cached epoch record that an epoch advance has
+    /// replaced: on the first attempt, re-read the record (which checks the seal again)
+    /// and let the caller retry; any other error, or a second SEALED, is the answer.
+    async fn recheck_seal(&self, e: ArbiterError, attempt: usize) -> Result<(), ArbiterError> {
+        match e {
+            ArbiterError::Sealed(_) if attempt == 0 => {
+                self.epoch.refresh(&self.store).await.map(drop)
+            }
+            e => Err(e),
+        }
     }
 
     async fn try_grant(
@@ -231,7 +244,25 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        epoch.check_header(resp.header())?;
+        if let Err(sealed) = self.epoch.check(epoch, resp.header()) {
+            if resp.succeeded() {
+                // The compares cannot see a restore (the restored epoch record is the same),
+                // so the grant committed on a store we refuse to serve from. Take back exactly
+                // this grant; its token is never handed out.
+                let revision = resp.header().map_or(0, |h| h.revision());
+                let undo = Txn::new()
+                    .when(vec![Compare::create_revision(
+                        hkey.as_str(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then(vec![TxnOp::delete(hkey.as_str(), None)]);
+                if let Err(e) = self.store.txn(undo).await {
+                    tracing::warn!(error = %e, "could not withdraw a grant made on a sealed store");
+                }
+            }
+            return Err(sealed);
+        }
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             return self.granted(epoch, revision, class).map(Outcome::Granted);
@@ -320,7 +351,7 @@ impl Engine {
         class: &ResolvedClass<'_>,
     ) -> Result<Outcome, ArbiterError> {
         let resp = self.store.get(hkey).await?;
-        epoch.check_header(resp.header())?;
+        self.epoch.check(epoch, resp.header())?;
         match resp.kvs().first() {
             Some(kv)
                 if decode::<Holder>(kv.value())
@@ -346,57 +377,76 @@ impl Engine {
     ) -> Result<(), ArbiterError> {
         let hkey = holder_key(key);
         let revision = i64::try_from(token.revision()).map_err(|_| ArbiterError::MalformedToken)?;
-        for _ in 0..MAX_ATTEMPTS {
-            let epoch = self.epoch.current(&self.store).await?;
-            if token.epoch() != epoch.record.epoch {
-                return Err(ArbiterError::StaleToken);
+        for attempt in 0..MAX_ATTEMPTS {
+            match self
+                .try_release(identity, &hkey, token, revision, lease)
+                .await
+            {
+                Ok(true) => return Ok(()),
+                Ok(false) => self.epoch.refresh(&self.store).await.map(drop)?,
+                Err(e) => self.recheck_seal(e, attempt).await?,
             }
-            let mut compares = vec![
-                Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
-                Compare::create_revision(hkey.as_str(), CompareOp::Equal, revision),
-            ];
-            match lease {
-                Some(lease) => {
-                    self.sessions.owned(&self.store, lease, identity).await?;
-                    compares.push(Compare::lease(hkey.as_str(), CompareOp::Equal, lease));
-                }
-                None => {
-                    let resp = self.store.get(&hkey).await?;
-                    epoch.check_header(resp.header())?;
-                    let kv = resp.kvs().first().ok_or(ArbiterError::StaleToken)?;
-                    let ours =
-                        decode::<Holder>(kv.value()).is_some_and(|h| h.spiffe_id == identity);
-                    if !ours || kv.create_revision() != revision {
-                        return Err(ArbiterError::StaleToken);
-                    }
-                    compares.push(Compare::mod_revision(
-                        hkey.as_str(),
-                        CompareOp::Equal,
-                        kv.mod_revision(),
-                    ));
-                }
-            }
-            let txn = Txn::new()
-                .when(compares)
-                .and_then(vec![TxnOp::delete(hkey.as_str(), None)])
-                .or_else(vec![TxnOp::get(EPOCH_KEY, None)]);
-            let resp = self.store.txn(txn).await?;
-            epoch.check_header(resp.header())?;
-            if resp.succeeded() {
-                return Ok(());
-            }
-            let epoch_moved = match resp.op_responses().first() {
-                Some(TxnOpResponse::Get(g)) => {
-                    g.kvs().first().map(KeyValue::mod_revision) != Some(epoch.mod_revision)
-                }
-                _ => true,
-            };
-            if !epoch_moved {
-                return Err(ArbiterError::StaleToken);
-            }
-            self.epoch.refresh(&self.store).await?;
         }
         Err(ArbiterError::StaleToken)
+    }
+
+    /// One release transaction. Ok(false): the epoch record moved; refresh and retry.
+    async fn try_release(
+        &self,
+        identity: &str,
+        hkey: &str,
+        token: FencingToken,
+        revision: i64,
+        lease: Option<i64>,
+    ) -> Result<bool, ArbiterError> {
+        let epoch = self.epoch.current(&self.store).await?;
+        if token.epoch() != epoch.record.epoch {
+            return Err(ArbiterError::StaleToken);
+        }
+        let mut compares = vec![
+            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
+            Compare::create_revision(hkey, CompareOp::Equal, revision),
+        ];
+        match lease {
+            Some(lease) => {
+                self.sessions.owned(&self.store, lease, identity).await?;
+                compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
+            }
+            None => {
+                let resp = self.store.get(hkey).await?;
+                self.epoch.check(&epoch, resp.header())?;
+                let kv = resp.kvs().first().ok_or(ArbiterError::StaleToken)?;
+                let ours = decode::<Holder>(kv.value()).is_some_and(|h| h.spiffe_id == identity);
+                if !ours || kv.create_revision() != revision {
+                    return Err(ArbiterError::StaleToken);
+                }
+                compares.push(Compare::mod_revision(
+                    hkey,
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                ));
+            }
+        }
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::delete(hkey, None)])
+            .or_else(vec![TxnOp::get(EPOCH_KEY, None)]);
+        let resp = self.store.txn(txn).await?;
+        self.epoch.check(&epoch, resp.header())?;
+        if resp.succeeded() {
+            return Ok(true);
+        }
+        let epoch_moved = match resp.op_responses().first() {
+            Some(TxnOpResponse::Get(g)) => {
+                g.kvs().first().map(KeyValue::mod_revision) != Some(epoch.mod_revision)
+            }
+            _ => true,
+        };
+        if epoch_moved {
+            Ok(false)
+        } else {
+            Err(ArbiterError::StaleToken)
+        }
     }
 }
 
@@ -412,14 +462,17 @@ impl Engine {
     /// transaction reads the holder and the epoch record together.
     pub async fn validate(&self, key: &LockKey, token: FencingToken) -> Result<bool, ArbiterError> {
         let hkey = holder_key(key);
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let epoch = self.epoch.current(&self.store).await?;
             let txn = Txn::new().and_then(vec![
                 TxnOp::get(hkey.as_str(), None),
                 TxnOp::get(EPOCH_KEY, None),
             ]);
             let resp = self.store.txn(txn).await?;
-            epoch.check_header(resp.header())?;
+            if let Err(e) = self.epoch.check(&epoch, resp.header()) {
+                self.recheck_seal(e, attempt).await?;
+                continue;
+            }
             let ops = resp.op_responses();
             let first = |i: usize| match ops.get(i) {
                 Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
@@ -440,7 +493,7 @@ impl Engine {
     pub async fn inspect(&self, key: &LockKey) -> Result<Inspection, ArbiterError> {
         let epoch = self.epoch.current(&self.store).await?;
         let resp = self.store.get(&holder_key(key)).await?;
-        epoch.check_header(resp.header())?;
+        self.epoch.check(&epoch, resp.header())?;
         Ok(Inspection {
             holder: resp
                 .kvs()

@@ -34,12 +34,64 @@ impl Epoch {
 }
 
 /// Cached epoch; never held across an await.
+///
+/// Besides the cluster-ID seal, the cache keeps a second guard: the highest header revision
+/// seen under the current epoch number. etcd revisions never go backwards within one
+/// cluster's life, so a lower one means the store was restored without a new cluster ID (a
+/// naive `etcdutl snapshot restore` with the original flags keeps it, DESIGN 8). This guard
+/// lives in the arbiter's memory: it catches such a restore only while an arbiter that saw
+/// the higher revisions is running. The epoch advance (a higher epoch) resets it.
 #[derive(Default)]
 pub struct EpochCache {
     current: RwLock<Option<Epoch>>,
+    /// (epoch number, highest revision seen under it).
+    high_water: std::sync::Mutex<(u16, i64)>,
 }
 
 impl EpochCache {
+    /// The seal and the revision guard, on one response header.
+    /// A failed check forgets the cached epoch, so the next request re-reads the record
+    /// (and serves again once an epoch advance has bound it to the store).
+    pub fn check(
+        &self,
+        epoch: &Epoch,
+        header: Option<&ResponseHeader>,
+    ) -> Result<(), ArbiterError> {
+        let r = self.check_inner(epoch, header);
+        if r.is_err() {
+            self.set(None);
+        }
+        r
+    }
+
+    fn check_inner(
+        &self,
+        epoch: &Epoch,
+        header: Option<&ResponseHeader>,
+    ) -> Result<(), ArbiterError> {
+        epoch.check_header(header)?;
+        let revision = header.map_or(0, ResponseHeader::revision);
+        let Ok(mut hw) = self.high_water.lock() else {
+            return Ok(());
+        };
+        if epoch.record.epoch > hw.0 {
+            *hw = (epoch.record.epoch, revision);
+        } else if epoch.record.epoch == hw.0 && revision < hw.1 {
+            return Err(ArbiterError::Sealed(format!(
+                "store revision {revision} is below {} already seen in epoch {}: restored without a new cluster ID? an epoch advance is required",
+                hw.1, hw.0
+            )));
+        } else if epoch.record.epoch == hw.0 {
+            hw.1 = revision;
+        }
+        Ok(())
+    }
+
+    /// Forgets the cached epoch so the next request re-reads it (after a SEALED answer).
+    pub fn invalidate(&self) {
+        self.set(None);
+    }
+
     pub fn get(&self) -> Option<Epoch> {
         self.current.read().ok().and_then(|g| g.clone())
     }
@@ -71,7 +123,7 @@ impl EpochCache {
         let epoch = epoch.ok_or_else(|| {
             ArbiterError::Sealed("no epoch record: run `lockctl epoch init`".to_owned())
         })?;
-        epoch.check_header(resp.header())?;
+        self.check(&epoch, resp.header())?;
         Ok(epoch)
     }
 }
@@ -115,4 +167,69 @@ pub async fn init(store: &Store) -> Result<(EpochRecord, bool), ArbiterError> {
         return Box::pin(init(store)).await;
     }
     Ok((record, true))
+}
+
+/// `lockctl epoch advance`: one transaction that compares the epoch record is still epoch
+/// `from` (unchanged since read), puts epoch `from + 1` bound to the cluster ID the store
+/// reports now, and deletes every hold (`/l/`) and durable waiter (`/q/`) (ADR-03).
+pub async fn advance(store: &Store, from: u16) -> Result<EpochRecord, ArbiterError> {
+    let resp = store.get(EPOCH_KEY).await?;
+    let kv = resp
+        .kvs()
+        .first()
+        .ok_or_else(|| ArbiterError::Store("no epoch record: run `lockctl epoch init`".into()))?;
+    let current = decode::<EpochRecord>(kv.value())
+        .ok_or_else(|| ArbiterError::Store("epoch record is not decodable".into()))?;
+    if current.epoch != from {
+        return Err(ArbiterError::Store(format!(
+            "the store is at epoch {}, not {from}: nothing advanced",
+            current.epoch
+        )));
+    }
+    let next = from
+        .checked_add(1)
+        .filter(|e| *e <= lock_config::token::MAX_EPOCH)
+        .ok_or_else(|| ArbiterError::Store("epoch space exhausted".into()))?;
+    let cluster = resp
+        .header()
+        .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
+        .ok_or_else(|| ArbiterError::Store("response without header".into()))?;
+    let record = EpochRecord {
+        epoch: next,
+        cluster_id: cluster.clone(),
+    };
+    let txn = Txn::new()
+        .when(vec![Compare::mod_revision(
+            EPOCH_KEY,
+            CompareOp::Equal,
+            kv.mod_revision(),
+        )])
+        .and_then(vec![
+            TxnOp::put(EPOCH_KEY, encode(&record), None),
+            TxnOp::delete(
+                crate::layout::HOLDER_PREFIX,
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            ),
+            TxnOp::delete(
+                crate::layout::QUEUE_PREFIX,
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            ),
+        ]);
+    let done = store.txn(txn).await?;
+    if done
+        .header()
+        .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
+        .as_deref()
+        != Some(cluster.as_str())
+    {
+        return Err(ArbiterError::Store(
+            "cluster ID changed during the advance".into(),
+        ));
+    }
+    if !done.succeeded() {
+        return Err(ArbiterError::Store(
+            "the epoch record changed concurrently: nothing advanced".into(),
+        ));
+    }
+    Ok(record)
 }

@@ -83,7 +83,16 @@ async fn renew(
             return Err(e);
         }
     };
-    epoch.check_header(resp.header())?;
+    // Keepalive headers get the cluster-ID seal only: a leader's keepalive header may carry a
+    // revision older than a linearizable read's, so the revision guard would misfire here.
+    if epoch.check_header(resp.header()).is_err() {
+        // The cached record may predate an epoch advance: re-read it before refusing.
+        engine
+            .epoch
+            .refresh(&engine.store)
+            .await?
+            .check_header(resp.header())?;
+    }
     if resp.ttl() <= 0 {
         keepers.remove(&lease);
         engine.sessions.forget(lease);

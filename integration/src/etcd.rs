@@ -8,67 +8,72 @@ use std::process::Command;
 
 pub struct Etcd {
     pub proc: Proc,
+    pub name: String,
     pub client_url: String,
     pub client_addr: SocketAddr,
+    pub peer_url: String,
+    pub cluster_token: String,
     pub data_dir: PathBuf,
     /// Prometheus endpoint: etcd's own count of the RPCs it served.
     pub metrics_addr: SocketAddr,
+    log_dir: PathBuf,
 }
 
 impl Etcd {
-    /// Starts a single-member cluster; waits until it answers.
+    /// Starts a single-member cluster; waits until it accepts connections.
     pub fn start(dir: &Path, name: &str) -> anyhow::Result<Self> {
-        Self::start_on(dir, name, free_port()?, free_port()?)
-    }
-
-    pub fn start_on(
-        dir: &Path,
-        name: &str,
-        client_port: u16,
-        peer_port: u16,
-    ) -> anyhow::Result<Self> {
+        let client_port = free_port()?;
+        let peer_port = free_port()?;
         let client_url = format!("http://127.0.0.1:{client_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let data_dir = dir.join(format!("{name}.etcd"));
-        let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let mut cmd = Command::new(dep("etcd")?);
-        cmd.args(["--name", name])
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args(["--listen-client-urls", &client_url])
-            .args(["--advertise-client-urls", &client_url])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("{name}={peer_url}")])
-            .args([
-                "--initial-cluster-token",
-                &format!("lock-{name}-{client_port}"),
-            ])
-            .args(["--initial-cluster-state", "new"])
-            .args(["--listen-metrics-urls", &format!("http://{metrics_addr}")])
-            .args(["--log-level", "warn"]);
-        let mut proc = Proc::spawn(name, cmd, dir)?;
-        let client_addr: SocketAddr = format!("127.0.0.1:{client_port}").parse()?;
-        proc.wait_for_port(client_addr, patience())?;
-        Ok(Self {
-            proc,
+        let mut etcd = Self {
+            proc: Proc::placeholder(name, dir),
+            name: name.to_owned(),
+            client_addr: format!("127.0.0.1:{client_port}").parse()?,
             client_url,
-            client_addr,
-            data_dir,
-            metrics_addr,
-        })
+            peer_url: format!("http://127.0.0.1:{peer_port}"),
+            cluster_token: format!("lock-{name}-{client_port}"),
+            data_dir: dir.join(format!("{name}.etcd")),
+            metrics_addr: format!("127.0.0.1:{}", free_port()?).parse()?,
+            log_dir: dir.to_path_buf(),
+        };
+        let data_dir = etcd.data_dir.clone();
+        etcd.run_on(&data_dir)?;
+        Ok(etcd)
     }
 
-    /// How many KV RPCs of `method` (e.g. "Txn", "Range") this member has handled, from
-    /// etcd's own gRPC metrics: an independent count of what the arbiters sent.
-    pub fn rpc_count(&self, method: &str) -> anyhow::Result<u64> {
-        let body = crate::admin_get(self.metrics_addr, "/metrics")?;
-        let needle = format!("grpc_method=\"{method}\"");
-        Ok(body
-            .lines()
-            .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains(&needle))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64)
+    /// `name=peer_url`, the single-member --initial-cluster.
+    pub fn initial_cluster(&self) -> String {
+        format!("{}={}", self.name, self.peer_url)
+    }
+
+    /// SIGKILL the member (the data dir stays).
+    pub fn kill(&mut self) {
+        self.proc.kill();
+    }
+
+    /// (Re)starts the member on the same ports with `data_dir`; an existing data dir keeps
+    /// its cluster and ignores the --initial-* flags, as etcd does.
+    pub fn run_on(&mut self, data_dir: &Path) -> anyhow::Result<()> {
+        self.proc.kill();
+        let mut cmd = Command::new(dep("etcd")?);
+        cmd.args(["--name", &self.name])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen-client-urls", &self.client_url])
+            .args(["--advertise-client-urls", &self.client_url])
+            .args(["--listen-peer-urls", &self.peer_url])
+            .args(["--initial-advertise-peer-urls", &self.peer_url])
+            .args(["--initial-cluster", &self.initial_cluster()])
+            .args(["--initial-cluster-token", &self.cluster_token])
+            .args(["--initial-cluster-state", "new"])
+            .args([
+                "--listen-metrics-urls",
+                &format!("http://{}", self.metrics_addr),
+            ])
+            .args(["--log-level", "warn"]);
+        self.proc = Proc::spawn(&self.name, cmd, &self.log_dir)?;
+        self.data_dir = data_dir.to_path_buf();
+        self.proc.wait_for_port(self.client_addr, patience())
     }
 
     pub async fn client(&self) -> anyhow::Result<etcd_client::Client> {
@@ -82,5 +87,24 @@ impl Etcd {
             }
         })
         .await
+    }
+
+    /// The cluster ID this member reports, as etcdctl prints it (hex).
+    pub async fn cluster_id(&self) -> anyhow::Result<String> {
+        let mut c = self.client().await?;
+        let r = c.get("/health-probe", None).await?;
+        Ok(format!("{:x}", r.header().map_or(0, |h| h.cluster_id())))
+    }
+
+    /// How many KV RPCs of `method` (e.g. "Txn", "Range") this member has handled, from
+    /// etcd's own gRPC metrics: an independent count of what the arbiters sent.
+    pub fn rpc_count(&self, method: &str) -> anyhow::Result<u64> {
+        let body = crate::admin_get(self.metrics_addr, "/metrics")?;
+        let needle = format!("grpc_method=\"{method}\"");
+        Ok(body
+            .lines()
+            .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains(&needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64)
     }
 }

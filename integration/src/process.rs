@@ -34,6 +34,15 @@ impl Proc {
         })
     }
 
+    /// A handle with no process yet (started later by its owner).
+    pub fn placeholder(name: &str, log_dir: &Path) -> Self {
+        Self {
+            name: name.to_owned(),
+            child: None,
+            log: log_dir.join(format!("{name}.log")),
+        }
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

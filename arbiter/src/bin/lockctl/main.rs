@@ -63,6 +63,29 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RegistryCmd,
     },
+    /// Restore an etcd member from a snapshot with `etcdutl snapshot restore`, always with a
+    /// fresh --initial-cluster-token so the restored cluster gets a new cluster ID and the
+    /// arbiters seal until `lockctl epoch advance` (DESIGN 8: identical flags keep the ID).
+    Restore {
+        #[arg(long)]
+        snapshot: PathBuf,
+        /// New data directory (must not exist).
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        name: String,
+        /// e.g. m1=http://10.0.0.1:2380,m2=...
+        #[arg(long)]
+        initial_cluster: String,
+        #[arg(long)]
+        initial_advertise_peer_urls: String,
+        #[arg(long, env = "LOCK_ETCDUTL", default_value = "etcdutl")]
+        etcdutl: PathBuf,
+        /// Reuse this cluster token instead of a fresh one (all members of one restored
+        /// cluster need the same token; generate it once, pass it to each member).
+        #[arg(long)]
+        cluster_token: Option<String>,
+    },
     /// The edge filter's configuration compiled from a registry.
     Grants {
         #[command(subcommand)]
@@ -81,6 +104,21 @@ enum EpochCmd {
             value_delimiter = ','
         )]
         etcd: Vec<String>,
+    },
+    /// After a restore: one transaction that moves the epoch from FROM to FROM+1, binds it
+    /// to the store's current cluster ID and deletes every hold and durable waiter. Every
+    /// token issued afterwards is larger than every token issued before.
+    Advance {
+        #[arg(
+            long,
+            env = "LOCK_ETCD",
+            default_value = "http://127.0.0.1:2379",
+            value_delimiter = ','
+        )]
+        etcd: Vec<String>,
+        /// The epoch the store is at now (a guard against advancing twice).
+        #[arg(long)]
+        from: u16,
     },
 }
 
@@ -115,6 +153,26 @@ async fn main() -> ExitCode {
         Cmd::Epoch {
             cmd: EpochCmd::Init { etcd },
         } => offline::epoch_init(&etcd).await,
+        Cmd::Epoch {
+            cmd: EpochCmd::Advance { etcd, from },
+        } => offline::epoch_advance(&etcd, from).await,
+        Cmd::Restore {
+            snapshot,
+            data_dir,
+            name,
+            initial_cluster,
+            initial_advertise_peer_urls,
+            etcdutl,
+            cluster_token,
+        } => offline::restore(&offline::RestoreArgs {
+            snapshot,
+            data_dir,
+            name,
+            initial_cluster,
+            initial_advertise_peer_urls,
+            etcdutl,
+            cluster_token,
+        }),
         Cmd::Registry {
             cmd: RegistryCmd::Check { dir, sessions },
         } => offline::registry_check(&dir, sessions),

@@ -7,10 +7,89 @@ use lock_config::registry::Enforcement;
 use std::path::Path;
 use std::time::Duration;
 
-pub async fn epoch_init(etcd: &[String]) -> Result<(), Failure> {
-    let store = Store::connect(etcd, Duration::from_secs(5))
+async fn connect(etcd: &[String]) -> Result<Store, Failure> {
+    Store::connect(etcd, Duration::from_secs(5))
         .await
-        .map_err(|e| Failure::unreachable(format!("etcd: {e}")))?;
+        .map_err(|e| Failure::unreachable(format!("etcd: {e}")))
+}
+
+pub async fn epoch_advance(etcd: &[String], from: u16) -> Result<(), Failure> {
+    let store = connect(etcd).await?;
+    match epoch::advance(&store, from).await {
+        Ok(rec) => {
+            println!(
+                "epoch advanced {from} -> {}, bound to cluster {}; every hold and durable waiter deleted",
+                rec.epoch, rec.cluster_id
+            );
+            Ok(())
+        }
+        Err(ArbiterError::NoQuorum) => {
+            Err(Failure::unreachable("etcd unreachable or without quorum"))
+        }
+        Err(e) => Err(Failure::refused(e.to_string())),
+    }
+}
+
+pub struct RestoreArgs {
+    pub snapshot: std::path::PathBuf,
+    pub data_dir: std::path::PathBuf,
+    pub name: String,
+    pub initial_cluster: String,
+    pub initial_advertise_peer_urls: String,
+    pub etcdutl: std::path::PathBuf,
+    pub cluster_token: Option<String>,
+}
+
+pub fn restore(a: &RestoreArgs) -> Result<(), Failure> {
+    if a.data_dir.exists() {
+        return Err(Failure::input(format!(
+            "{} exists: restore into a new folder",
+            a.data_dir.display()
+        )));
+    }
+    let token = a.cluster_token.clone().unwrap_or_else(fresh_cluster_token);
+    let out = std::process::Command::new(&a.etcdutl)
+        .args(["snapshot", "restore"])
+        .arg(&a.snapshot)
+        .arg("--data-dir")
+        .arg(&a.data_dir)
+        .args(["--name", &a.name])
+        .args(["--initial-cluster", &a.initial_cluster])
+        .args([
+            "--initial-advertise-peer-urls",
+            &a.initial_advertise_peer_urls,
+        ])
+        .args(["--initial-cluster-token", &token])
+        .output()
+        .map_err(|e| Failure::input(format!("running {}: {e}", a.etcdutl.display())))?;
+    if !out.status.success() {
+        return Err(Failure::refused(format!(
+            "etcdutl snapshot restore failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    println!(
+        "restored {} into {} with cluster token {token}",
+        a.snapshot.display(),
+        a.data_dir.display()
+    );
+    println!(
+        "start the member(s) on it; arbiters answer SEALED until `lockctl epoch advance --from <epoch>`"
+    );
+    Ok(())
+}
+
+/// A cluster token no earlier cluster used: the cluster ID is derived from it and the
+/// member URLs, so a new token means a new cluster ID (ADR-03, DESIGN 8).
+fn fresh_cluster_token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("lock-restore-{nanos:x}-{}", std::process::id())
+}
+
+pub async fn epoch_init(etcd: &[String]) -> Result<(), Failure> {
+    let store = connect(etcd).await?;
     match epoch::init(&store).await {
         Ok((rec, true)) => {
             println!(
