@@ -98,8 +98,13 @@ impl From<ArbiterError> for Status {
 impl From<etcd_client::Error> for ArbiterError {
     fn from(e: etcd_client::Error) -> Self {
         match &e {
+            // Cancelled is what the channel's own request timeout produces ("Timeout
+            // expired"): the store did not answer in time, like a deadline.
             etcd_client::Error::GRpcStatus(s)
-                if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded) =>
+                if matches!(
+                    s.code(),
+                    Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+                ) =>
             {
                 ArbiterError::NoQuorum
             }

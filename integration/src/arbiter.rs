@@ -14,20 +14,23 @@ pub struct Arbiter {
 }
 
 impl Arbiter {
-    pub fn start(dir: &Path, id: &str, etcd_url: &str, registry: &Path) -> anyhow::Result<Self> {
-        Self::start_on(dir, id, etcd_url, registry, 0)
+    /// Starts an arbiter on a free port; `etcd_urls` is comma-separated.
+    pub fn start(dir: &Path, id: &str, etcd_urls: &str, registry: &Path) -> anyhow::Result<Self> {
+        Self::start_with(dir, id, etcd_urls, registry, &[])
     }
 
-    pub fn start_on(
+    /// As [`Arbiter::start`], with extra flags (e.g. `--store-timeout-ms`).
+    pub fn start_with(
         dir: &Path,
         id: &str,
-        etcd_url: &str,
+        etcd_urls: &str,
         registry: &Path,
-        port: u16,
+        extra: &[&str],
     ) -> anyhow::Result<Self> {
         let mut cmd = Command::new(workspace_bin("arbiter")?);
-        cmd.args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--etcd", etcd_url])
+        cmd.args(["--listen", "127.0.0.1:0"])
+            .args(["--etcd", etcd_urls])
+            .args(extra)
             .arg("--registry")
             .arg(registry)
             .args(["--id", id])

@@ -13,6 +13,8 @@ pub struct Etcd {
     pub client_addr: SocketAddr,
     pub peer_url: String,
     pub cluster_token: String,
+    /// `--initial-cluster`: every member's `name=peer_url`.
+    pub initial_cluster: String,
     pub data_dir: PathBuf,
     /// Prometheus endpoint: etcd's own count of the RPCs it served.
     pub metrics_addr: SocketAddr,
@@ -22,28 +24,51 @@ pub struct Etcd {
 impl Etcd {
     /// Starts a single-member cluster; waits until it accepts connections.
     pub fn start(dir: &Path, name: &str) -> anyhow::Result<Self> {
-        let client_port = free_port()?;
-        let peer_port = free_port()?;
-        let client_url = format!("http://127.0.0.1:{client_port}");
-        let mut etcd = Self {
-            proc: Proc::placeholder(name, dir),
-            name: name.to_owned(),
-            client_addr: format!("127.0.0.1:{client_port}").parse()?,
-            client_url,
-            peer_url: format!("http://127.0.0.1:{peer_port}"),
-            cluster_token: format!("lock-{name}-{client_port}"),
-            data_dir: dir.join(format!("{name}.etcd")),
-            metrics_addr: format!("127.0.0.1:{}", free_port()?).parse()?,
-            log_dir: dir.to_path_buf(),
-        };
-        let data_dir = etcd.data_dir.clone();
-        etcd.run_on(&data_dir)?;
-        Ok(etcd)
+        Ok(Self::start_cluster(dir, name, 1)?.remove(0))
     }
 
-    /// `name=peer_url`, the single-member --initial-cluster.
+    /// Starts an `n`-member cluster on loopback (members `<prefix>0..n`).
+    pub fn start_cluster(dir: &Path, prefix: &str, n: usize) -> anyhow::Result<Vec<Self>> {
+        let token = format!("lock-{prefix}-{}", free_port()?);
+        let mut members = Vec::with_capacity(n);
+        for i in 0..n {
+            let name = if n == 1 {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}{i}")
+            };
+            let client_port = free_port()?;
+            members.push(Self {
+                proc: Proc::placeholder(&name, dir),
+                client_addr: format!("127.0.0.1:{client_port}").parse()?,
+                client_url: format!("http://127.0.0.1:{client_port}"),
+                peer_url: format!("http://127.0.0.1:{}", free_port()?),
+                cluster_token: token.clone(),
+                initial_cluster: String::new(),
+                data_dir: dir.join(format!("{name}.etcd")),
+                metrics_addr: format!("127.0.0.1:{}", free_port()?).parse()?,
+                log_dir: dir.to_path_buf(),
+                name,
+            });
+        }
+        let cluster: Vec<String> = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect();
+        for m in &mut members {
+            m.initial_cluster = cluster.join(",");
+            let data_dir = m.data_dir.clone();
+            m.spawn_on(&data_dir)?;
+        }
+        for m in &mut members {
+            m.proc.wait_for_port(m.client_addr, patience())?;
+        }
+        Ok(members)
+    }
+
+    /// The --initial-cluster this member was started with.
     pub fn initial_cluster(&self) -> String {
-        format!("{}={}", self.name, self.peer_url)
+        self.initial_cluster.clone()
     }
 
     /// SIGKILL the member (the data dir stays).
@@ -54,6 +79,11 @@ impl Etcd {
     /// (Re)starts the member on the same ports with `data_dir`; an existing data dir keeps
     /// its cluster and ignores the --initial-* flags, as etcd does.
     pub fn run_on(&mut self, data_dir: &Path) -> anyhow::Result<()> {
+        self.spawn_on(data_dir)?;
+        self.proc.wait_for_port(self.client_addr, patience())
+    }
+
+    fn spawn_on(&mut self, data_dir: &Path) -> anyhow::Result<()> {
         self.proc.kill();
         let mut cmd = Command::new(dep("etcd")?);
         cmd.args(["--name", &self.name])
@@ -73,7 +103,13 @@ impl Etcd {
             .args(["--log-level", "warn"]);
         self.proc = Proc::spawn(&self.name, cmd, &self.log_dir)?;
         self.data_dir = data_dir.to_path_buf();
-        self.proc.wait_for_port(self.client_addr, patience())
+        Ok(())
+    }
+
+    /// Restarts a killed member on its own data dir.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let data_dir = self.data_dir.clone();
+        self.run_on(&data_dir)
     }
 
     pub async fn client(&self) -> anyhow::Result<etcd_client::Client> {

@@ -24,6 +24,10 @@ pub struct StackOptions {
     pub keep_dir: Option<PathBuf>,
     /// Envoy's listener and admin ports (None: free ports).
     pub envoy_ports: Option<(u16, u16)>,
+    /// etcd members (1, or 3 for quorum tests).
+    pub etcd_members: usize,
+    /// Extra arbiter flags, e.g. `--store-timeout-ms 1000`.
+    pub arbiter_args: Vec<String>,
 }
 
 impl Default for StackOptions {
@@ -35,6 +39,8 @@ impl Default for StackOptions {
             region: "local".into(),
             keep_dir: None,
             envoy_ports: None,
+            etcd_members: 1,
+            arbiter_args: Vec::new(),
         }
     }
 }
@@ -43,7 +49,10 @@ pub struct Stack {
     // Drop order: Envoy, arbiters, etcd, then the folder.
     pub envoy: Envoy,
     pub arbiters: Vec<Arbiter>,
+    /// Member 0 (the only one, unless `etcd_members` > 1).
     pub etcd: Etcd,
+    /// Members 1.. of a multi-member cluster.
+    pub etcd_peers: Vec<Etcd>,
     pub pki: Pki,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -63,10 +72,17 @@ impl Stack {
             }
         };
         let pki = Pki::create(&dir.join("pki"))?;
-        let etcd = Etcd::start(&dir, "etcd0")?;
+        let mut members = Etcd::start_cluster(&dir, "etcd", opts.etcd_members.max(1))?;
+        let etcd = members.remove(0);
+        let etcd_peers = members;
+        let urls: Vec<&str> = std::iter::once(&etcd)
+            .chain(&etcd_peers)
+            .map(|m| m.client_url.as_str())
+            .collect();
+        let urls = urls.join(",");
         etcd.client().await.context("etcd not answering")?;
         if opts.init_epoch {
-            let out = lockctl(&["epoch", "init", "--etcd", &etcd.client_url], &[])?;
+            let out = lockctl(&["epoch", "init", "--etcd", &urls], &[])?;
             if !out.status.success() {
                 bail!(
                     "lockctl epoch init failed: {}",
@@ -97,6 +113,7 @@ impl Stack {
             envoy,
             arbiters,
             etcd,
+            etcd_peers,
             pki,
             dir,
             _tmp: tmp,

@@ -1,0 +1,118 @@
+//! Quorum loss (ADR-04): with 2 of 3 etcd members stopped, Acquire and KeepAlive fail with
+//! NO_QUORUM within the arbiter's store timeout (never a hang) and no grant is made; after
+//! the members return, grants resume.
+
+use lock_arbiter::remote::reason_of;
+use lock_config::Reason;
+use lock_config::proto::v1::*;
+use lock_integration::pki::LEDGER;
+use lock_integration::process::{eventually, patience};
+use lock_integration::{Stack, StackOptions};
+use std::time::{Duration, Instant};
+
+const STORE_TIMEOUT_MS: u64 = 1000;
+
+#[tokio::test]
+async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
+    let mut stack = Stack::start(StackOptions {
+        etcd_members: 3,
+        arbiter_args: vec!["--store-timeout-ms".into(), STORE_TIMEOUT_MS.to_string()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut ledger = stack.workload(LEDGER).await.unwrap();
+    let s = ledger
+        .open_session(OpenSessionRequest {
+            key: "pay/ledger/q".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    let mut renewals = ledger
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(KeepAliveRequest { session_id: s }).await.unwrap();
+    assert!(renewals.message().await.unwrap().unwrap().ttl_seconds > 0);
+
+    // Stop two of three members.
+    for m in &mut stack.etcd_peers {
+        m.kill();
+    }
+
+    // Bound for "promptly": a grant is one Txn plus one read-back, each capped by the store
+    // timeout; the slack covers process scheduling on a loaded 2-core machine. This guards
+    // against hangs; it is not a latency assertion.
+    let bound = Duration::from_millis(3 * STORE_TIMEOUT_MS) + Duration::from_secs(3);
+    let started = Instant::now();
+    let status = ledger
+        .acquire(AcquireRequest {
+            key: "pay/ledger/q".into(),
+            session_id: s,
+            wait_millis: 0,
+        })
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    eprintln!(
+        "acquire without quorum answered {:?} in {took:?}",
+        status.code()
+    );
+    assert_eq!(
+        reason_of(&status).map(|r| r.0),
+        Some(Reason::NoQuorum),
+        "{status:?}"
+    );
+    assert!(took < bound, "took {took:?}");
+
+    let started = Instant::now();
+    tx.send(KeepAliveRequest { session_id: s }).await.unwrap();
+    let status = renewals.message().await.unwrap_err();
+    let took = started.elapsed();
+    eprintln!(
+        "keepalive without quorum answered {:?} in {took:?}",
+        status.code()
+    );
+    assert_eq!(
+        reason_of(&status).map(|r| r.0),
+        Some(Reason::NoQuorum),
+        "{status:?}"
+    );
+    assert!(took < bound, "took {took:?}");
+
+    // Recovery: the members come back; grants resume and no grant was made meanwhile.
+    for m in &mut stack.etcd_peers {
+        m.restart().unwrap();
+    }
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let held = etcd.get("/l/pay/ledger/q", None).await.unwrap().kvs().len();
+    assert_eq!(held, 0, "no grant was made without quorum");
+    let token = eventually(patience(), || {
+        let mut c = ledger.clone();
+        async move {
+            let s = c
+                .open_session(OpenSessionRequest {
+                    key: "pay/ledger/q".into(),
+                })
+                .await?
+                .into_inner()
+                .session_id;
+            let g = c
+                .acquire(AcquireRequest {
+                    key: "pay/ledger/q".into(),
+                    session_id: s,
+                    wait_millis: 0,
+                })
+                .await?
+                .into_inner();
+            Ok(g.token)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(token > 0);
+}
