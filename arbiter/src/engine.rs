@@ -16,7 +16,7 @@ use crate::store::Store;
 use etcd_client::{
     Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use lock_config::registry::ResolvedClass;
+use lock_config::registry::{Fairness, ResolvedClass};
 use lock_config::{FencingToken, LockKey, Registry};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -55,8 +55,15 @@ enum Outcome {
     Retry,
 }
 
+/// A durable waiter's entry `/q/<key>/<lease>` and its create revision (its place).
+#[derive(Debug, Clone)]
+pub struct QueueEntry {
+    pub key: String,
+    pub create_revision: i64,
+}
+
 /// One grant attempt's result for a caller that may wait.
-enum Attempt {
+pub(crate) enum Attempt {
     Granted(Grant),
     Held { revision: i64 },
 }
@@ -107,6 +114,9 @@ impl Engine {
                 class: class.name.to_owned(),
                 ttl_seconds: class.ttl_seconds,
             });
+        }
+        if class.spec.fairness == Fairness::Durable {
+            return crate::durable::acquire(self, &session, key, &class, wait).await;
         }
         if wait.is_zero() {
             return match self.attempt(&session, key, &class).await? {
@@ -180,9 +190,21 @@ impl Engine {
         key: &LockKey,
         class: &ResolvedClass<'_>,
     ) -> Result<Attempt, ArbiterError> {
+        self.attempt_queued(session, key, class, None).await
+    }
+
+    /// One grant attempt; with `queued`, the grant also requires that durable queue entry
+    /// to still exist and deletes it in the same transaction.
+    pub(crate) async fn attempt_queued(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+        queued: Option<&QueueEntry>,
+    ) -> Result<Attempt, ArbiterError> {
         for attempt in 0..MAX_ATTEMPTS {
             let epoch = self.epoch.current(&self.store).await?;
-            match self.try_grant(&epoch, session, key, class).await {
+            match self.try_grant(&epoch, session, key, class, queued).await {
                 Ok(Outcome::Granted(g)) => return Ok(Attempt::Granted(g)),
                 Ok(Outcome::Held { revision }) => return Ok(Attempt::Held { revision }),
                 Ok(Outcome::Retry) => continue,
@@ -210,6 +232,7 @@ impl Engine {
         session: &Session,
         key: &LockKey,
         class: &ResolvedClass<'_>,
+        queued: Option<&QueueEntry>,
     ) -> Result<Outcome, ArbiterError> {
         let hkey = holder_key(key);
         let skey = session_key(session.lease);
@@ -219,22 +242,29 @@ impl Engine {
             class: class.name.to_owned(),
             acquired_at_ms: now_ms(),
         };
-        let txn = Txn::new()
-            .when(vec![
-                Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
-                Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
-                Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
-            ])
-            .and_then(vec![TxnOp::put(
-                hkey.as_str(),
-                encode(&holder),
-                Some(PutOptions::new().with_lease(session.lease)),
-            )])
-            .or_else(vec![
-                TxnOp::get(hkey.as_str(), None),
-                TxnOp::get(EPOCH_KEY, None),
-                TxnOp::get(skey.as_str(), None),
-            ]);
+        let mut compares = vec![
+            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
+            Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
+            Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+        ];
+        let mut success = vec![TxnOp::put(
+            hkey.as_str(),
+            encode(&holder),
+            Some(PutOptions::new().with_lease(session.lease)),
+        )];
+        if let Some(q) = queued {
+            compares.push(Compare::create_revision(
+                q.key.as_str(),
+                CompareOp::Equal,
+                q.create_revision,
+            ));
+            success.push(TxnOp::delete(q.key.as_str(), None));
+        }
+        let txn = Txn::new().when(compares).and_then(success).or_else(vec![
+            TxnOp::get(hkey.as_str(), None),
+            TxnOp::get(EPOCH_KEY, None),
+            TxnOp::get(skey.as_str(), None),
+        ]);
         let resp = match self.store.txn(txn).await {
             Ok(r) => r,
             // The outcome is unknown: the transaction may have committed. Read back before
@@ -494,12 +524,21 @@ impl Engine {
         let epoch = self.epoch.current(&self.store).await?;
         let resp = self.store.get(&holder_key(key)).await?;
         self.epoch.check(&epoch, resp.header())?;
+        let durable = self
+            .registry
+            .class_for(key)
+            .is_some_and(|c| c.spec.fairness == Fairness::Durable);
+        let waiters = if durable {
+            crate::durable::waiters(&self.store, key).await?
+        } else {
+            self.queues.len(key.as_str())
+        };
         Ok(Inspection {
             holder: resp
                 .kvs()
                 .first()
                 .and_then(|kv| decode::<Holder>(kv.value())),
-            waiters: self.queues.len(key.as_str()),
+            waiters,
         })
     }
 }

@@ -1,16 +1,18 @@
-//! A real `arbiter` process on a free loopback port.
+//! A real `arbiter` process on a loopback port.
 
 use crate::paths::workspace_bin;
 use crate::process::{Proc, patience};
 use anyhow::Context as _;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub struct Arbiter {
     pub proc: Proc,
     pub id: String,
     pub addr: SocketAddr,
+    args: Vec<String>,
+    log_dir: PathBuf,
 }
 
 impl Arbiter {
@@ -27,25 +29,53 @@ impl Arbiter {
         registry: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        let mut args: Vec<String> = vec![
+            "--etcd".into(),
+            etcd_urls.into(),
+            "--registry".into(),
+            registry.display().to_string(),
+            "--id".into(),
+            id.into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let (proc, addr) = Self::spawn(dir, id, &args, "127.0.0.1:0")?;
+        Ok(Self {
+            proc,
+            id: id.to_owned(),
+            addr,
+            args,
+            log_dir: dir.to_path_buf(),
+        })
+    }
+
+    fn spawn(
+        dir: &Path,
+        id: &str,
+        args: &[String],
+        listen: &str,
+    ) -> anyhow::Result<(Proc, SocketAddr)> {
         let mut cmd = Command::new(workspace_bin("arbiter")?);
-        cmd.args(["--listen", "127.0.0.1:0"])
-            .args(["--etcd", etcd_urls])
-            .args(extra)
-            .arg("--registry")
-            .arg(registry)
-            .args(["--id", id])
+        cmd.args(["--listen", listen])
+            .args(args)
             .env("RUST_LOG", "warn,lock_arbiter=info");
         let mut proc = Proc::spawn(id, cmd, dir)?;
-        let line = proc.wait_for_line(" listening on ", patience())?;
+        let line = proc.wait_for_line(&format!("arbiter {id} listening on "), patience())?;
         let addr = line
             .rsplit(' ')
             .next()
             .context("no address in the listening line")?
             .parse()?;
-        Ok(Self {
-            proc,
-            id: id.to_owned(),
-            addr,
-        })
+        Ok((proc, addr))
+    }
+
+    /// SIGKILL, then start again on the same address (Envoy's cluster names it). Its
+    /// in-memory queues are gone; durable queues are in etcd.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.proc.kill();
+        // The new process appends to the same log; wait for a line it writes itself.
+        let _ = std::fs::remove_file(&self.proc.log);
+        let (proc, _) = Self::spawn(&self.log_dir, &self.id, &self.args, &self.addr.to_string())?;
+        self.proc = proc;
+        Ok(())
     }
 }

@@ -8,6 +8,8 @@ use crate::paths::dev_registry;
 use std::path::{Path, PathBuf};
 
 pub const FAST_PREFIX: &str = "pay/fast";
+/// A fenced, short-TTL class with `fairness: durable`.
+pub const FAIR_PREFIX: &str = "pay/fair";
 pub const FAST_TTL: u32 = 5;
 
 /// SPIFFE ID of test waiter `i` (granted `pay/fast`).
@@ -48,6 +50,27 @@ spec:
   schemaVersion: \"0\"
   passedAt: \"{today}\"
   expires: \"{today}\"
+---
+apiVersion: lock.dev/v1alpha1
+kind: LockClass
+metadata: {{name: pay-fair}}
+spec:
+  namespace: pay
+  prefixes: [{FAIR_PREFIX}]
+  purpose: correctness
+  enforcement: fenced
+  ttlSeconds: {FAST_TTL}
+  fairness: durable
+---
+apiVersion: lock.dev/v1alpha1
+kind: PauseTestResult
+metadata: {{name: pay-fair-test-fixture}}
+spec:
+  class: pay-fair
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
+  passedAt: \"{today}\"
+  expires: \"{today}\"
 "
     );
     for i in 0..WAITERS {
@@ -58,7 +81,7 @@ kind: LockGrant
 metadata: {{name: test-w{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{FAST_PREFIX}]
+  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}]
 ",
             waiter_id(i)
         ));

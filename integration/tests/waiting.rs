@@ -40,25 +40,25 @@ async fn waiter(stack: &Stack, i: usize) -> (Client, i64) {
     (c, s)
 }
 
-/// Keeps a session alive in the background (the fast class has a 5 s TTL).
-fn keep_alive(mut c: Client, session_id: i64) -> tokio::task::JoinHandle<()> {
+/// Keeps a session alive in the background (the fast class has a 5 s TTL), reopening the
+/// stream if the arbiter it reached goes away.
+fn keep_alive(c: Client, session_id: i64) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let Ok(resp) = c
-            .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-        else {
-            return;
-        };
-        let mut replies = resp.into_inner();
         for _ in 0..600 {
-            if tx.send(KeepAliveRequest { session_id }).await.is_err() {
-                return;
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let mut c = c.clone();
+            if let Ok(resp) = c
+                .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+            {
+                let mut replies = resp.into_inner();
+                while tx.send(KeepAliveRequest { session_id }).await.is_ok()
+                    && matches!(replies.message().await, Ok(Some(_)))
+                {
+                    tokio::time::sleep(Duration::from_millis(1000)).await;
+                }
             }
-            if !matches!(replies.message().await, Ok(Some(_))) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(1500)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })
 }
@@ -289,4 +289,153 @@ async fn validate_token_and_inspect() {
     let g2 = acquire(&mut w1, &key, s1, 0).await.unwrap();
     assert!(!valid(&mut w0, g.token).await, "false after re-grant");
     assert!(valid(&mut w0, g2.token).await);
+}
+
+#[tokio::test]
+async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
+    use lock_integration::registry::FAIR_PREFIX;
+    let (stack, _reg) = stack().await;
+    let key = format!("{FAIR_PREFIX}/k");
+    let (mut holder, hs) = waiter(&stack, 0).await;
+    let _ka0 = keep_alive(holder.clone(), hs);
+    let first = acquire(&mut holder, &key, hs, 0).await.unwrap();
+
+    const N: usize = 3;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 1..=N {
+        let (mut c, s) = waiter(&stack, i).await;
+        let ka = keep_alive(c.clone(), s);
+        let (order, k) = (order.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = acquire(&mut c, &k, s, 30_000).await.unwrap();
+            order.lock().unwrap().push(i);
+            c.release(ReleaseRequest {
+                key: k.clone(),
+                token: g.token,
+                session_id: s,
+            })
+            .await
+            .unwrap();
+            ka.abort();
+        }));
+        until_waiters(&mut holder, &key, i as u32).await;
+    }
+    // Durable waiters are keys on their session leases.
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let q = etcd
+        .get(
+            format!("/q/{key}/"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.kvs().len(), N);
+
+    // A caller that will not wait does not overtake them, even though it is its turn to ask.
+    let (mut late, ls) = waiter(&stack, N + 1).await;
+    let status = acquire(&mut late, &key, ls, 0).await.unwrap_err();
+    assert_eq!(reason_of(&status).unwrap().0, Reason::Held);
+
+    let txns_before = stack.etcd.rpc_count("Txn").unwrap();
+    holder
+        .release(ReleaseRequest {
+            key: key.clone(),
+            token: first.token,
+            session_id: hs,
+        })
+        .await
+        .unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let txns = stack.etcd.rpc_count("Txn").unwrap() - txns_before;
+    assert_eq!(*order.lock().unwrap(), (1..=N).collect::<Vec<_>>());
+    assert_eq!(txns, (N + 1 + N) as u64, "one grant attempt per release");
+    until_waiters(&mut holder, &key, 0).await;
+}
+
+#[tokio::test]
+async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
+    use lock_integration::registry::FAIR_PREFIX;
+    let (mut stack, _reg) = stack().await;
+    let key = format!("{FAIR_PREFIX}/restart");
+    let (mut holder, hs) = waiter(&stack, 0).await;
+    let _ka0 = keep_alive(holder.clone(), hs);
+    let first = acquire(&mut holder, &key, hs, 0).await.unwrap();
+    let owner = holder
+        .inspect(InspectRequest { key: key.clone() })
+        .await
+        .unwrap()
+        .metadata()
+        .get("x-lock-arbiter")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+
+    // Three waiters queue in order 1, 2, 3; their requests die with the owning arbiter.
+    let mut waiters = Vec::new();
+    let mut pending = Vec::new();
+    for i in 1..=3 {
+        let (c, s) = waiter(&stack, i).await;
+        let ka = keep_alive(c.clone(), s);
+        let (mut c2, k) = (c.clone(), key.clone());
+        pending.push(tokio::spawn(async move {
+            acquire(&mut c2, &k, s, 60_000).await
+        }));
+        until_waiters(&mut holder, &key, i as u32).await;
+        waiters.push((i, c, s, ka));
+    }
+    let arbiter = stack.arbiters.iter_mut().find(|a| a.id == owner).unwrap();
+    arbiter.restart().unwrap();
+    for p in pending {
+        assert!(
+            p.await.unwrap().is_err(),
+            "the waits ended with the arbiter"
+        );
+    }
+    assert_eq!(
+        inspect(&mut holder, &key).await.waiters,
+        3,
+        "durable entries survived"
+    );
+
+    // They come back in reverse order; grants still follow the original order.
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, mut c, s, ka) in waiters.into_iter().rev() {
+        let (order, k) = (order.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = acquire(&mut c, &k, s, 30_000).await.unwrap();
+            order.lock().unwrap().push(i);
+            c.release(ReleaseRequest {
+                key: k,
+                token: g.token,
+                session_id: s,
+            })
+            .await
+            .unwrap();
+            ka.abort();
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    holder
+        .release(ReleaseRequest {
+            key: key.clone(),
+            token: first.token,
+            session_id: hs,
+        })
+        .await
+        .unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![1, 2, 3]);
 }

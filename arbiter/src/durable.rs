@@ -1,0 +1,189 @@
+//! Durable fairness (ADR-14, `fairness: durable`): waiters are keys
+//! `/q/<key>/<lease-hex>` on the waiter's session lease, granted in create-revision order,
+//! so the order survives an arbiter restart or a ring change. Two consensus writes per
+//! waiter (enqueue; the grant transaction deletes the entry).
+//!
+//! The etcd concurrency recipe: each waiter watches only its predecessor (the entry with the
+//! next lower create revision) and re-checks when it goes; the first waiter runs the grant
+//! transaction, which also requires its own entry to still exist. Entries with a lower
+//! create revision cannot appear later, so a waiter that is first stays first.
+
+use crate::engine::{Attempt, Engine, Grant, MAX_WAIT, QueueEntry};
+use crate::error::ArbiterError;
+use crate::layout::{QUEUE_PREFIX, holder_key, lease_hex};
+use crate::release_watch::{self, Wake};
+use crate::sessions::Session;
+use crate::store::Store;
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use lock_config::LockKey;
+use lock_config::registry::ResolvedClass;
+use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
+
+fn queue_prefix(key: &LockKey) -> String {
+    format!("{QUEUE_PREFIX}{}/", key.as_str())
+}
+
+/// Durable waiters of `key`.
+pub async fn waiters(store: &Store, key: &LockKey) -> Result<usize, ArbiterError> {
+    let mut kv = store.kv();
+    let resp = store
+        .bounded(kv.get(
+            queue_prefix(key),
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        ))
+        .await?;
+    Ok(usize::try_from(resp.count()).unwrap_or(0))
+}
+
+pub async fn acquire(
+    engine: &Engine,
+    session: &Session,
+    key: &LockKey,
+    class: &ResolvedClass<'_>,
+    wait: Duration,
+) -> Result<Grant, ArbiterError> {
+    let prefix = queue_prefix(key);
+    if wait.is_zero() {
+        // A caller that will not wait must not overtake those who do.
+        if waiters(&engine.store, key).await? > 0 {
+            return Err(ArbiterError::Held);
+        }
+        return match engine.attempt_queued(session, key, class, None).await? {
+            Attempt::Granted(g) => Ok(g),
+            Attempt::Held { .. } => Err(ArbiterError::Held),
+        };
+    }
+    let deadline = Instant::now() + wait.min(MAX_WAIT);
+    let entry = enqueue(&engine.store, session, &prefix).await?;
+    let _leave = LeaveOnDrop {
+        store: engine.store.clone(),
+        key: entry.key.clone(),
+    };
+    let hkey = holder_key(key);
+    loop {
+        let (predecessor, seen_at) =
+            predecessor(&engine.store, &prefix, entry.create_revision).await?;
+        let wake = match predecessor {
+            Some(p) => release_watch::wait(&engine.store, &p, seen_at + 1, deadline).await,
+            // First in line. A predecessor that just left was usually granted: read the
+            // holder (a range, not a transaction) and watch it rather than attempt a grant
+            // that cannot succeed, so each release still costs one grant attempt.
+            None => match held_at(&engine.store, &hkey).await? {
+                Some(revision) => {
+                    release_watch::wait(&engine.store, &hkey, revision + 1, deadline).await
+                }
+                None => match engine
+                    .attempt_queued(session, key, class, Some(&entry))
+                    .await?
+                {
+                    Attempt::Granted(g) => return Ok(g),
+                    Attempt::Held { revision } => {
+                        release_watch::wait(&engine.store, &hkey, revision + 1, deadline).await
+                    }
+                },
+            },
+        };
+        match wake {
+            Wake::Released => {}
+            Wake::Deadline => return Err(ArbiterError::HeldDeadline),
+            Wake::Broken => {
+                if timeout_at(deadline, tokio::time::sleep(release_watch::poll_interval()))
+                    .await
+                    .is_err()
+                {
+                    return Err(ArbiterError::HeldDeadline);
+                }
+            }
+        }
+    }
+}
+
+/// Puts this session's entry (if absent) on the session lease; returns it with its place.
+async fn enqueue(
+    store: &Store,
+    session: &Session,
+    prefix: &str,
+) -> Result<QueueEntry, ArbiterError> {
+    let key = format!("{prefix}{}", lease_hex(session.lease));
+    let txn = Txn::new()
+        .when(vec![Compare::create_revision(
+            key.as_str(),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then(vec![TxnOp::put(
+            key.as_str(),
+            Vec::<u8>::new(),
+            Some(PutOptions::new().with_lease(session.lease)),
+        )])
+        .or_else(vec![TxnOp::get(key.as_str(), None)]);
+    let resp = store.txn(txn).await?;
+    let create_revision = if resp.succeeded() {
+        resp.header().map_or(0, |h| h.revision())
+    } else {
+        match resp.op_responses().first() {
+            Some(etcd_client::TxnOpResponse::Get(g)) => {
+                g.kvs().first().map_or(0, |kv| kv.create_revision())
+            }
+            _ => 0,
+        }
+    };
+    if create_revision == 0 {
+        return Err(ArbiterError::SessionNotFound);
+    }
+    Ok(QueueEntry {
+        key,
+        create_revision,
+    })
+}
+
+/// The waiter just ahead of `mine`, and the revision the read saw.
+async fn predecessor(
+    store: &Store,
+    prefix: &str,
+    mine: i64,
+) -> Result<(Option<String>, i64), ArbiterError> {
+    let opts = GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(mine - 1)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(1)
+        .with_keys_only();
+    let mut kv = store.kv();
+    let resp = store.bounded(kv.get(prefix, Some(opts))).await?;
+    let seen_at = resp.header().map_or(0, |h| h.revision());
+    let pred = resp
+        .kvs()
+        .first()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+    Ok((pred, seen_at))
+}
+
+/// The revision at which `hkey` was read held, or None when it is free.
+async fn held_at(store: &Store, hkey: &str) -> Result<Option<i64>, ArbiterError> {
+    let resp = store.get(hkey).await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .map(|_| resp.header().map_or(0, |h| h.revision())))
+}
+
+/// A waiter that stops waiting (deadline, error, cancelled request) takes its entry out,
+/// so it does not block the queue until its session ends.
+struct LeaveOnDrop {
+    store: Store,
+    key: String,
+}
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        let (store, key) = (self.store.clone(), std::mem::take(&mut self.key));
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let mut kv = store.kv();
+                let _ = store.bounded(kv.delete(key, None)).await;
+            });
+        }
+    }
+}
