@@ -34,6 +34,10 @@ pub enum ArbiterError {
     Sealed(String),
     #[error("store unavailable or without quorum")]
     NoQuorum,
+    #[error(
+        "store is out of space (etcd NOSPACE alarm): no new grants until an operator frees space"
+    )]
+    StoreFull,
     #[error("store error: {0}")]
     Store(String),
 }
@@ -54,6 +58,7 @@ impl ArbiterError {
             ArbiterError::WrongSessionTtl { .. } => Reason::WrongSessionTtl,
             ArbiterError::Sealed(_) => Reason::Sealed,
             ArbiterError::NoQuorum => Reason::NoQuorum,
+            ArbiterError::StoreFull => Reason::StoreFull,
             ArbiterError::Store(_) => Reason::Internal,
         }
     }
@@ -110,6 +115,13 @@ impl From<etcd_client::Error> for ArbiterError {
             }
             etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
                 ArbiterError::NoQuorum
+            }
+            // etcd's capped mode after a NOSPACE alarm rejects every write that puts.
+            etcd_client::Error::GRpcStatus(s)
+                if s.code() == Code::ResourceExhausted
+                    && s.message().contains("database space exceeded") =>
+            {
+                ArbiterError::StoreFull
             }
             _ => ArbiterError::Store(e.to_string()),
         }

@@ -42,6 +42,9 @@ pub enum Reason {
     WrongSessionTtl,
     Sealed,
     NoQuorum,
+    /// etcd raised its NOSPACE alarm: no new grants or sessions (closed); releases,
+    /// renewals and reads still work. An addition to DESIGN 4.4.
+    StoreFull,
     /// A method the edge does not know how to authorise (fail closed).
     UnknownMethod,
     Internal,
@@ -64,6 +67,7 @@ impl Reason {
             Reason::WrongSessionTtl => "WRONG_SESSION_TTL",
             Reason::Sealed => "SEALED",
             Reason::NoQuorum => "NO_QUORUM",
+            Reason::StoreFull => "STORE_FULL",
             Reason::UnknownMethod => "UNKNOWN_METHOD",
             Reason::Internal => "INTERNAL",
         }
@@ -82,7 +86,7 @@ impl Reason {
             Reason::Held => GrpcCode::Aborted,
             Reason::HeldDeadline => GrpcCode::DeadlineExceeded,
             Reason::SessionExpired => GrpcCode::NotFound,
-            Reason::Sealed | Reason::NoQuorum => GrpcCode::Unavailable,
+            Reason::Sealed | Reason::NoQuorum | Reason::StoreFull => GrpcCode::Unavailable,
             Reason::UnknownMethod => GrpcCode::Unimplemented,
             Reason::Internal => GrpcCode::Internal,
         }
@@ -94,7 +98,7 @@ impl Reason {
     }
 }
 
-const ALL: [Reason; 16] = [
+const ALL: [Reason; 17] = [
     Reason::Unauthenticated,
     Reason::NotGranted,
     Reason::RateLimited,
@@ -109,6 +113,7 @@ const ALL: [Reason; 16] = [
     Reason::WrongSessionTtl,
     Reason::Sealed,
     Reason::NoQuorum,
+    Reason::StoreFull,
     Reason::UnknownMethod,
     Reason::Internal,
 ];

@@ -19,6 +19,7 @@ pub struct Etcd {
     /// Prometheus endpoint: etcd's own count of the RPCs it served.
     pub metrics_addr: SocketAddr,
     log_dir: PathBuf,
+    extra: Vec<String>,
 }
 
 impl Etcd {
@@ -29,6 +30,16 @@ impl Etcd {
 
     /// Starts an `n`-member cluster on loopback (members `<prefix>0..n`).
     pub fn start_cluster(dir: &Path, prefix: &str, n: usize) -> anyhow::Result<Vec<Self>> {
+        Self::start_cluster_with(dir, prefix, n, &[])
+    }
+
+    /// As [`Etcd::start_cluster`], with extra flags for every member.
+    pub fn start_cluster_with(
+        dir: &Path,
+        prefix: &str,
+        n: usize,
+        extra: &[String],
+    ) -> anyhow::Result<Vec<Self>> {
         let token = format!("lock-{prefix}-{}", free_port()?);
         let mut members = Vec::with_capacity(n);
         for i in 0..n {
@@ -48,6 +59,7 @@ impl Etcd {
                 data_dir: dir.join(format!("{name}.etcd")),
                 metrics_addr: format!("127.0.0.1:{}", free_port()?).parse()?,
                 log_dir: dir.to_path_buf(),
+                extra: extra.to_vec(),
                 name,
             });
         }
@@ -100,7 +112,8 @@ impl Etcd {
                 "--listen-metrics-urls",
                 &format!("http://{}", self.metrics_addr),
             ])
-            .args(["--log-level", "warn"]);
+            .args(["--log-level", "warn"])
+            .args(&self.extra);
         self.proc = Proc::spawn(&self.name, cmd, &self.log_dir)?;
         self.data_dir = data_dir.to_path_buf();
         Ok(())

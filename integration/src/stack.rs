@@ -28,6 +28,8 @@ pub struct StackOptions {
     pub etcd_members: usize,
     /// Extra arbiter flags, e.g. `--store-timeout-ms 1000`.
     pub arbiter_args: Vec<String>,
+    /// Extra etcd flags, e.g. `--quota-backend-bytes=...`.
+    pub etcd_args: Vec<String>,
 }
 
 impl Default for StackOptions {
@@ -41,6 +43,7 @@ impl Default for StackOptions {
             envoy_ports: None,
             etcd_members: 1,
             arbiter_args: Vec::new(),
+            etcd_args: Vec::new(),
         }
     }
 }
@@ -72,7 +75,8 @@ impl Stack {
             }
         };
         let pki = Pki::create(&dir.join("pki"))?;
-        let mut members = Etcd::start_cluster(&dir, "etcd", opts.etcd_members.max(1))?;
+        let mut members =
+            Etcd::start_cluster_with(&dir, "etcd", opts.etcd_members.max(1), &opts.etcd_args)?;
         let etcd = members.remove(0);
         let etcd_peers = members;
         let urls: Vec<&str> = std::iter::once(&etcd)

@@ -1,0 +1,104 @@
+//! `lockctl registry check DIR`: accepts the dev registry with the cost table, and rejects
+//! each invalid class of DESIGN 5 with a message naming the file, the class and the field.
+
+use lock_integration::paths::dev_registry;
+use lock_integration::stack::lockctl;
+
+const NS: &str = "apiVersion: lock.dev/v1alpha1\nkind: Namespace\nmetadata: {name: pay}\nspec: {region: local}\n";
+
+fn check(dir: &std::path::Path) -> (Option<i32>, String) {
+    let out = lockctl(&["registry", "check", dir.to_str().unwrap()], &[]).unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn dev_registry_passes_with_costs() {
+    let (code, out) = check(&dev_registry());
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("KEEPALIVES/S") && out.contains("pay-ledger"),
+        "{out}"
+    );
+}
+
+#[test]
+fn each_invalid_class_is_rejected_by_name() {
+    let cases = [
+        (
+            "ttl-low",
+            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 4",
+            "spec.ttlSeconds",
+        ),
+        (
+            "ttl-high",
+            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 301",
+            "spec.ttlSeconds",
+        ),
+        (
+            "advisory-floor",
+            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 15",
+            "spec.ttlSeconds",
+        ),
+        (
+            "no-owner",
+            "purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  waiverExpires: \"2027-01-01\"",
+            "spec.riskOwner",
+        ),
+        (
+            "no-waiver",
+            "purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a@b",
+            "spec.waiverExpires",
+        ),
+        (
+            "open-correctness",
+            "purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a@b\n  waiverExpires: \"2027-01-01\"\n  onQuorumLoss: open",
+            "spec.onQuorumLoss",
+        ),
+        (
+            "open-fenced",
+            "purpose: efficiency\n  enforcement: fenced\n  onQuorumLoss: open",
+            "spec.onQuorumLoss",
+        ),
+        (
+            "fenced-untested",
+            "purpose: correctness\n  enforcement: fenced",
+            "spec.enforcement",
+        ),
+        (
+            "bad-fairness",
+            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes",
+            "spec",
+        ),
+        (
+            "bad-tier",
+            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n  tier: gold",
+            "spec",
+        ),
+        (
+            "typo",
+            "purpose: efficiency\n  enforcement: advisory\n  ttlSecond: 30",
+            "spec",
+        ),
+    ];
+    for (name, spec, field) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let doc = format!(
+            "{NS}---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {{name: {name}}}\nspec:\n  namespace: pay\n  prefixes: [pay/x]\n  {spec}\n"
+        );
+        std::fs::write(dir.path().join("classes.yaml"), doc).unwrap();
+        let (code, out) = check(dir.path());
+        assert_eq!(code, Some(2), "{name}: {out}");
+        assert!(
+            out.contains(&format!("LockClass/{name}: {field}")),
+            "{name}: {out}"
+        );
+        assert!(out.contains("classes.yaml"), "{name}: {out}");
+    }
+}
