@@ -13,6 +13,7 @@
 //! ```
 
 pub mod authz;
+pub mod ecds;
 pub mod filter_config;
 pub mod identity;
 pub mod key;

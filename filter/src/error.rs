@@ -33,6 +33,8 @@ pub enum EdgeError {
     UnknownMethod,
     #[error("the edge filter has no valid configuration")]
     Unconfigured,
+    #[error("rate limit for this identity exceeded")]
+    RateLimited { retry_after_ms: u64 },
 }
 
 /// A refusal ready for the wire.
@@ -60,9 +62,13 @@ impl EdgeError {
             | EdgeError::NotGrpc => Reason::MalformedRequest,
             EdgeError::UnknownMethod => Reason::UnknownMethod,
             EdgeError::Unconfigured => Reason::Internal,
+            EdgeError::RateLimited { .. } => Reason::RateLimited,
         };
         let metadata = match self {
             EdgeError::RegionRedirect { region } => vec![("region", region.clone())],
+            EdgeError::RateLimited { retry_after_ms } => {
+                vec![("retry_after_ms", retry_after_ms.to_string())]
+            }
             _ => Vec::new(),
         };
         Refusal {

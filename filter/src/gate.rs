@@ -10,8 +10,9 @@
 
 use crate::error::EdgeError;
 use crate::frame::{FirstFrame, first_message};
-use crate::host::Host;
+use crate::host::{Host, SharedDataError};
 use crate::method::{Keyed, Method};
+use crate::rate::{Bucket, Verdict};
 use lock_config::status_details::{STATUS_DETAILS_HEADER, encode_status_header};
 use lock_config::{CompiledFilterConfig, LockKey, SpiffeId};
 use std::rc::Rc;
@@ -89,11 +90,18 @@ impl RequestGate {
         let identity = peer_identity(host, &config)?;
         host.set_request_header(KEY_HEADER, None);
         host.set_request_header(IDENTITY_HEADER, Some(identity.as_str()));
+        // An identity without any grant is refused before anything is buffered, with the
+        // same reply a missing grant on a key gets.
+        let grant = config
+            .authoriser
+            .grant_of(identity.as_str())
+            .ok_or(EdgeError::NotGranted)?;
+        if let Some(budget) = config.rates.get(grant).copied().flatten() {
+            rate_limit(host, identity.as_str(), budget)?;
+        }
         match method {
             Method::Session => {
-                if !config.authoriser.knows(identity.as_str()) {
-                    return Err(EdgeError::NotGranted);
-                }
+                host.count("lock_edge.allowed.sessions");
                 self.state = State::Decided;
                 Ok(Step::Continue)
             }
@@ -132,6 +140,8 @@ impl RequestGate {
             .ok_or(EdgeError::NotGranted)?;
         match config.namespaces.get(key.namespace()) {
             Some(home) if *home != config.region => {
+                // Declared namespaces only: a bounded label.
+                host.count(&format!("lock_edge.redirected.ns.{}", key.namespace()));
                 return Err(EdgeError::RegionRedirect {
                     region: home.clone(),
                 });
@@ -142,6 +152,7 @@ impl RequestGate {
             None => return Err(EdgeError::NotGranted),
         }
         host.set_request_header(KEY_HEADER, Some(key.as_str()));
+        host.count(&format!("lock_edge.allowed.ns.{}", key.namespace()));
         self.state = State::Decided;
         Ok(Step::Continue)
     }
@@ -149,6 +160,8 @@ impl RequestGate {
     fn refuse(&mut self, host: &mut impl Host, error: &EdgeError) -> Step {
         self.state = State::Decided;
         let r = error.refusal();
+        // Reason only: the key or namespace of a refused request is caller-chosen input.
+        host.count(&format!("lock_edge.denied.{}", r.reason.as_str()));
         let meta: Vec<(&str, &str)> = r.metadata.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let details = encode_status_header(r.reason, &r.message, &meta);
         host.send_grpc_reply(
@@ -158,6 +171,45 @@ impl RequestGate {
         );
         Step::Pause
     }
+}
+
+/// Compare-and-swap attempts on one identity's bucket before failing closed.
+const MAX_CAS_ATTEMPTS: usize = 8;
+/// Shared-data key prefix of the per-identity buckets.
+pub const RATE_KEY_PREFIX: &str = "lock-rl/";
+
+/// Takes one token from the identity's bucket, shared by all worker threads.
+fn rate_limit(
+    host: &mut impl Host,
+    identity: &str,
+    budget: lock_config::registry::RateBudget,
+) -> Result<(), EdgeError> {
+    let key = format!("{RATE_KEY_PREFIX}{identity}");
+    for _ in 0..MAX_CAS_ATTEMPTS {
+        let now = host.now_ns();
+        let (data, cas) = host.shared_data(&key);
+        let bucket = data
+            .as_deref()
+            .and_then(Bucket::decode)
+            .unwrap_or_else(|| Bucket::full(budget, now));
+        let (verdict, next) = bucket.take(budget, now);
+        match host.set_shared_data(&key, &next.encode(), cas) {
+            Ok(()) => {
+                return match verdict {
+                    Verdict::Allow => Ok(()),
+                    Verdict::Limited { retry_after_ms } => {
+                        Err(EdgeError::RateLimited { retry_after_ms })
+                    }
+                };
+            }
+            Err(SharedDataError::CasMismatch) => continue,
+            Err(SharedDataError::Other) => break,
+        }
+    }
+    // Contention or a host error: fail closed, and say when to come back.
+    Err(EdgeError::RateLimited {
+        retry_after_ms: 100,
+    })
 }
 
 fn peer_identity(host: &impl Host, config: &CompiledFilterConfig) -> Result<SpiffeId, EdgeError> {

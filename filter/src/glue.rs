@@ -1,11 +1,15 @@
 //! proxy-wasm glue: forwards Envoy's callbacks to the edge logic. Nothing here decides.
 
 use crate::gate::{RequestGate, Step};
-use crate::host::Host;
+use crate::host::{Host, SharedDataError};
 use lock_config::{CompiledFilterConfig, FilterConfig, GrpcCode};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, GrpcStatusCode, LogLevel, MapType};
+use proxy_wasm::types::{
+    Action, BufferType, ContextType, GrpcStatusCode, LogLevel, MapType, MetricType, Status,
+};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 proxy_wasm::main! {{
@@ -121,6 +125,49 @@ impl Host for WasmHost {
             let _ = hostcalls::log(LogLevel::Error, "lock-filter: local reply failed");
         }
     }
+
+    fn now_ns(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        hostcalls::get_shared_data(key).unwrap_or((None, None))
+    }
+
+    fn set_shared_data(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        cas: Option<u32>,
+    ) -> Result<(), SharedDataError> {
+        match hostcalls::set_shared_data(key, Some(value), cas) {
+            Ok(()) => Ok(()),
+            Err(Status::CasMismatch) => Err(SharedDataError::CasMismatch),
+            Err(_) => Err(SharedDataError::Other),
+        }
+    }
+
+    fn count(&mut self, metric: &str) {
+        let id = METRICS.with(|m| {
+            if let Some(id) = m.borrow().get(metric) {
+                return Some(*id);
+            }
+            let id = hostcalls::define_metric(MetricType::Counter, metric).ok()?;
+            m.borrow_mut().insert(metric.to_owned(), id);
+            Some(id)
+        });
+        if let Some(id) = id {
+            let _ = hostcalls::increment_metric(id, 1);
+        }
+    }
+}
+
+thread_local! {
+    /// Metric ids by name: define_metric is idempotent, this only saves the hostcall.
+    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
 }
 
 fn grpc_status(code: GrpcCode) -> GrpcStatusCode {

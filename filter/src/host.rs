@@ -13,4 +13,24 @@ pub trait Host {
     fn request_body(&self, len: usize) -> Option<Vec<u8>>;
     /// Ends the request with a local gRPC reply (trailers-only response).
     fn send_grpc_reply(&mut self, code: GrpcCode, message: &str, headers: &[(&str, &str)]);
+    /// The host's wall clock, nanoseconds since the Unix epoch (may step backwards).
+    fn now_ns(&self) -> u64;
+    /// Shared data across the VM's worker threads: value and compare-and-swap token.
+    fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>);
+    /// Sets shared data if `cas` still matches (None: unconditionally).
+    fn set_shared_data(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        cas: Option<u32>,
+    ) -> Result<(), SharedDataError>;
+    /// Adds one to a counter. Names carry bounded labels only (reason, namespace).
+    fn count(&mut self, metric: &str);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedDataError {
+    /// Another worker changed the value since it was read.
+    CasMismatch,
+    Other,
 }

@@ -9,6 +9,7 @@ pub mod frame;
 pub mod gate;
 pub mod host;
 pub mod method;
+pub mod rate;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;

@@ -34,6 +34,17 @@ impl EnvoyConfig {
         })
     }
 
+    /// Where the filter's ECDS resource lives (next to the certificates' folder).
+    pub fn ecds_path(&self) -> PathBuf {
+        self.cert_dir.with_file_name("lock-edge.ecds.yaml")
+    }
+
+    /// Writes the ECDS resource for `filter` atomically (what `lockctl grants push` does).
+    pub fn write_ecds(&self, filter: &FilterConfig) -> anyhow::Result<()> {
+        let doc = lock_config::ecds::discovery_response(filter, &self.wasm.display().to_string());
+        write_atomic(&self.ecds_path(), &serde_json::to_string_pretty(&doc)?)
+    }
+
     /// The bootstrap YAML: the template with every `${NAME}` replaced.
     pub fn render(&self) -> anyhow::Result<String> {
         let template = std::fs::read_to_string(workspace_root().join("envoy/local.yaml.tmpl"))?;
@@ -48,14 +59,11 @@ impl EnvoyConfig {
                 )
             })
             .collect();
-        // A JSON string literal is a valid YAML double-quoted scalar.
-        let filter_json = serde_json::to_string(&serde_json::to_string(&self.filter)?)?;
         let out = template
             .replace("${ADMIN_PORT}", &self.admin_port.to_string())
             .replace("${LISTEN_PORT}", &self.listen_port.to_string())
             .replace("${CERT_DIR}", &self.cert_dir.display().to_string())
-            .replace("${FILTER_CONFIG}", &filter_json)
-            .replace("${WASM}", &self.wasm.display().to_string())
+            .replace("${ECDS_PATH}", &self.ecds_path().display().to_string())
             .replace(
                 "${ARBITER_ENDPOINTS}",
                 &format!("[{}]", endpoints.join(", ")),
@@ -79,6 +87,7 @@ pub struct Envoy {
 
 impl Envoy {
     pub fn start(dir: &Path, config: &EnvoyConfig) -> anyhow::Result<Self> {
+        config.write_ecds(&config.filter)?;
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, config.render()?)?;
         let mut cmd = Command::new(dep("envoy")?);
@@ -127,4 +136,12 @@ impl Envoy {
             .find_map(|l| l.strip_prefix(&format!("{name}: ")))
             .and_then(|v| v.trim().parse().ok()))
     }
+}
+
+/// Temp file + rename: Envoy's file watchers see whole files only.
+pub fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
 }

@@ -18,15 +18,34 @@ use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-/// GET on Envoy's admin endpoint (plain HTTP/1.0, so the body ends at close).
+/// GET over plain HTTP/1.1 (Envoy's admin endpoint, etcd's metrics); `Connection: close`
+/// ends the body, chunked bodies are decoded.
 pub fn admin_get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
     let mut s = TcpStream::connect_timeout(&admin, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: admin\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or(("", text.as_str()));
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Ok(body.to_owned());
+    }
     let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or(out))
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16)?;
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    Ok(out)
 }

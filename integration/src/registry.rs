@@ -19,6 +19,9 @@ pub fn waiter_id(i: usize) -> String {
 
 pub const WAITERS: usize = 8;
 
+/// An identity with a small rate budget: burst 3, then 1 request per second.
+pub const LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/limited";
+
 /// Writes the test registry into `dir` and returns its path.
 pub fn write_test_registry(dir: &Path) -> anyhow::Result<PathBuf> {
     let out = dir.join("registry");
@@ -86,6 +89,17 @@ spec:
             waiter_id(i)
         ));
     }
+    text.push_str(&format!(
+        "---
+apiVersion: lock.dev/v1alpha1
+kind: LockGrant
+metadata: {{name: test-limited}}
+spec:
+  spiffeId: {LIMITED}
+  prefixes: [{FAST_PREFIX}]
+  rate: {{perSecond: 1, burst: 3}}
+"
+    ));
     std::fs::write(out.join("zz-test.yaml"), text)?;
     Ok(out)
 }

@@ -22,6 +22,7 @@ fn local_bootstrap_validates() {
     )
     .unwrap();
     let path = dir.path().join("envoy.yaml");
+    cfg.write_ecds(&cfg.filter).unwrap();
     std::fs::write(&path, cfg.render().unwrap()).unwrap();
     Envoy::validate(&path).unwrap();
 

@@ -14,12 +14,24 @@ const LEDGER: &str = "spiffe://dev.lock.local/ns/pay/sa/ledger";
 /// A local reply as the fake host recorded it: code, message, headers.
 type Reply = (GrpcCode, String, Vec<(String, String)>);
 
+/// Shared data as Envoy keeps it: value plus a CAS counter, shared by "worker threads".
+#[derive(Default)]
+struct Shared {
+    data: HashMap<String, (Vec<u8>, u32)>,
+    /// Mismatches to inject before the next successful set (contention).
+    conflicts: u32,
+    broken: bool,
+}
+
 #[derive(Default)]
 struct FakeHost {
     props: HashMap<String, Vec<u8>>,
     headers: HashMap<String, String>,
     body: Vec<u8>,
     reply: Option<Reply>,
+    now_ns: u64,
+    shared: std::rc::Rc<std::cell::RefCell<Shared>>,
+    metrics: HashMap<String, u64>,
 }
 
 impl Host for FakeHost {
@@ -38,6 +50,40 @@ impl Host for FakeHost {
     fn request_body(&self, len: usize) -> Option<Vec<u8>> {
         Some(self.body[..len.min(self.body.len())].to_vec())
     }
+    fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+    fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        match self.shared.borrow().data.get(key) {
+            Some((v, cas)) => (Some(v.clone()), Some(*cas)),
+            None => (None, None),
+        }
+    }
+    fn set_shared_data(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        cas: Option<u32>,
+    ) -> Result<(), crate::host::SharedDataError> {
+        let mut s = self.shared.borrow_mut();
+        if s.broken {
+            return Err(crate::host::SharedDataError::Other);
+        }
+        if s.conflicts > 0 {
+            s.conflicts -= 1;
+            return Err(crate::host::SharedDataError::CasMismatch);
+        }
+        let current = s.data.get(key).map(|(_, c)| *c);
+        if cas.is_some() && cas != current {
+            return Err(crate::host::SharedDataError::CasMismatch);
+        }
+        let next = current.unwrap_or(0) + 1;
+        s.data.insert(key.to_owned(), (value.to_vec(), next));
+        Ok(())
+    }
+    fn count(&mut self, metric: &str) {
+        *self.metrics.entry(metric.to_owned()).or_default() += 1;
+    }
     fn send_grpc_reply(&mut self, code: GrpcCode, message: &str, headers: &[(&str, &str)]) {
         assert!(self.reply.is_none(), "two replies for one request");
         self.reply = Some((
@@ -52,7 +98,11 @@ impl Host for FakeHost {
 }
 
 fn config() -> Rc<CompiledFilterConfig> {
-    let c = FilterConfig {
+    Rc::new(filter_config().compile().unwrap())
+}
+
+fn filter_config() -> FilterConfig {
+    FilterConfig {
         region: "local".into(),
         trust_domains: vec!["dev.lock.local".into()],
         namespaces: [
@@ -66,8 +116,39 @@ fn config() -> Rc<CompiledFilterConfig> {
             rate: None,
         }],
         default_rate: None,
-    };
+    }
+}
+
+/// A config where LEDGER may make 2 requests at once and 1 more per second, and another
+/// identity has no limit.
+fn limited_config() -> Rc<CompiledFilterConfig> {
+    let mut c = filter_config();
+    c.grants[0].rate = Some(lock_config::registry::RateBudget {
+        per_second: 1,
+        burst: 2,
+    });
+    c.grants.push(FilterGrant {
+        spiffe_id: OTHER.into(),
+        prefixes: vec!["pay/ledger".into()],
+        rate: None,
+    });
     Rc::new(c.compile().unwrap())
+}
+
+const OTHER: &str = "spiffe://dev.lock.local/ns/pay/sa/other";
+
+/// One KeepAlive (no body) from `who` on a host sharing `shared`, at `now_ns`.
+fn session_call(
+    cfg: &Rc<CompiledFilterConfig>,
+    shared: &std::rc::Rc<std::cell::RefCell<Shared>>,
+    who: &str,
+    now_ns: u64,
+) -> FakeHost {
+    let mut h = host("KeepAlive", Some(who));
+    h.shared = shared.clone();
+    h.now_ns = now_ns;
+    RequestGate::new(Some(cfg.clone())).on_request_headers(&mut h, false);
+    h
 }
 
 fn host(method: &str, san: Option<&str>) -> FakeHost {
@@ -297,6 +378,86 @@ fn non_grpc_and_headers_only_requests_are_refused() {
     let mut h = host("Acquire", Some(LEDGER));
     gate.on_request_headers(&mut h, true);
     assert_eq!(reason(&h).unwrap().1, "MALFORMED_REQUEST");
+}
+
+#[test]
+fn rate_limit_is_per_identity_and_shared_across_workers() {
+    let cfg = limited_config();
+    let shared = std::rc::Rc::new(std::cell::RefCell::new(Shared::default()));
+    // Two "workers" (two hosts on one shared store) draw from one bucket.
+    assert!(session_call(&cfg, &shared, LEDGER, 0).reply.is_none());
+    assert!(session_call(&cfg, &shared, LEDGER, 0).reply.is_none());
+    let limited = session_call(&cfg, &shared, LEDGER, 0);
+    assert_eq!(
+        reason(&limited).unwrap(),
+        (GrpcCode::ResourceExhausted, "RATE_LIMITED".to_owned())
+    );
+    let (_, _, headers) = limited.reply.clone().unwrap();
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(&headers[0].1)
+        .unwrap();
+    assert_eq!(
+        decode_error_info(&bytes).unwrap().metadata["retry_after_ms"],
+        "1000"
+    );
+    assert_eq!(
+        limited.metrics.get("lock_edge.denied.RATE_LIMITED"),
+        Some(&1)
+    );
+    // Another identity is unaffected.
+    for _ in 0..10 {
+        assert!(session_call(&cfg, &shared, OTHER, 0).reply.is_none());
+    }
+    // A second later one more token.
+    assert!(
+        session_call(&cfg, &shared, LEDGER, 1_000_000_000)
+            .reply
+            .is_none()
+    );
+    // Keys are bounded by identities with a budget.
+    assert_eq!(shared.borrow().data.len(), 1);
+}
+
+#[test]
+fn cas_contention_retries_and_a_broken_store_fails_closed() {
+    let cfg = limited_config();
+    let shared = std::rc::Rc::new(std::cell::RefCell::new(Shared::default()));
+    shared.borrow_mut().conflicts = 3;
+    assert!(
+        session_call(&cfg, &shared, LEDGER, 0).reply.is_none(),
+        "retried past 3 conflicts"
+    );
+    shared.borrow_mut().conflicts = 100;
+    let h = session_call(&cfg, &shared, LEDGER, 0);
+    assert_eq!(
+        reason(&h).unwrap().1,
+        "RATE_LIMITED",
+        "bounded retries, then closed"
+    );
+    shared.borrow_mut().conflicts = 0;
+    shared.borrow_mut().broken = true;
+    let h = session_call(&cfg, &shared, LEDGER, 0);
+    assert_eq!(reason(&h).unwrap().1, "RATE_LIMITED");
+}
+
+#[test]
+fn metrics_carry_bounded_labels_only() {
+    let mut h = host("Acquire", Some(LEDGER));
+    run(&mut h, acquire_body("pay/ledger/7"), 100);
+    assert_eq!(h.metrics.get("lock_edge.allowed.ns.pay"), Some(&1));
+    let mut h = host("Acquire", Some(LEDGER));
+    run(&mut h, acquire_body("secretns/some/key"), 100);
+    assert_eq!(h.metrics.get("lock_edge.denied.NOT_GRANTED"), Some(&1));
+    let mut h = host("Acquire", Some(LEDGER));
+    run(&mut h, acquire_body("archive/x"), 100);
+    assert_eq!(h.metrics.get("lock_edge.redirected.ns.archive"), Some(&1));
+    for name in h.metrics.keys() {
+        assert!(
+            !name.contains("secretns") && !name.contains("spiffe"),
+            "{name}"
+        );
+    }
 }
 
 mod fuzz {

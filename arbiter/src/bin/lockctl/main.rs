@@ -143,6 +143,22 @@ enum GrantsCmd {
         #[arg(long = "trust-domain", required = true)]
         trust_domains: Vec<String>,
     },
+    /// Validate the registry, compile the filter configuration and write Envoy's ECDS
+    /// resource atomically (temp file + rename); Envoy applies it without a restart.
+    Push {
+        dir: PathBuf,
+        #[arg(long)]
+        region: String,
+        #[arg(long = "trust-domain", required = true)]
+        trust_domains: Vec<String>,
+        /// The ECDS file Envoy's `path_config_source` watches.
+        #[arg(long)]
+        out: PathBuf,
+        /// lock_filter.wasm as Envoy should load it (keep it unchanged between pushes so
+        /// Envoy keeps the VM and its rate buckets).
+        #[arg(long)]
+        wasm: PathBuf,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -184,6 +200,16 @@ async fn main() -> ExitCode {
                     trust_domains,
                 },
         } => offline::grants_compile(&dir, &region, &trust_domains),
+        Cmd::Grants {
+            cmd:
+                GrantsCmd::Push {
+                    dir,
+                    region,
+                    trust_domains,
+                    out,
+                    wasm,
+                },
+        } => offline::grants_push(&dir, &region, &trust_domains, &out, &wasm),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

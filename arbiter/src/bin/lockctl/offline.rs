@@ -146,7 +146,12 @@ pub fn registry_check(dir: &Path, sessions: u64) -> Result<(), Failure> {
     Ok(())
 }
 
-pub fn grants_compile(dir: &Path, region: &str, trust_domains: &[String]) -> Result<(), Failure> {
+/// The filter configuration for `region`, validated with the same code the filter runs.
+fn filter_config(
+    dir: &Path,
+    region: &str,
+    trust_domains: &[String],
+) -> Result<FilterConfig, Failure> {
     let registry = registry_files::load(dir).map_err(|e| Failure::input(e.to_string()))?;
     let config = FilterConfig::from_registry(&registry, region, trust_domains, None);
     // The filter compiles it again in on_configure; compile here so a push never ships a
@@ -154,6 +159,32 @@ pub fn grants_compile(dir: &Path, region: &str, trust_domains: &[String]) -> Res
     config
         .compile()
         .map_err(|e| Failure::input(format!("filter configuration: {e}")))?;
-    println!("{}", config.to_json());
+    Ok(config)
+}
+
+pub fn grants_compile(dir: &Path, region: &str, trust_domains: &[String]) -> Result<(), Failure> {
+    println!("{}", filter_config(dir, region, trust_domains)?.to_json());
+    Ok(())
+}
+
+pub fn grants_push(
+    dir: &Path,
+    region: &str,
+    trust_domains: &[String],
+    out: &Path,
+    wasm: &Path,
+) -> Result<(), Failure> {
+    let config = filter_config(dir, region, trust_domains)?;
+    let doc = lock_config::ecds::discovery_response(&config, &wasm.display().to_string());
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::input(e.to_string()))?;
+    let tmp = out.with_extension("tmp");
+    let write = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, out));
+    write.map_err(|e| Failure::input(format!("{}: {e}", out.display())))?;
+    println!(
+        "pushed {} grants for region {region} to {} (version {})",
+        config.grants.len(),
+        out.display(),
+        doc["version_info"].as_str().unwrap_or_default()
+    );
     Ok(())
 }
