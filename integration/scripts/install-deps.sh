@@ -91,7 +91,15 @@ install_envoy() {
   "$DEPS/bin/envoy" --version | head -n2 >&2
 }
 
+install_openssl() {
+  # The SVID rotation test reads Envoy's served certificate with `openssl s_client`.
+  if command -v openssl >/dev/null 2>&1; then return; fi
+  log "openssl: installing Debian openssl"
+  system_apt_install openssl
+}
+
 install_protoc
+install_openssl
 install_wasm_target
 install_etcd
 install_envoy

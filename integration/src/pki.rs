@@ -28,16 +28,50 @@ impl Pki {
     /// `localhost`, which clients verify).
     pub fn create(dir: &Path) -> anyhow::Result<Self> {
         let ca = DevCa::load_or_create(dir, TRUST_DOMAIN)?;
-        ca.issue(
+        let pki = Self {
+            dir: dir.to_path_buf(),
+            ca,
+        };
+        pki.rotate_envoy_svid()?;
+        pki.write_sds(
+            "sds-trust-bundle.yaml",
+            serde_json::json!({
+                "name": "trust_bundle",
+                "validation_context": {"trusted_ca": {"inline_string": pki.ca.bundle_pem()}},
+            }),
+        )?;
+        Ok(pki)
+    }
+
+    /// Issues a new Envoy server SVID (DNS SAN `localhost`, which clients verify) and
+    /// replaces its SDS resource atomically; Envoy serves it on new connections.
+    /// Returns the new certificate (PEM).
+    pub fn rotate_envoy_svid(&self) -> anyhow::Result<String> {
+        let svid = self.ca.issue(
             &Leaf::svid(ENVOY_ID)
                 .with_dns("localhost")
                 .valid_for(time::Duration::days(1)),
-        )?
-        .save(dir, "envoy")?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            ca,
-        })
+        )?;
+        svid.save(&self.dir, "envoy")?;
+        self.write_sds(
+            "sds-envoy-svid.yaml",
+            serde_json::json!({
+                "name": "envoy_svid",
+                "tls_certificate": {
+                    "certificate_chain": {"inline_string": svid.cert_pem},
+                    "private_key": {"inline_string": svid.key_pem},
+                },
+            }),
+        )?;
+        Ok(svid.cert_pem)
+    }
+
+    /// An SDS `DiscoveryResponse` holding one Secret, written by temp file + rename.
+    fn write_sds(&self, file: &str, mut secret: serde_json::Value) -> anyhow::Result<()> {
+        secret["@type"] =
+            "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret".into();
+        let doc = serde_json::json!({"resources": [secret]});
+        crate::envoy::write_atomic(&self.dir.join(file), &serde_json::to_string_pretty(&doc)?)
     }
 
     /// Issues a leaf with the given URI SANs (zero, one, or a foreign one) as `name`.
