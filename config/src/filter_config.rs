@@ -194,6 +194,70 @@ mod tests {
         assert!(compiled.authoriser.knows("spiffe://dev.lock.local/w"));
     }
 
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn json_value() -> impl Strategy<Value = serde_json::Value> {
+            let leaf = prop_oneof![
+                Just(serde_json::Value::Null),
+                any::<bool>().prop_map(serde_json::Value::from),
+                any::<i64>().prop_map(serde_json::Value::from),
+                "\\PC{0,24}".prop_map(serde_json::Value::from),
+                "(spiffe://[a-z.]{0,12}/[a-z/]{0,12}|[a-z]{1,6}(/[a-z]{0,4}){0,3})"
+                    .prop_map(serde_json::Value::from),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4)
+                        .prop_map(serde_json::Value::from),
+                    proptest::collection::btree_map(
+                        prop_oneof![
+                            Just("region".to_owned()),
+                            Just("trustDomains".to_owned()),
+                            Just("namespaces".to_owned()),
+                            Just("grants".to_owned()),
+                            Just("spiffeId".to_owned()),
+                            Just("prefixes".to_owned()),
+                            Just("rate".to_owned()),
+                            Just("perSecond".to_owned()),
+                            Just("burst".to_owned()),
+                            Just("defaultRate".to_owned()),
+                            "[a-z]{1,5}",
+                        ],
+                        inner,
+                        0..5,
+                    )
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            /// Arbitrary bytes: an error, never a panic.
+            #[test]
+            fn arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+                if let Ok(c) = FilterConfig::from_json(&bytes) {
+                    let _ = c.compile();
+                }
+            }
+
+            /// Plausible shapes with the right field names and wrong values: parse and
+            /// compile either accept or refuse, never panic; what compiles round-trips.
+            #[test]
+            fn plausible_documents(v in json_value()) {
+                let bytes = serde_json::to_vec(&v).unwrap();
+                if let Ok(c) = FilterConfig::from_json(&bytes) {
+                    if c.compile().is_ok() {
+                        prop_assert_eq!(FilterConfig::from_json(c.to_json().as_bytes()).unwrap(), c);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn rejects_bad_configurations() {
         let mut c = sample();

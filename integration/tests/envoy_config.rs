@@ -34,3 +34,36 @@ fn local_bootstrap_validates() {
     std::fs::write(&path, broken).unwrap();
     assert!(Envoy::validate(&path).is_err());
 }
+
+/// The production example is a real configuration: Envoy validates it (SDS from the SPIRE
+/// agent socket, ECDS for the filter, overload manager, HTTP/2 limits).
+#[test]
+fn production_example_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(
+        lock_integration::paths::workspace_root().join("envoy/production.yaml"),
+    )
+    .unwrap()
+    .replace("${HOSTNAME}", "test")
+    .replace(
+        "/etc/lock/ecds/lock-edge.ecds.yaml",
+        dir.path().join("ecds.yaml").to_str().unwrap(),
+    );
+    let registry = lock_arbiter::registry_files::load(&dev_registry()).unwrap();
+    let filter = FilterConfig::from_registry(&registry, "local", &[TRUST_DOMAIN.into()], None);
+    let doc = lock_config::ecds::discovery_response(
+        &filter,
+        lock_integration::paths::filter_wasm()
+            .unwrap()
+            .to_str()
+            .unwrap(),
+    );
+    std::fs::write(
+        dir.path().join("ecds.yaml"),
+        serde_json::to_string(&doc).unwrap(),
+    )
+    .unwrap();
+    let path = dir.path().join("production.yaml");
+    std::fs::write(&path, text).unwrap();
+    Envoy::validate(&path).unwrap();
+}

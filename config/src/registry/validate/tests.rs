@@ -184,3 +184,24 @@ fn dates() {
         "2025-02-28"
     );
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        /// Arbitrary text and mangled documents: located errors, never a panic.
+        #[test]
+        fn registry_parsing_never_panics(
+            text in "\\PC{0,300}",
+            cut in 0usize..400,
+        ) {
+            let _ = Registry::load(&src(&text), TODAY);
+            let good = class("  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n");
+            let mangled: String = good.chars().take(cut).chain(text.chars().take(20)).collect();
+            let _ = Registry::load(&src(&mangled), TODAY);
+        }
+    }
+}
