@@ -249,10 +249,10 @@ mod tests {
             #[test]
             fn plausible_documents(v in json_value()) {
                 let bytes = serde_json::to_vec(&v).unwrap();
-                if let Ok(c) = FilterConfig::from_json(&bytes) {
-                    if c.compile().is_ok() {
-                        prop_assert_eq!(FilterConfig::from_json(c.to_json().as_bytes()).unwrap(), c);
-                    }
+                if let Ok(c) = FilterConfig::from_json(&bytes)
+                    && c.compile().is_ok()
+                {
+                    prop_assert_eq!(FilterConfig::from_json(c.to_json().as_bytes()).unwrap(), c);
                 }
             }
         }
