@@ -15,6 +15,10 @@ use std::sync::RwLock;
 pub struct Epoch {
     pub record: EpochRecord,
     pub mod_revision: i64,
+    /// The highest revision this arbiter had seen in this epoch when the operation began.
+    /// A linearizable response to a request sent afterwards cannot be older; responses of
+    /// concurrent requests may complete out of order, so the floor is taken per operation.
+    pub floor: i64,
 }
 
 impl Epoch {
@@ -71,18 +75,18 @@ impl EpochCache {
     ) -> Result<(), ArbiterError> {
         epoch.check_header(header)?;
         let revision = header.map_or(0, ResponseHeader::revision);
-        let Ok(mut hw) = self.high_water.lock() else {
-            return Ok(());
-        };
-        if epoch.record.epoch > hw.0 {
-            *hw = (epoch.record.epoch, revision);
-        } else if epoch.record.epoch == hw.0 && revision < hw.1 {
+        if revision < epoch.floor {
             return Err(ArbiterError::Sealed(format!(
                 "store revision {revision} is below {} already seen in epoch {}: restored without a new cluster ID? an epoch advance is required",
-                hw.1, hw.0
+                epoch.floor, epoch.record.epoch
             )));
-        } else if epoch.record.epoch == hw.0 {
-            hw.1 = revision;
+        }
+        if let Ok(mut hw) = self.high_water.lock() {
+            if epoch.record.epoch > hw.0 {
+                *hw = (epoch.record.epoch, revision);
+            } else if epoch.record.epoch == hw.0 {
+                hw.1 = hw.1.max(revision);
+            }
         }
         Ok(())
     }
@@ -102,19 +106,36 @@ impl EpochCache {
         }
     }
 
-    /// The cached epoch, or a fresh read if none is cached.
+    /// The cached epoch (or a fresh read), with the revision floor as of now.
     pub async fn current(&self, store: &Store) -> Result<Epoch, ArbiterError> {
         match self.get() {
-            Some(e) => Ok(e),
+            Some(mut e) => {
+                e.floor = self.floor(e.record.epoch);
+                Ok(e)
+            }
             None => self.refresh(store).await,
         }
     }
 
+    /// The highest revision seen so far in `epoch` (0 if none).
+    fn floor(&self, epoch: u16) -> i64 {
+        self.high_water
+            .lock()
+            .map_or(0, |hw| if hw.0 == epoch { hw.1 } else { 0 })
+    }
+
     /// Re-reads the epoch record and checks the seal on the read itself.
     pub async fn refresh(&self, store: &Store) -> Result<Epoch, ArbiterError> {
+        // Taken before the read: the read's revision may not be below it.
+        let floors = self.high_water.lock().map_or((0, 0), |hw| *hw);
         let resp = store.get(EPOCH_KEY).await?;
         let epoch = resp.kvs().first().and_then(|kv| {
             decode::<EpochRecord>(kv.value()).map(|record| Epoch {
+                floor: if floors.0 == record.epoch {
+                    floors.1
+                } else {
+                    0
+                },
                 record,
                 mod_revision: kv.mod_revision(),
             })

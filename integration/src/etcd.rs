@@ -148,11 +148,20 @@ impl Etcd {
     /// How many KV RPCs of `method` (e.g. "Txn", "Range") this member has handled, from
     /// etcd's own gRPC metrics: an independent count of what the arbiters sent.
     pub fn rpc_count(&self, method: &str) -> anyhow::Result<u64> {
+        self.metric_sum("grpc_server_handled_total", method)
+    }
+
+    /// Stream messages received for `method` (e.g. "LeaseKeepAlive": one per renewal).
+    pub fn stream_messages(&self, method: &str) -> anyhow::Result<u64> {
+        self.metric_sum("grpc_server_msg_received_total", method)
+    }
+
+    fn metric_sum(&self, metric: &str, method: &str) -> anyhow::Result<u64> {
         let body = crate::admin_get(self.metrics_addr, "/metrics")?;
         let needle = format!("grpc_method=\"{method}\"");
         Ok(body
             .lines()
-            .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains(&needle))
+            .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&needle))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64)
     }

@@ -157,14 +157,31 @@ impl Stack {
 
     /// Runs the real `lockctl` with `svid` as its identity against this stack.
     pub fn lockctl_as(&self, svid: &SvidFiles, args: &[&str]) -> anyhow::Result<Output> {
-        let endpoint = self.endpoint();
-        let env = [
-            ("LOCK_ENDPOINT", endpoint.as_str()),
-            ("LOCK_SVID", path_str(&svid.cert)),
-            ("LOCK_SVID_KEY", path_str(&svid.key)),
-            ("LOCK_CA", path_str(&svid.ca)),
-        ];
-        lockctl(args, &env)
+        Ok(self.lockctl_cmd(svid, args)?.output()?)
+    }
+
+    /// The real `lockctl` with `svid` as its identity, not yet started.
+    pub fn lockctl_cmd(&self, svid: &SvidFiles, args: &[&str]) -> anyhow::Result<Command> {
+        let mut cmd = Command::new(workspace_bin("lockctl")?);
+        cmd.args(args)
+            .env("LOCK_ENDPOINT", self.endpoint())
+            .env("LOCK_SVID", path_str(&svid.cert))
+            .env("LOCK_SVID_KEY", path_str(&svid.key))
+            .env("LOCK_CA", path_str(&svid.ca));
+        Ok(cmd)
+    }
+
+    /// A lock-client for `spiffe_id` (a fresh SVID) through Envoy.
+    pub fn lock_client(&self, spiffe_id: &str) -> anyhow::Result<lock_client::LockClient> {
+        let name = format!("client-{}", spiffe_id.rsplit('/').next().unwrap_or("w"));
+        let svid = self.pki.svid(&name, spiffe_id)?;
+        Ok(lock_client::LockClient::new(lock_client::Config {
+            endpoint: self.endpoint(),
+            svid_cert: svid.cert,
+            svid_key: svid.key,
+            bundle: svid.ca,
+            server_name: "localhost".into(),
+        })?)
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod offline;
 mod remote;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -45,6 +46,23 @@ enum Cmd {
         key: String,
         #[command(flatten)]
         conn: Conn,
+    },
+    /// Run COMMAND while holding KEY (like flock): the token is in $LOCK_TOKEN; the command
+    /// is stopped (SIGTERM, then SIGKILL after --grace) if the hold is fenced; the lock is
+    /// released when it exits. Exit: the command's status; 1 refused; 3 unreachable;
+    /// 4 fenced.
+    Run {
+        key: String,
+        /// How long to wait for the lock (e.g. 10s, 500ms).
+        #[arg(long, default_value = "0s", value_parser = run::parse_duration)]
+        wait: std::time::Duration,
+        /// Between SIGTERM and SIGKILL when the hold is fenced.
+        #[arg(long, default_value = "5s", value_parser = run::parse_duration)]
+        grace: std::time::Duration,
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
     },
     /// Release a lock with the token `acquire` printed.
     Release {
@@ -163,7 +181,25 @@ enum GrantsCmd {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let result = match Cli::parse().cmd {
+    let cmd = Cli::parse().cmd;
+    if let Cmd::Run {
+        key,
+        wait,
+        grace,
+        conn,
+        command,
+    } = &cmd
+    {
+        return match run::run(conn, key, *wait, *grace, command).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("lockctl: {}", e.message);
+                ExitCode::from(e.exit)
+            }
+        };
+    }
+    let result = match cmd {
+        Cmd::Run { .. } => Ok(()),
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
         Cmd::Epoch {

@@ -1,0 +1,129 @@
+//! A hold: the token, the two-stage liveness of its session, and release.
+
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::session::Session;
+use lock_config::FencingToken;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The outermost hold of a key in this client; nested acquires only count.
+pub(crate) struct Reentry {
+    pub count: usize,
+    pub token: FencingToken,
+    pub session: Arc<Session>,
+}
+
+/// A granted lock. Pass [`Hold::token`] to the guarded write; check [`Hold::can_start`]
+/// before each unit of work. Dropping a hold releases it in the background; prefer
+/// [`Hold::release`] to see the outcome.
+pub struct Hold {
+    client: LockClient,
+    key: String,
+    id: u64,
+    token: FencingToken,
+    session: Arc<Session>,
+    done: bool,
+}
+
+impl Hold {
+    pub(crate) fn new(
+        client: LockClient,
+        key: &str,
+        id: u64,
+        token: FencingToken,
+        session: Arc<Session>,
+    ) -> Self {
+        Self {
+            client,
+            key: key.to_owned(),
+            id,
+            token,
+            session,
+            done: false,
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token: compare it in the resource's own conditional write.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// False from the first failed renewal on: finish in-flight work, start nothing new.
+    pub fn can_start(&self) -> bool {
+        self.session.can_start()
+    }
+
+    /// Time left before the local deadline at which the hold is fenced.
+    pub fn remaining_ttl(&self) -> Duration {
+        self.session.remaining()
+    }
+
+    /// The hold was fenced (its `on_fence` ran): it is dead.
+    pub fn is_fenced(&self) -> bool {
+        self.session.is_fenced()
+    }
+
+    /// Releases this acquire. Only the outermost hold of a key calls the service.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.done = true;
+        finish(&self.client, &self.key, self.id, self.token, &self.session).await
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (client, key, id, token, session) = (
+            self.client.clone(),
+            std::mem::take(&mut self.key),
+            self.id,
+            self.token,
+            self.session.clone(),
+        );
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = finish(&client, &key, id, token, &session).await;
+            });
+        }
+    }
+}
+
+async fn finish(
+    client: &LockClient,
+    key: &str,
+    id: u64,
+    token: FencingToken,
+    session: &Arc<Session>,
+) -> Result<(), LockError> {
+    session.detach(id);
+    let last = match client.inner.holds.lock() {
+        Ok(mut holds) => match holds.get_mut(key) {
+            Some(e) if e.count > 1 => {
+                e.count -= 1;
+                false
+            }
+            Some(_) => {
+                holds.remove(key);
+                true
+            }
+            None => false,
+        },
+        Err(_) => true,
+    };
+    if !last {
+        return Ok(());
+    }
+    if session.is_fenced() {
+        // The lease is gone or about to be: nothing to release, and the caller must know
+        // its work may not have been exclusive.
+        return Err(LockError::Fenced);
+    }
+    client.release_rpc(key, token, session.id).await
+}

@@ -1,0 +1,51 @@
+//! Rust client of the fenced lock service (`lock.v1` through Envoy with the workload's SVID).
+//!
+//! - One session (etcd lease) per distinct TTL, opened on first use; one KeepAlive stream per
+//!   session renews every hold attached to it, every TTL/3 (ADR-10).
+//! - Drain then fence (ADR-12): [`Hold::can_start`] turns false at the first failed renewal;
+//!   at the monotonic send time of the last successful renewal + TTL − 1 s the hold's required
+//!   `on_fence` runs and the hold is dead, before the store's lease can expire.
+//! - Re-entrancy (ADR-13): nested acquires of a key this client holds count locally; only the
+//!   outermost acquire and the final release call the service.
+//! - Refusals are [`LockError`] variants; waits, transient errors (with jittered backoff) and
+//!   rate limits (honouring retry-after) are handled inside the caller's deadline.
+//!
+//! ```no_run
+//! use lock_client::{Config, LockClient};
+//! use std::time::Duration;
+//!
+//! # async fn run() -> Result<(), lock_client::LockError> {
+//! let client = LockClient::new(Config {
+//!     endpoint: "https://127.0.0.1:8443".into(),
+//!     svid_cert: "svid.pem".into(),
+//!     svid_key: "svid.key".into(),
+//!     bundle: "bundle.pem".into(),
+//!     server_name: "localhost".into(),
+//! })?;
+//! let hold = client
+//!     .acquire("pay/ledger/42", Duration::from_secs(5), || {
+//!         eprintln!("lock lost: stop writing");
+//!     })
+//!     .await?;
+//! if hold.can_start() {
+//!     // UPDATE ledger SET ..., fence = $token WHERE id = 42 AND fence < $token
+//!     let _fence = hold.token().as_i64();
+//! }
+//! hold.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod connect;
+mod error;
+mod hold;
+pub mod liveness;
+mod proto;
+mod session;
+
+pub use client::LockClient;
+pub use connect::Config;
+pub use error::LockError;
+pub use hold::Hold;
+pub use lock_config::FencingToken;

@@ -1,0 +1,172 @@
+//! A session: one lease per TTL for this process, renewed by one KeepAlive stream however
+//! many holds it carries (ADR-10). Its task sends a keepalive every TTL/3, records the send
+//! time of each success, and fences every hold of the session at the deadline.
+
+use crate::error::LockError;
+use crate::liveness::Liveness;
+use crate::proto::lock_client::LockClient as Rpc;
+use lock_config::proto::v1::KeepAliveRequest;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+pub type FenceFn = Arc<dyn Fn() + Send + Sync>;
+
+/// The request sender and reply stream of one KeepAlive call.
+type KeepAliveStream = (
+    mpsc::Sender<KeepAliveRequest>,
+    tonic::Streaming<lock_config::proto::v1::KeepAliveResponse>,
+);
+
+pub struct Session {
+    pub id: i64,
+    state: Mutex<State>,
+}
+
+struct State {
+    live: Liveness,
+    /// on_fence callbacks of the holds attached to this session, by hold id.
+    fences: HashMap<u64, FenceFn>,
+}
+
+impl Session {
+    pub fn new(id: i64, ttl: Duration, opened_at: Instant) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            state: Mutex::new(State {
+                live: Liveness::new(ttl, opened_at),
+                fences: HashMap::new(),
+            }),
+        })
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> Option<R> {
+        self.state.lock().ok().map(|mut s| f(&mut s))
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.with(|s| s.live.ttl()).unwrap_or_default()
+    }
+
+    pub fn can_start(&self) -> bool {
+        self.with(|s| s.live.can_start(Instant::now()))
+            .unwrap_or(false)
+    }
+
+    pub fn remaining(&self) -> Duration {
+        self.with(|s| s.live.remaining(Instant::now()))
+            .unwrap_or_default()
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        self.with(|s| s.live.is_fenced()).unwrap_or(true)
+    }
+
+    pub fn attach(&self, hold: u64, on_fence: FenceFn) {
+        self.with(|s| s.fences.insert(hold, on_fence));
+    }
+
+    pub fn detach(&self, hold: u64) {
+        self.with(|s| s.fences.remove(&hold));
+    }
+
+    /// Fences every hold once (callbacks run outside the lock).
+    fn fence_all(&self, due: impl FnOnce(&mut Liveness) -> bool) {
+        let callbacks: Vec<FenceFn> = self
+            .with(|s| {
+                if due(&mut s.live) {
+                    s.fences.drain().map(|(_, f)| f).collect()
+                } else {
+                    Vec::new()
+                }
+            })
+            .unwrap_or_default();
+        for f in callbacks {
+            f();
+        }
+    }
+
+    /// Renews the session until it is fenced or `stop` is dropped.
+    pub async fn keep_alive(self: Arc<Self>, rpc: Rpc<Channel>, mut stop: mpsc::Receiver<()>) {
+        let period = self.ttl() / 3;
+        let mut stream: Option<KeepAliveStream> = None;
+        let mut next = Instant::now() + period;
+        loop {
+            let deadline = self
+                .with(|s| s.live.deadline())
+                .unwrap_or_else(Instant::now);
+            let wake = next.min(deadline);
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = stop.recv() => return,
+            }
+            let now = Instant::now();
+            self.fence_all(|l| l.fence_due(now));
+            if self.is_fenced() {
+                return;
+            }
+            if now < next {
+                continue;
+            }
+            let sent = Instant::now();
+            let wait = period.min(deadline.saturating_duration_since(sent));
+            match renew(&rpc, &mut stream, self.id, wait).await {
+                Ok(()) => {
+                    self.with(|s| s.live.renewed(sent));
+                    next = sent + period;
+                }
+                Err(LockError::SessionExpired) => {
+                    self.fence_all(Liveness::expire);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(session = self.id, error = %e, "keepalive failed");
+                    self.with(|s| s.live.failed());
+                    stream = None;
+                    // Retry sooner than a full period while the deadline allows.
+                    next = Instant::now() + period / 3;
+                }
+            }
+        }
+    }
+}
+
+/// One keepalive round trip on the session's stream, opening it if needed.
+async fn renew(
+    rpc: &Rpc<Channel>,
+    stream: &mut Option<(
+        mpsc::Sender<KeepAliveRequest>,
+        tonic::Streaming<lock_config::proto::v1::KeepAliveResponse>,
+    )>,
+    session_id: i64,
+    wait: Duration,
+) -> Result<(), LockError> {
+    let round = async {
+        if stream.is_none() {
+            let (tx, rx) = mpsc::channel(1);
+            let mut rpc = rpc.clone();
+            let replies = rpc
+                .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            *stream = Some((tx, replies));
+        }
+        let Some((tx, replies)) = stream.as_mut() else {
+            return Err(LockError::Unavailable("no keepalive stream".into()));
+        };
+        tx.send(KeepAliveRequest { session_id })
+            .await
+            .map_err(|_| LockError::Unavailable("keepalive stream closed".into()))?;
+        match replies.message().await? {
+            Some(r) if r.ttl_seconds > 0 => Ok(()),
+            Some(_) => Err(LockError::SessionExpired),
+            None => Err(LockError::Unavailable("keepalive stream ended".into())),
+        }
+    };
+    match tokio::time::timeout(wait, round).await {
+        Ok(r) => r,
+        Err(_) => Err(LockError::Unavailable("keepalive timed out".into())),
+    }
+}

@@ -1,0 +1,305 @@
+//! Issue 5 through the real stack: batched renewal, drain then fence, re-entrancy, typed
+//! errors, and `lockctl run`.
+
+use lock_client::LockError;
+use lock_integration::process::eventually;
+use lock_integration::registry::{FAST_PREFIX, FAST_TTL, waiter_id, write_test_registry};
+use lock_integration::{Stack, StackOptions};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+async fn stack() -> (Stack, tempfile::TempDir) {
+    let reg = tempfile::tempdir().unwrap();
+    let registry = write_test_registry(reg.path()).unwrap();
+    (
+        Stack::start(StackOptions {
+            registry,
+            ..Default::default()
+        })
+        .await
+        .unwrap(),
+        reg,
+    )
+}
+
+fn no_fence() -> impl Fn() + Send + Sync + 'static {
+    || {}
+}
+
+#[tokio::test]
+async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
+    let (stack, _reg) = stack().await;
+    let client = stack.lock_client(&waiter_id(0)).unwrap();
+    let mut holds = vec![
+        client
+            .acquire(&format!("{FAST_PREFIX}/h0"), Duration::ZERO, no_fence())
+            .await
+            .unwrap(),
+    ];
+    for chunk in (1..500).collect::<Vec<_>>().chunks(25) {
+        let tasks: Vec<_> = chunk
+            .iter()
+            .map(|i| {
+                let c = client.clone();
+                let key = format!("{FAST_PREFIX}/h{i}");
+                tokio::spawn(async move { c.acquire(&key, Duration::ZERO, || {}).await })
+            })
+            .collect();
+        for t in tasks {
+            holds.push(t.await.unwrap().unwrap());
+        }
+    }
+    // All 500 holds are attached to one session (one lease).
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let held = etcd
+        .get(
+            format!("/l/{FAST_PREFIX}/h"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held.kvs().len(), 500);
+    let leases: HashSet<i64> = held.kvs().iter().map(|kv| kv.lease()).collect();
+    assert_eq!(leases.len(), 1, "one session carries every hold");
+
+    // Renewals reaching etcd over a window: one per TTL/3, not one per hold.
+    let window = Duration::from_secs(2 * u64::from(FAST_TTL));
+    let before = stack.etcd.stream_messages("LeaseKeepAlive").unwrap();
+    tokio::time::sleep(window).await;
+    let renewals = stack.etcd.stream_messages("LeaseKeepAlive").unwrap() - before;
+    let period = f64::from(FAST_TTL) / 3.0;
+    let expected = window.as_secs_f64() / period;
+    eprintln!(
+        "{renewals} keepalives reached etcd in {window:?} for 500 holds (one per {period:.2} s expected: {expected:.1})"
+    );
+    assert!(
+        renewals >= 1 && (renewals as f64) <= expected + 2.0,
+        "{renewals} renewals"
+    );
+    assert!(holds.iter().all(|h| h.can_start() && !h.is_fenced()));
+    for h in holds {
+        h.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn drain_at_first_failure_and_fence_before_the_lease_expires() {
+    let (mut stack, _reg) = stack().await;
+    let client = stack.lock_client(&waiter_id(1)).unwrap();
+    let fenced_at = Arc::new(Mutex::new(None::<Instant>));
+    let f = fenced_at.clone();
+    let key = format!("{FAST_PREFIX}/fence");
+    let hold = client
+        .acquire(&key, Duration::ZERO, move || {
+            *f.lock().unwrap() = Some(Instant::now());
+        })
+        .await
+        .unwrap();
+    assert!(hold.can_start());
+
+    // Record when etcd deletes the holder key (the server-side lease expiry).
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let mut watch = etcd.watch(format!("/l/{key}"), None).await.unwrap();
+    let deleted_at = tokio::spawn(async move {
+        loop {
+            let r = watch.message().await.unwrap().unwrap();
+            if r.events()
+                .iter()
+                .any(|e| e.event_type() == etcd_client::EventType::Delete)
+            {
+                return Instant::now();
+            }
+        }
+    });
+
+    // The holder's keepalives are blocked: the edge goes away.
+    stack.envoy.proc.kill();
+    let drained_at = eventually(Duration::from_secs(u64::from(FAST_TTL)), || async {
+        anyhow::ensure!(!hold.can_start(), "still can_start");
+        Ok(Instant::now())
+    })
+    .await
+    .unwrap();
+    let deleted_at = tokio::time::timeout(Duration::from_secs(20), deleted_at)
+        .await
+        .unwrap()
+        .unwrap();
+    let fenced_at = fenced_at.lock().unwrap().expect("on_fence ran");
+    eprintln!(
+        "drained {:?} before the fence; fenced {:?} before etcd deleted the hold",
+        fenced_at - drained_at,
+        deleted_at - fenced_at
+    );
+    assert!(
+        drained_at <= fenced_at,
+        "can_start turned false before the fence"
+    );
+    assert!(
+        fenced_at < deleted_at,
+        "on_fence before the server-side lease expired"
+    );
+    assert!(hold.is_fenced() && hold.remaining_ttl() == Duration::ZERO);
+    assert_eq!(hold.release().await, Err(LockError::Fenced));
+}
+
+#[tokio::test]
+async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
+    let (stack, _reg) = stack().await;
+    let client = stack.lock_client(&waiter_id(2)).unwrap();
+    // Warm up: the session exists before counting.
+    let warm = client
+        .acquire(&format!("{FAST_PREFIX}/warm"), Duration::ZERO, no_fence())
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+
+    let key = format!("{FAST_PREFIX}/re");
+    let txns = stack.etcd.rpc_count("Txn").unwrap();
+    let outer = client
+        .acquire(&key, Duration::ZERO, no_fence())
+        .await
+        .unwrap();
+    let inner = client
+        .acquire(&key, Duration::ZERO, no_fence())
+        .await
+        .unwrap();
+    assert_eq!(inner.token(), outer.token());
+    inner.release().await.unwrap();
+    let mut etcd = stack.etcd_client().await.unwrap();
+    assert_eq!(
+        etcd.get(format!("/l/{key}"), None)
+            .await
+            .unwrap()
+            .kvs()
+            .len(),
+        1,
+        "still held"
+    );
+
+    // Another process (session) of the same identity: a typed leak error.
+    let other = stack.lock_client(&waiter_id(2)).unwrap();
+    let err = other
+        .acquire(&key, Duration::ZERO, no_fence())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err, LockError::LeakedHold);
+
+    let outer_token = outer.token();
+    outer.release().await.unwrap();
+    assert_eq!(
+        etcd.get(format!("/l/{key}"), None)
+            .await
+            .unwrap()
+            .kvs()
+            .len(),
+        0
+    );
+    // The other client opened a session (one Txn to bind it); the nested pair cost
+    // exactly one grant and one release.
+    let spent = stack.etcd.rpc_count("Txn").unwrap() - txns;
+    assert_eq!(
+        spent,
+        2 + 1 + 1,
+        "grant + release, plus the other client's session bind and refused grant"
+    );
+
+    // Another identity waits and gets it afterwards; region redirects are typed too.
+    let third = stack.lock_client(&waiter_id(3)).unwrap();
+    let h = third
+        .acquire(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    assert!(h.token() > outer_token, "the next grant's token is larger");
+    let ops = stack.lock_client(lock_integration::pki::OPERATOR).unwrap();
+    let err = ops
+        .acquire("archive/x", Duration::ZERO, no_fence())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        err,
+        LockError::RegionRedirect {
+            region: "eu-far".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn lockctl_run_serialises_commands_and_kills_a_fenced_one() {
+    let (mut stack, _reg) = stack().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("intervals");
+    let key = format!("{FAST_PREFIX}/run");
+    let script = format!(
+        "echo start $(date +%s%N) >> {log}; sleep 1; echo end $(date +%s%N) >> {log}; test -n \"$LOCK_TOKEN\"",
+        log = log.display()
+    );
+    let mut children = Vec::new();
+    for i in 4..6 {
+        let svid = stack.pki.svid(&format!("run{i}"), &waiter_id(i)).unwrap();
+        let mut cmd = stack
+            .lockctl_cmd(
+                &svid,
+                &["run", &key, "--wait", "30s", "--", "sh", "-c", &script],
+            )
+            .unwrap();
+        children.push(cmd.spawn().unwrap());
+    }
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let stamps: Vec<(String, u128)> = text
+        .lines()
+        .map(|l| {
+            let (what, t) = l.split_once(' ').unwrap();
+            (what.to_owned(), t.parse().unwrap())
+        })
+        .collect();
+    let kinds: Vec<&str> = stamps.iter().map(|(w, _)| w.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["start", "end", "start", "end"],
+        "never at the same time: {text}"
+    );
+    assert!(stamps.windows(2).all(|w| w[0].1 <= w[1].1));
+
+    // A command whose hold is fenced is stopped and lockctl says so (exit 4).
+    let pidfile = dir.path().join("pid");
+    let svid = stack.pki.svid("run6", &waiter_id(6)).unwrap();
+    let started = Instant::now();
+    let mut child = stack
+        .lockctl_cmd(
+            &svid,
+            &[
+                "run",
+                &format!("{FAST_PREFIX}/fenced"),
+                "--grace",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo $$ > {}; exec sleep 60", pidfile.display()),
+            ],
+        )
+        .unwrap()
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(10), || async {
+        anyhow::ensure!(pidfile.exists(), "not started");
+        Ok(())
+    })
+    .await
+    .unwrap();
+    stack.envoy.proc.kill();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(4), "fenced exit code");
+    assert!(started.elapsed() < Duration::from_secs(3 * u64::from(FAST_TTL)));
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists(),
+        "command was killed"
+    );
+}
