@@ -53,7 +53,7 @@ e2e: build ## End-to-end tests against real etcd, arbiters and Envoy
 	$(CARGO) test -p lock-integration --tests
 
 test: deps lint build ## Everything: lint, unit, property and end-to-end tests
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 
 clean: stop ## Remove build output and the run folder (keeps .deps)
 	$(CARGO) clean

@@ -39,10 +39,28 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
     tx.send(KeepAliveRequest { session_id: s }).await.unwrap();
     assert!(renewals.message().await.unwrap().unwrap().ttl_seconds > 0);
 
-    // Stop two of three members.
+    // Stop two of three members, and wait until the survivor has no leader: a leader that
+    // has not yet noticed the loss (up to an election timeout) still appends proposals,
+    // which commit once the members return. A grant sent in that window has an unknown
+    // outcome: it is attached to the caller's session, so retrying on that session returns
+    // it, and otherwise it lapses with the session (README, "Lock semantics").
     for m in &mut stack.etcd_peers {
         m.kill();
     }
+    let survivor = stack.etcd.client_url.clone();
+    eventually(Duration::from_secs(20), || {
+        let url = survivor.clone();
+        async move {
+            let opts = etcd_client::ConnectOptions::new().with_timeout(Duration::from_millis(500));
+            let mut c = etcd_client::Client::connect([url], Some(opts)).await?;
+            match c.status().await {
+                Ok(s) if s.leader() != 0 => anyhow::bail!("still has leader {:x}", s.leader()),
+                _ => Ok(()),
+            }
+        }
+    })
+    .await
+    .unwrap();
 
     // Bound for "promptly": a grant is one Txn plus one read-back, each capped by the store
     // timeout; the slack covers process scheduling on a loaded 2-core machine. This guards
