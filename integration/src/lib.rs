@@ -5,8 +5,10 @@
 pub mod arbiter;
 pub mod envoy;
 pub mod etcd;
+pub mod fence;
 pub mod paths;
 pub mod pki;
+pub mod postgres;
 pub mod process;
 pub mod raw;
 pub mod registry;

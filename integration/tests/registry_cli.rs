@@ -102,3 +102,76 @@ fn each_invalid_class_is_rejected_by_name() {
         assert!(out.contains("classes.yaml"), "{name}: {out}");
     }
 }
+
+#[tokio::test]
+async fn register_lists_advisory_classes_flags_expired_waivers_and_counts_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dev_registry()).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("old.yaml"),
+        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-old}\nspec:\n  namespace: pay\n  prefixes: [pay/old]\n  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: legacy@example.com\n  waiverExpires: \"2020-01-31\"\n",
+    )
+    .unwrap();
+    let out = lockctl(&["register", dir.path().to_str().unwrap()], &[]).unwrap();
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{table}");
+    let line = |class: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(class))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(line("pay-old").contains("EXPIRED") && line("pay-old").contains("legacy@example.com"));
+    assert!(line("pay-ledger").contains(" ok ") && line("pay-ledger").contains("2027-06-30"));
+    assert!(
+        !table.contains("orders-default"),
+        "efficiency classes are not on the register"
+    );
+
+    // JSON, with current holds counted from a live store.
+    let stack = lock_integration::Stack::start(lock_integration::StackOptions::default())
+        .await
+        .unwrap();
+    let ops = stack
+        .pki
+        .svid("ops", lock_integration::pki::OPERATOR)
+        .unwrap();
+    assert!(
+        stack
+            .lockctl_as(&ops, &["acquire", "pay/ledger/reg"])
+            .unwrap()
+            .status
+            .success()
+    );
+    let out = lockctl(
+        &[
+            "register",
+            dir.path().to_str().unwrap(),
+            "--json",
+            "--etcd",
+            &stack.etcd.client_url,
+        ],
+        &[],
+    )
+    .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ledger = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["class"] == "pay-ledger")
+        .unwrap();
+    assert_eq!(ledger["holds"], 1);
+    assert_eq!(ledger["expired"], false);
+    let old = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["class"] == "pay-old")
+        .unwrap();
+    assert_eq!(old["expired"], true);
+}

@@ -81,6 +81,17 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RegistryCmd,
     },
+    /// The standing risk register (ADR-01): every advisory correctness class with its risk
+    /// owner and waiver expiry (expired ones flagged) and, given etcd, its current holds.
+    Register {
+        dir: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Count the current holds of each class in this store.
+        #[arg(long, value_delimiter = ',')]
+        etcd: Vec<String>,
+    },
     /// Restore an etcd member from a snapshot with `etcdutl snapshot restore`, always with a
     /// fresh --initial-cluster-token so the restored cluster gets a new cluster ID and the
     /// arbiters seal until `lockctl epoch advance` (DESIGN 8: identical flags keep the ID).
@@ -200,6 +211,7 @@ async fn main() -> ExitCode {
     }
     let result = match cmd {
         Cmd::Run { .. } => Ok(()),
+        Cmd::Register { dir, json, etcd } => offline::register(&dir, json, &etcd).await,
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
         Cmd::Epoch {

@@ -188,3 +188,86 @@ pub fn grants_push(
     );
     Ok(())
 }
+
+/// The risk register: advisory correctness classes, their owners and waivers, and (with
+/// etcd) how many holds each has now. Cumulative grant counts need arbiter metrics, which
+/// do not exist yet.
+pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Failure> {
+    use lock_config::registry::Purpose;
+    let registry = registry_files::load(dir).map_err(|e| Failure::input(e.to_string()))?;
+    let today = registry_files::today();
+    let holds = if etcd.is_empty() {
+        None
+    } else {
+        Some(holds_by_class(&connect(etcd).await?).await?)
+    };
+    let rows: Vec<serde_json::Value> = registry
+        .classes()
+        .filter(|c| {
+            c.spec.purpose == Purpose::Correctness && c.spec.enforcement == Enforcement::Advisory
+        })
+        .map(|c| {
+            let expires = c.spec.waiver_expires.clone().unwrap_or_default();
+            let expired = lock_config::registry::Date::parse(&expires).is_none_or(|d| d < today);
+            serde_json::json!({
+                "class": c.name,
+                "namespace": c.spec.namespace,
+                "riskOwner": c.spec.risk_owner.clone().unwrap_or_default(),
+                "waiverExpires": expires,
+                "expired": expired,
+                "holds": holds.as_ref().map(|h| h.get(c.name).copied().unwrap_or(0)),
+            })
+        })
+        .collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6}",
+        "CLASS", "NAMESPACE", "RISK OWNER", "WAIVER", "STATUS", "HOLDS"
+    );
+    for r in &rows {
+        println!(
+            "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6}",
+            r["class"].as_str().unwrap_or_default(),
+            r["namespace"].as_str().unwrap_or_default(),
+            r["riskOwner"].as_str().unwrap_or_default(),
+            r["waiverExpires"].as_str().unwrap_or_default(),
+            if r["expired"].as_bool().unwrap_or(true) {
+                "EXPIRED"
+            } else {
+                "ok"
+            },
+            r["holds"]
+                .as_u64()
+                .map_or("-".to_owned(), |n| n.to_string()),
+        );
+    }
+    println!(
+        "{} advisory correctness class(es) on the register",
+        rows.len()
+    );
+    Ok(())
+}
+
+async fn holds_by_class(store: &Store) -> Result<std::collections::HashMap<String, u64>, Failure> {
+    let mut kv = store.kv();
+    let resp = store
+        .bounded(kv.get(
+            lock_arbiter::layout::HOLDER_PREFIX,
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        ))
+        .await
+        .map_err(|e| Failure::unreachable(e.to_string()))?;
+    let mut by_class = std::collections::HashMap::new();
+    for kv in resp.kvs() {
+        if let Some(h) = lock_arbiter::layout::decode::<lock_arbiter::layout::Holder>(kv.value()) {
+            *by_class.entry(h.class).or_insert(0) += 1;
+        }
+    }
+    Ok(by_class)
+}

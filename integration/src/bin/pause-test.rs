@@ -1,0 +1,340 @@
+//! `pause-test`: the pause-test kit (ADR-17). Proves a resource's fence by observation:
+//!
+//! 1. holder A acquires the key and writes (a warm-up record: A may write);
+//! 2. A checks the fence for its next write and is frozen with SIGSTOP right there, past
+//!    its TTL (the moment a check-then-write fence breaks);
+//! 3. holder B acquires (a larger token, after A's lease expired) and writes;
+//! 4. A is resumed (SIGCONT) and completes its write with the old token: it must be refused;
+//! 5. B's write is delivered again (a replay with a used token): it must be refused too;
+//! 6. the record must hold B's value.
+//!
+//! Over N cycles it counts stale writes accepted, replays accepted and lost values; it
+//! passes only if all are zero, and then (with --registry) writes a PauseTestResult document
+//! that lets the class be declared `enforcement: fenced`.
+//!
+//!   pause-test run --db URL --fence reference --key-prefix pay/fast/pt --class pay-ledger \
+//!       --resource pg/ledger --schema-version 3 --cycles 10 [--registry DIR]
+//!
+//! Identities: A uses LOCK_SVID / LOCK_SVID_KEY, B uses LOCK_SVID_B / LOCK_SVID_KEY_B; both
+//! LOCK_ENDPOINT and LOCK_CA. The keys locked may belong to any class (a short TTL makes a
+//! run fast); the property tested is the resource's fence.
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use lock_integration::fence::{self, Fence};
+use lock_integration::postgres::connect;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the kit.
+    Run(RunArgs),
+    /// A holder process driven by the kit over stdin/stdout (internal).
+    Holder {
+        #[arg(long)]
+        db: String,
+        #[arg(long)]
+        fence: Fence,
+        #[arg(long)]
+        key: String,
+        #[arg(long, default_value_t = 60)]
+        wait_secs: u64,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    #[arg(long)]
+    db: String,
+    #[arg(long, default_value = "reference")]
+    fence: Fence,
+    #[arg(long)]
+    key_prefix: String,
+    #[arg(long, default_value_t = 1)]
+    cycles: usize,
+    /// Cycles run at once (each on its own key and records).
+    #[arg(long, default_value_t = 10)]
+    parallel: usize,
+    /// The class the result is evidence for.
+    #[arg(long)]
+    class: String,
+    #[arg(long)]
+    resource: String,
+    #[arg(long, default_value = "1")]
+    schema_version: String,
+    /// Write the PauseTestResult document here when the run passes.
+    #[arg(long)]
+    registry: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Holder {
+            db,
+            fence,
+            key,
+            wait_secs,
+        } => holder(&db, fence, &key, wait_secs).await,
+        Cmd::Run(args) => {
+            let passed = run(&args).await?;
+            std::process::exit(if passed { 0 } else { 1 });
+        }
+    }
+}
+
+/// One holder: acquire, then serve `write ROW VALUE` commands; between the fence check and
+/// the write it prints `checked` and waits for `go`.
+async fn holder(db: &str, fence: Fence, key: &str, wait_secs: u64) -> anyhow::Result<()> {
+    let env = |k: &str| std::env::var(k).with_context(|| format!("{k} is not set"));
+    let client = lock_client::LockClient::new(lock_client::Config {
+        endpoint: env("LOCK_ENDPOINT")?,
+        svid_cert: env("LOCK_SVID")?.into(),
+        svid_key: env("LOCK_SVID_KEY")?.into(),
+        bundle: env("LOCK_CA")?.into(),
+        server_name: std::env::var("LOCK_SERVER_NAME").unwrap_or_else(|_| "localhost".into()),
+    })?;
+    let db = connect(db).await?;
+    // The kit, not the library, decides when this holder writes: a paused holder that
+    // already passed its checks is exactly what fencing must stop.
+    let hold = client
+        .acquire(key, Duration::from_secs(wait_secs), || {})
+        .await?;
+    let token = hold.token().as_i64();
+    println!("token {token}");
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        let mut parts = line.splitn(3, ' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("write"), Some(row), Some(value)) => {
+                let row: i64 = row.parse()?;
+                let next = &mut lines;
+                let checked = async move {
+                    println!("checked");
+                    let _ = next.next_line().await;
+                };
+                let accepted = fence::write(&db, fence, row, value, token, checked).await?;
+                println!("{}", if accepted { "accepted" } else { "rejected" });
+            }
+            (Some("exit"), _, _) => break,
+            _ => bail!("holder: unknown command {line:?}"),
+        }
+    }
+    std::mem::forget(hold); // the kit tears the process down; no release needed
+    Ok(())
+}
+
+struct Holder {
+    child: Child,
+    stdin: ChildStdin,
+    out: Lines<BufReader<ChildStdout>>,
+}
+
+impl Holder {
+    async fn spawn(args: &RunArgs, key: &str, b: bool) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("holder")
+            .args(["--db", &args.db])
+            .args(["--fence", fence_name(args.fence)])
+            .args(["--key", key])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if b {
+            cmd.env(
+                "LOCK_SVID",
+                std::env::var("LOCK_SVID_B").context("LOCK_SVID_B is not set")?,
+            );
+            cmd.env(
+                "LOCK_SVID_KEY",
+                std::env::var("LOCK_SVID_KEY_B").context("LOCK_SVID_KEY_B is not set")?,
+            );
+        }
+        let mut child = cmd.spawn()?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let out = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        Ok(Self { child, stdin, out })
+    }
+
+    async fn say(&mut self, line: &str) -> anyhow::Result<()> {
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        Ok(self.stdin.flush().await?)
+    }
+
+    async fn hear(&mut self) -> anyhow::Result<String> {
+        let line = tokio::time::timeout(Duration::from_secs(90), self.out.next_line())
+            .await
+            .context("holder did not answer in 90 s")??;
+        line.context("holder exited")
+    }
+
+    async fn token(&mut self) -> anyhow::Result<i64> {
+        let line = self.hear().await?;
+        Ok(line
+            .strip_prefix("token ")
+            .context("expected a token")?
+            .parse()?)
+    }
+
+    /// A whole write; returns whether the resource accepted it.
+    async fn write(&mut self, row: i64, value: &str) -> anyhow::Result<bool> {
+        self.say(&format!("write {row} {value}")).await?;
+        match self.hear().await?.as_str() {
+            "checked" => {}
+            "rejected" => return Ok(false),
+            other => bail!("unexpected {other:?}"),
+        }
+        self.say("go").await?;
+        Ok(self.hear().await? == "accepted")
+    }
+
+    fn signal(&self, sig: &str) -> anyhow::Result<()> {
+        let pid = self.child.id().context("holder gone")?;
+        let ok = std::process::Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()?;
+        if !ok.success() {
+            bail!("kill -{sig} {pid} failed");
+        }
+        Ok(())
+    }
+}
+
+fn fence_name(f: Fence) -> &'static str {
+    match f {
+        Fence::Reference => "reference",
+        Fence::SplitCheckThenWrite => "split",
+        Fence::LessOrEqual => "le",
+    }
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    cycles: usize,
+    stale_accepted: usize,
+    replay_accepted: usize,
+    lost_values: usize,
+}
+
+async fn cycle(args: &RunArgs, i: usize) -> anyhow::Result<Tally> {
+    let db = connect(&args.db).await?;
+    let base = i64::try_from(i)? * 2 + 1;
+    let (warm, row) = (base, base + 1);
+    fence::prepare(&db, warm).await?;
+    fence::prepare(&db, row).await?;
+    let key = format!("{}/{i}", args.key_prefix);
+
+    let mut a = Holder::spawn(args, &key, false).await?;
+    let ta = a.token().await?;
+    if !a.write(warm, &format!("A1-{i}")).await? {
+        bail!("cycle {i}: the fence refused the current holder's first write");
+    }
+    // A checks the fence for its next write, and is frozen right there.
+    a.say(&format!("write {row} A2-{i}")).await?;
+    let checked = a.hear().await?;
+    a.signal("STOP")?;
+
+    // B waits in the key's queue until A's lease has expired, then writes.
+    let mut b = Holder::spawn(args, &key, true).await?;
+    let tb = b.token().await?;
+    if tb <= ta {
+        bail!("cycle {i}: B's token is not larger than A's");
+    }
+    if !b.write(row, &format!("B1-{i}")).await? {
+        bail!("cycle {i}: the fence refused the current holder's write");
+    }
+
+    // A wakes up and completes its write with the old token.
+    a.signal("CONT")?;
+    let stale_accepted = if checked == "checked" {
+        a.say("go").await?;
+        a.hear().await? == "accepted"
+    } else {
+        checked == "accepted"
+    };
+    // The same write of B delivered twice.
+    let replay_accepted = b.write(row, &format!("B1-{i}")).await?;
+    let (value, fence_now) = fence::read(&db, row).await?;
+    let lost = value != format!("B1-{i}") || fence_now != tb;
+    let _ = (a.child.kill().await, b.child.kill().await);
+    Ok(Tally {
+        cycles: 1,
+        stale_accepted: usize::from(stale_accepted),
+        replay_accepted: usize::from(replay_accepted),
+        lost_values: usize::from(lost),
+    })
+}
+
+async fn run(args: &RunArgs) -> anyhow::Result<bool> {
+    fence::create_schema(&connect(&args.db).await?).await?;
+    let shared = std::sync::Arc::new(args.clone());
+    let mut total = Tally::default();
+    let indices: Vec<usize> = (0..args.cycles).collect();
+    for batch in indices.chunks(args.parallel.max(1)) {
+        let mut set = tokio::task::JoinSet::new();
+        for &i in batch {
+            let a = shared.clone();
+            set.spawn(async move { cycle(&a, i).await });
+        }
+        while let Some(t) = set.join_next().await {
+            let t = t??;
+            total.cycles += t.cycles;
+            total.stale_accepted += t.stale_accepted;
+            total.replay_accepted += t.replay_accepted;
+            total.lost_values += t.lost_values;
+        }
+    }
+    let passed = total.stale_accepted == 0 && total.replay_accepted == 0 && total.lost_values == 0;
+    println!(
+        "pause-test {} fence on {}: {} cycles, stale writes accepted {}, replays accepted {}, values lost {} -> {}",
+        fence_name(args.fence),
+        args.resource,
+        total.cycles,
+        total.stale_accepted,
+        total.replay_accepted,
+        total.lost_values,
+        if passed { "PASS" } else { "FAIL" }
+    );
+    if passed && let Some(dir) = &args.registry {
+        let path = write_result(dir, args)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(passed)
+}
+
+fn write_result(dir: &std::path::Path, args: &RunArgs) -> anyhow::Result<PathBuf> {
+    let today = lock_arbiter::registry_files::today();
+    let name: String = format!("{}-{}", args.class, args.resource)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let doc = format!(
+        "# Written by pause-test: {} fence passed {} cycles.\napiVersion: lock.dev/v1alpha1\nkind: PauseTestResult\nmetadata: {{name: {name}}}\nspec:\n  class: {}\n  resource: {}\n  schemaVersion: \"{}\"\n  passedAt: \"{today}\"\n  expires: \"{}\"\n",
+        fence_name(args.fence),
+        args.cycles,
+        args.class,
+        args.resource,
+        args.schema_version,
+        today.plus_one_year()
+    );
+    let path = dir.join(format!("pause-test-{name}.yaml"));
+    std::fs::write(&path, doc)?;
+    Ok(path)
+}

@@ -1,0 +1,144 @@
+//! Issue 6: the pause-test kit against the PostgreSQL reference fence on a real server, and
+//! against two deliberately broken fences, which it must fail; the registry accepts
+//! `enforcement: fenced` only with the kit's result.
+
+use lock_integration::paths::{dev_registry, workspace_bin};
+use lock_integration::postgres::Postgres;
+use lock_integration::registry::{FAST_PREFIX, waiter_id, write_test_registry};
+use lock_integration::stack::lockctl;
+use lock_integration::{Stack, StackOptions};
+use std::process::Command;
+
+struct Kit {
+    stack: Stack,
+    pg: Postgres,
+    _reg: tempfile::TempDir,
+}
+
+async fn kit() -> Kit {
+    let reg = tempfile::tempdir().unwrap();
+    let registry = write_test_registry(reg.path()).unwrap();
+    let stack = Stack::start(StackOptions {
+        registry,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let pg = Postgres::start(&stack.dir).unwrap();
+    Kit {
+        stack,
+        pg,
+        _reg: reg,
+    }
+}
+
+/// Runs the kit; returns (exit code, stdout).
+fn run(
+    kit: &Kit,
+    fence: &str,
+    prefix: &str,
+    cycles: usize,
+    registry: Option<&std::path::Path>,
+) -> (Option<i32>, String) {
+    let a = kit.stack.pki.svid("pt-a", &waiter_id(1)).unwrap();
+    let b = kit.stack.pki.svid("pt-b", &waiter_id(2)).unwrap();
+    let mut cmd = Command::new(workspace_bin("pause-test").unwrap());
+    cmd.args(["run", "--db", &kit.pg.url(), "--fence", fence])
+        .args(["--key-prefix", &format!("{FAST_PREFIX}/{prefix}")])
+        .args(["--cycles", &cycles.to_string(), "--parallel", "20"])
+        .args([
+            "--class",
+            "pay-pg",
+            "--resource",
+            "pg/fenced_resource",
+            "--schema-version",
+            "1",
+        ])
+        .env("LOCK_ENDPOINT", kit.stack.endpoint())
+        .env("LOCK_SVID", &a.cert)
+        .env("LOCK_SVID_KEY", &a.key)
+        .env("LOCK_CA", &a.ca)
+        .env("LOCK_SVID_B", &b.cert)
+        .env("LOCK_SVID_KEY_B", &b.key);
+    if let Some(r) = registry {
+        cmd.arg("--registry").arg(r);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    (out.status.code(), text)
+}
+
+fn count(text: &str, what: &str) -> usize {
+    let at = text
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {text}"));
+    text[at + what.len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|s| !s.is_empty())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
+    let kit = kit().await;
+    let results = tempfile::tempdir().unwrap();
+
+    let (code, text) = run(&kit, "reference", "ref", 100, Some(results.path()));
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 0);
+    assert_eq!(count(&text, "replays accepted "), 0);
+    assert!(
+        text.contains("100 cycles") && text.contains("PASS"),
+        "{text}"
+    );
+
+    // Check and write in separate statements: the stale holder writes after B.
+    let (code, text) = run(&kit, "split", "split", 2, None);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 2, "{text}");
+
+    // `<=` accepts a replayed delivery with a used token.
+    let (code, text) = run(&kit, "le", "le", 2, None);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(count(&text, "replays accepted "), 2, "{text}");
+
+    // The registry: `fenced` without a result is refused naming the class; with the kit's
+    // result (written only by the passing run) it is accepted.
+    let reg = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dev_registry()).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, reg.path().join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        reg.path().join("pg.yaml"),
+        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-pg}\nspec:\n  namespace: pay\n  prefixes: [pay/pg]\n  purpose: correctness\n  enforcement: fenced\n  ttlSeconds: 10\n",
+    )
+    .unwrap();
+    let check = || lockctl(&["registry", "check", reg.path().to_str().unwrap()], &[]).unwrap();
+    let out = check();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("class pay-pg is fenced but has no unexpired PauseTestResult")
+    );
+    let written: Vec<_> = std::fs::read_dir(results.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(written.len(), 1, "one result document");
+    std::fs::copy(&written[0], reg.path().join("result.yaml")).unwrap();
+    let out = check();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
