@@ -7,7 +7,7 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e clean
+.PHONY: help deps build wasm run stop test lint unit e2e bench clean
 
 help: ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -54,6 +54,11 @@ e2e: build ## End-to-end tests against real etcd, arbiters and Envoy
 
 test: deps lint build ## Everything: lint, unit, property and end-to-end tests
 	$(CARGO) test --workspace --no-fail-fast
+
+bench: deps ## Side-by-side benchmark (release build): writes bench-results/latest.md
+	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
+	$(CARGO) build --release --workspace
+	target/release/bench --out bench-results
 
 clean: stop ## Remove build output and the run folder (keeps .deps)
 	$(CARGO) clean

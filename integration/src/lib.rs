@@ -11,6 +11,7 @@ pub mod pki;
 pub mod postgres;
 pub mod process;
 pub mod raw;
+pub mod redis;
 pub mod registry;
 pub mod stack;
 
