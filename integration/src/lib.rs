@@ -52,3 +52,23 @@ pub fn admin_get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
     }
     Ok(out)
 }
+
+/// A request as the edge forwards it to an arbiter: `x-lock-key` and `x-lock-identity` set
+/// (either may be left out to show what the arbiter does without it).
+pub fn as_from_edge<T>(msg: T, key: Option<&str>, identity: Option<&str>) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    for (name, value) in [("x-lock-key", key), ("x-lock-identity", identity)] {
+        if let Some(v) = value.and_then(|v| v.parse().ok()) {
+            r.metadata_mut().insert(name, v);
+        }
+    }
+    r
+}
+
+/// The arbiter that answered (its `x-lock-arbiter` reply header).
+pub fn answered_by<T>(resp: &tonic::Response<T>) -> Option<String> {
+    resp.metadata()
+        .get("x-lock-arbiter")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}

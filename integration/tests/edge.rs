@@ -250,13 +250,7 @@ async fn affinity_over_three_arbiters_metrics_and_cross_prefix_matrix() {
                 .inspect(InspectRequest { key: key.clone() })
                 .await
                 .unwrap();
-            let a = resp
-                .metadata()
-                .get("x-lock-arbiter")
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_owned();
+            let a = lock_integration::answered_by(&resp).unwrap();
             assert_eq!(
                 owner.entry(key.clone()).or_insert_with(|| a.clone()),
                 &a,

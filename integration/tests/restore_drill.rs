@@ -16,7 +16,7 @@ use lock_config::proto::v1::*;
 use lock_integration::paths::dep;
 use lock_integration::pki::OPERATOR;
 use lock_integration::stack::lockctl;
-use lock_integration::{Stack, StackOptions};
+use lock_integration::{Stack, StackOptions, as_from_edge};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -254,26 +254,26 @@ async fn naive_restore_keeps_the_cluster_id_and_only_the_revision_guard_sees_it(
         .await
         .unwrap();
     let key = "pay/ledger/naive";
-    let mut req = tonic::Request::new(OpenSessionRequest { key: key.into() });
-    req.metadata_mut()
-        .insert("x-lock-identity", OPERATOR.parse().unwrap());
-    req.metadata_mut()
-        .insert("x-lock-key", key.parse().unwrap());
+    let req = as_from_edge(
+        OpenSessionRequest { key: key.into() },
+        Some(key),
+        Some(OPERATOR),
+    );
     let s = direct
         .open_session(req)
         .await
         .unwrap()
         .into_inner()
         .session_id;
-    let mut req = tonic::Request::new(AcquireRequest {
-        key: key.into(),
-        session_id: s,
-        wait_millis: 0,
-    });
-    req.metadata_mut()
-        .insert("x-lock-identity", OPERATOR.parse().unwrap());
-    req.metadata_mut()
-        .insert("x-lock-key", key.parse().unwrap());
+    let req = as_from_edge(
+        AcquireRequest {
+            key: key.into(),
+            session_id: s,
+            wait_millis: 0,
+        },
+        Some(key),
+        Some(OPERATOR),
+    );
     let t = direct.acquire(req).await.unwrap().into_inner().token;
     assert!(
         t <= max_before,

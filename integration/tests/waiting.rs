@@ -366,16 +366,11 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
     let (mut holder, hs) = waiter(&stack, 0).await;
     let _ka0 = keep_alive(holder.clone(), hs);
     let first = acquire(&mut holder, &key, hs, 0).await.unwrap();
-    let owner = holder
+    let resp = holder
         .inspect(InspectRequest { key: key.clone() })
         .await
-        .unwrap()
-        .metadata()
-        .get("x-lock-arbiter")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_owned();
+        .unwrap();
+    let owner = lock_integration::answered_by(&resp).unwrap();
 
     // Three waiters queue in order 1, 2, 3; their requests die with the owning arbiter.
     let mut waiters = Vec::new();

@@ -6,7 +6,7 @@ use lock_arbiter::remote::reason_of;
 use lock_config::proto::v1::*;
 use lock_config::{FencingToken, Reason};
 use lock_integration::pki::{LEDGER, OPERATOR, ORDERS};
-use lock_integration::{Stack, StackOptions, raw};
+use lock_integration::{Stack, StackOptions, answered_by, as_from_edge, raw};
 use std::collections::{HashMap, HashSet};
 use tonic::transport::Channel;
 use tonic::{Code, Request};
@@ -332,37 +332,20 @@ async fn forged_headers_change_neither_key_nor_identity() {
     // Straight to an arbiter, a key header that disagrees with the body is refused, and a
     // request without an identity is unauthenticated.
     let mut direct = stack.arbiter_direct(0).await.unwrap();
-    let mut req = Request::new(AcquireRequest {
+    let y = || AcquireRequest {
         key: "pay/ledger/y".into(),
         session_id: s,
         wait_millis: 0,
-    });
-    req.metadata_mut()
-        .insert("x-lock-key", "pay/ledger/z".parse().unwrap());
-    req.metadata_mut()
-        .insert("x-lock-identity", LEDGER.parse().unwrap());
+    };
+    let req = as_from_edge(y(), Some("pay/ledger/z"), Some(LEDGER));
     assert_eq!(refused(direct.acquire(req).await).0, Code::InvalidArgument);
-    let mut req = Request::new(AcquireRequest {
-        key: "pay/ledger/y".into(),
-        session_id: s,
-        wait_millis: 0,
-    });
-    req.metadata_mut()
-        .insert("x-lock-key", "pay/ledger/y".parse().unwrap());
+    let req = as_from_edge(y(), Some("pay/ledger/y"), None);
     assert_eq!(
         refused(direct.acquire(req).await).1,
         Reason::Unauthenticated
     );
     // Someone else's session is indistinguishable from a missing one.
-    let mut req = Request::new(AcquireRequest {
-        key: "pay/ledger/y".into(),
-        session_id: s,
-        wait_millis: 0,
-    });
-    req.metadata_mut()
-        .insert("x-lock-key", "pay/ledger/y".parse().unwrap());
-    req.metadata_mut()
-        .insert("x-lock-identity", OPERATOR.parse().unwrap());
+    let req = as_from_edge(y(), Some("pay/ledger/y"), Some(OPERATOR));
     assert_eq!(refused(direct.acquire(req).await).1, Reason::SessionExpired);
 }
 
@@ -394,13 +377,7 @@ async fn same_key_always_reaches_the_same_arbiter() {
                 .open_session(OpenSessionRequest { key: key.clone() })
                 .await
                 .unwrap();
-            let arbiter = resp
-                .metadata()
-                .get("x-lock-arbiter")
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_owned();
+            let arbiter = answered_by(&resp).unwrap();
             let id = resp.into_inner().session_id;
             ledger
                 .close_session(CloseSessionRequest { session_id: id })

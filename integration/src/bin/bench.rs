@@ -171,16 +171,13 @@ enum Op {
     },
 }
 
+/// Through Envoy the edge sets the headers; straight to the arbiter the bench does.
 fn with_headers<T>(msg: T, key: &str, direct: bool) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
     if direct {
-        // Straight to the arbiter: what the edge would have set.
-        if let (Ok(id), Ok(k)) = (OPERATOR.parse(), key.parse()) {
-            r.metadata_mut().insert("x-lock-identity", id);
-            r.metadata_mut().insert("x-lock-key", k);
-        }
+        lock_integration::as_from_edge(msg, Some(key), Some(OPERATOR))
+    } else {
+        tonic::Request::new(msg)
     }
-    r
 }
 
 impl Op {
