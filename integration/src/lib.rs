@@ -72,3 +72,30 @@ pub fn answered_by<T>(resp: &tonic::Response<T>) -> Option<String> {
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
 }
+
+/// Opens a session for `key`'s class through `client`.
+pub async fn open_session(
+    client: &mut lock_arbiter::proto::lock_client::LockClient<tonic::transport::Channel>,
+    key: &str,
+) -> anyhow::Result<i64> {
+    let req = lock_config::proto::v1::OpenSessionRequest { key: key.into() };
+    Ok(client.open_session(req).await?.into_inner().session_id)
+}
+
+/// A KeepAlive stream: the sender for renewals and the stream of replies.
+pub type Renewals = (
+    tokio::sync::mpsc::Sender<lock_config::proto::v1::KeepAliveRequest>,
+    tonic::Streaming<lock_config::proto::v1::KeepAliveResponse>,
+);
+
+/// Opens a KeepAlive stream through `client`.
+pub async fn renewals(
+    client: &mut lock_arbiter::proto::lock_client::LockClient<tonic::transport::Channel>,
+) -> anyhow::Result<Renewals> {
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    let replies = client
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    Ok((tx, replies))
+}

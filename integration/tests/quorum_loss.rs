@@ -7,7 +7,7 @@ use lock_config::Reason;
 use lock_config::proto::v1::*;
 use lock_integration::pki::LEDGER;
 use lock_integration::process::{eventually, patience};
-use lock_integration::{Stack, StackOptions};
+use lock_integration::{Stack, StackOptions, open_session, renewals};
 use std::time::{Duration, Instant};
 
 const STORE_TIMEOUT_MS: u64 = 1000;
@@ -22,20 +22,8 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
     .await
     .unwrap();
     let mut ledger = stack.workload(LEDGER).await.unwrap();
-    let s = ledger
-        .open_session(OpenSessionRequest {
-            key: "pay/ledger/q".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
-    let (tx, rx) = tokio::sync::mpsc::channel(2);
-    let mut renewals = ledger
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let s = open_session(&mut ledger, "pay/ledger/q").await.unwrap();
+    let (tx, mut renewals) = renewals(&mut ledger).await.unwrap();
     tx.send(KeepAliveRequest { session_id: s }).await.unwrap();
     assert!(renewals.message().await.unwrap().unwrap().ttl_seconds > 0);
 

@@ -5,7 +5,7 @@ use lock_arbiter::remote::reason_of;
 use lock_config::Reason;
 use lock_config::proto::v1::*;
 use lock_integration::pki::LEDGER;
-use lock_integration::{Stack, StackOptions};
+use lock_integration::{Stack, StackOptions, open_session, renewals};
 
 #[tokio::test]
 async fn nospace_refuses_grants_but_releases_and_keepalives_work() {
@@ -16,14 +16,7 @@ async fn nospace_refuses_grants_but_releases_and_keepalives_work() {
     .await
     .unwrap();
     let mut ledger = stack.workload(LEDGER).await.unwrap();
-    let s = ledger
-        .open_session(OpenSessionRequest {
-            key: "pay/ledger/a".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
+    let s = open_session(&mut ledger, "pay/ledger/a").await.unwrap();
     let held = ledger
         .acquire(AcquireRequest {
             key: "pay/ledger/a".into(),
@@ -76,12 +69,7 @@ async fn nospace_refuses_grants_but_releases_and_keepalives_work() {
     );
 
     // Renewal, inspection and release still work.
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let mut renewals = ledger
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let (tx, mut renewals) = renewals(&mut ledger).await.unwrap();
     tx.send(KeepAliveRequest { session_id: s }).await.unwrap();
     assert!(renewals.message().await.unwrap().unwrap().ttl_seconds > 0);
     let i = ledger

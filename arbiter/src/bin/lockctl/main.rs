@@ -122,29 +122,31 @@ enum Cmd {
     },
 }
 
+/// etcd client URLs for the commands that talk to the store directly.
+#[derive(clap::Args)]
+struct EtcdArgs {
+    #[arg(
+        long,
+        env = "LOCK_ETCD",
+        default_value = "http://127.0.0.1:2379",
+        value_delimiter = ','
+    )]
+    etcd: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum EpochCmd {
     /// Create /sys/epoch (epoch 1, bound to the cluster ID) if absent.
     Init {
-        #[arg(
-            long,
-            env = "LOCK_ETCD",
-            default_value = "http://127.0.0.1:2379",
-            value_delimiter = ','
-        )]
-        etcd: Vec<String>,
+        #[command(flatten)]
+        store: EtcdArgs,
     },
     /// After a restore: one transaction that moves the epoch from FROM to FROM+1, binds it
     /// to the store's current cluster ID and deletes every hold and durable waiter. Every
     /// token issued afterwards is larger than every token issued before.
     Advance {
-        #[arg(
-            long,
-            env = "LOCK_ETCD",
-            default_value = "http://127.0.0.1:2379",
-            value_delimiter = ','
-        )]
-        etcd: Vec<String>,
+        #[command(flatten)]
+        store: EtcdArgs,
         /// The epoch the store is at now (a guard against advancing twice).
         #[arg(long)]
         from: u16,
@@ -215,11 +217,11 @@ async fn main() -> ExitCode {
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
         Cmd::Epoch {
-            cmd: EpochCmd::Init { etcd },
-        } => offline::epoch_init(&etcd).await,
+            cmd: EpochCmd::Init { store },
+        } => offline::epoch_init(&store.etcd).await,
         Cmd::Epoch {
-            cmd: EpochCmd::Advance { etcd, from },
-        } => offline::epoch_advance(&etcd, from).await,
+            cmd: EpochCmd::Advance { store, from },
+        } => offline::epoch_advance(&store.etcd, from).await,
         Cmd::Restore {
             snapshot,
             data_dir,
