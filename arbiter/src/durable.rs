@@ -44,6 +44,11 @@ pub async fn acquire(
     wait: Duration,
 ) -> Result<Grant, ArbiterError> {
     let prefix = queue_prefix(key);
+    // A retried Acquire whose first answer was lost gets its grant back rather than a
+    // refusal or a place behind waiters for its own key (found by the release gate).
+    if let Some(g) = engine.held_by(session, key, class).await? {
+        return Ok(g);
+    }
     if wait.is_zero() {
         // A caller that will not wait must not overtake those who do.
         if waiters(&engine.store, key).await? > 0 {
@@ -85,7 +90,7 @@ pub async fn acquire(
             },
         };
         match wake {
-            Wake::Released => {}
+            Wake::Released { .. } => {}
             Wake::Deadline => return Err(ArbiterError::HeldDeadline),
             Wake::Broken => {
                 if timeout_at(deadline, tokio::time::sleep(release_watch::poll_interval()))

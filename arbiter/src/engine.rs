@@ -7,6 +7,7 @@
 //! Release: delete the holder only if it is still the same grant (its create revision is the
 //! token's revision) under the current epoch.
 
+use crate::bugs::Bug;
 use crate::epoch::{Epoch, EpochCache};
 use crate::error::ArbiterError;
 use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
@@ -34,6 +35,8 @@ pub struct Engine {
     pub epoch: EpochCache,
     pub sessions: Sessions,
     pub queues: Arc<Queues>,
+    /// Deliberate bugs for the release gate; empty outside debug builds told to inject.
+    pub bugs: crate::bugs::Bugs,
 }
 
 /// A successful grant.
@@ -76,6 +79,7 @@ impl Engine {
             epoch: EpochCache::default(),
             sessions: Sessions::default(),
             queues: Arc::new(Queues::default()),
+            bugs: crate::bugs::Bugs::default(),
         }
     }
 
@@ -124,6 +128,13 @@ impl Engine {
                 Attempt::Held { .. } => Err(ArbiterError::Held),
             };
         }
+        // A retried Acquire whose first answer was lost must get its grant back, not
+        // queue behind waiters for a key it holds (found by the release gate).
+        if self.queues.len(key.as_str()) > 0
+            && let Some(g) = self.held_by(&session, key, &class).await?
+        {
+            return Ok(g);
+        }
         let deadline = Instant::now() + wait.min(MAX_WAIT);
         let ticket = self.queues.join(key.as_str());
         if tokio::time::timeout_at(deadline, ticket.until_head())
@@ -160,7 +171,12 @@ impl Engine {
             }
             let from = ticket.held_at().unwrap_or(0) + 1;
             match crate::release_watch::wait(&self.store, &holder_key(key), from, deadline).await {
-                crate::release_watch::Wake::Released => {
+                crate::release_watch::Wake::Released { revision } => {
+                    if self.bugs.has(Bug::GrantOnWatchEvent) {
+                        let epoch = self.epoch.current(&self.store).await?;
+                        ticket.saw_held(revision);
+                        return self.granted(&epoch, revision, class);
+                    }
                     broken_watches = 0;
                     ticket.saw_released();
                 }
@@ -182,6 +198,23 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// The grant `session` already holds on `key`, if any (one linearizable read).
+    pub(crate) async fn held_by(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+    ) -> Result<Option<Grant>, ArbiterError> {
+        let epoch = self.epoch.current(&self.store).await?;
+        let resp = self.store.get(&holder_key(key)).await?;
+        self.epoch.check(&epoch, resp.header())?;
+        let ours = resp.kvs().first().filter(|kv| {
+            decode::<Holder>(kv.value()).is_some_and(|h| h.session == lease_hex(session.lease))
+        });
+        ours.map(|kv| self.granted(&epoch, kv.create_revision(), class))
+            .transpose()
     }
 
     async fn attempt(
@@ -247,6 +280,9 @@ impl Engine {
             Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
             Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
         ];
+        if self.bugs.has(Bug::GrantWithoutEpochCompare) {
+            compares.remove(0);
+        }
         let mut success = vec![TxnOp::put(
             hkey.as_str(),
             encode(&holder),
@@ -433,10 +469,15 @@ impl Engine {
         if token.epoch() != epoch.record.epoch {
             return Err(ArbiterError::StaleToken);
         }
-        let mut compares = vec![
-            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
-            Compare::create_revision(hkey, CompareOp::Equal, revision),
-        ];
+        let mut compares = vec![Compare::mod_revision(
+            EPOCH_KEY,
+            CompareOp::Equal,
+            epoch.mod_revision,
+        )];
+        let token_compare = !self.bugs.has(Bug::ReleaseWithoutTokenCompare);
+        if token_compare {
+            compares.push(Compare::create_revision(hkey, CompareOp::Equal, revision));
+        }
         match lease {
             Some(lease) => {
                 self.sessions.owned(&self.store, lease, identity).await?;
@@ -447,7 +488,7 @@ impl Engine {
                 self.epoch.check(&epoch, resp.header())?;
                 let kv = resp.kvs().first().ok_or(ArbiterError::StaleToken)?;
                 let ours = decode::<Holder>(kv.value()).is_some_and(|h| h.spiffe_id == identity);
-                if !ours || kv.create_revision() != revision {
+                if !ours || (token_compare && kv.create_revision() != revision) {
                     return Err(ArbiterError::StaleToken);
                 }
                 compares.push(Compare::mod_revision(

@@ -116,6 +116,18 @@ impl From<etcd_client::Error> for ArbiterError {
             etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
                 ArbiterError::NoQuorum
             }
+            // A connection that broke under the call (h2 reset, broken pipe, a member
+            // killed) comes back as Unknown, or Internal from the h2 layer: the request
+            // may have been applied. Found by the release gate: such a grant answered
+            // INTERNAL had committed. As NO_QUORUM it gets the read-back, and clients retry.
+            etcd_client::Error::GRpcStatus(s)
+                if s.code() == Code::Unknown
+                    || (s.code() == Code::Internal
+                        && (s.message().contains("h2") || s.message().contains("transport"))) =>
+            {
+                tracing::warn!(code = ?s.code(), message = s.message(), "store call broke; outcome unknown");
+                ArbiterError::NoQuorum
+            }
             // etcd's capped mode after a NOSPACE alarm rejects every write that puts.
             etcd_client::Error::GRpcStatus(s)
                 if s.code() == Code::ResourceExhausted
@@ -123,7 +135,10 @@ impl From<etcd_client::Error> for ArbiterError {
             {
                 ArbiterError::StoreFull
             }
-            _ => ArbiterError::Store(e.to_string()),
+            _ => {
+                tracing::warn!(error = %e, "store error");
+                ArbiterError::Store(e.to_string())
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! It owns the grant and release transactions, sessions and the epoch seal, and serves
 //! `lock.v1` behind Envoy.
 
+pub mod bugs;
 pub mod durable;
 pub mod engine;
 pub mod epoch;

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, timeout_at};
 
 pub enum Wake {
-    /// The holder key was deleted (release, session expiry or epoch advance).
-    Released,
+    /// The holder key was deleted (release, session expiry or epoch advance) at `revision`.
+    Released { revision: i64 },
     /// The caller's wait deadline passed.
     Deadline,
     /// The watch could not be created, was cancelled (e.g. compaction) or broke.
@@ -34,12 +34,13 @@ pub async fn wait(store: &Store, holder_key: &str, from_revision: i64, deadline:
                 if resp.canceled() {
                     return Wake::Broken;
                 }
-                if resp
+                if let Some(e) = resp
                     .events()
                     .iter()
-                    .any(|e| e.event_type() == EventType::Delete)
+                    .find(|e| e.event_type() == EventType::Delete)
                 {
-                    return Wake::Released;
+                    let revision = e.kv().map_or(0, |kv| kv.mod_revision());
+                    return Wake::Released { revision };
                 }
             }
             Ok(Ok(None)) | Ok(Err(_)) => return Wake::Broken,

@@ -33,6 +33,11 @@ struct Args {
     /// Bound on every etcd call; past it a request fails NO_QUORUM.
     #[arg(long, default_value_t = 2000, env = "ARBITER_STORE_TIMEOUT_MS")]
     store_timeout_ms: u64,
+    /// Debug builds only: inject a deliberate bug (repeatable) so the release gate can
+    /// show it catches it. Never in a release build.
+    #[cfg(debug_assertions)]
+    #[arg(long = "inject-bug", hide = true)]
+    inject_bug: Vec<lock_arbiter::bugs::Bug>,
 }
 
 #[tokio::main]
@@ -55,7 +60,16 @@ async fn main() -> anyhow::Result<()> {
     let store = Store::connect(&args.etcd, Duration::from_millis(args.store_timeout_ms))
         .await
         .context("connecting to etcd")?;
-    let engine = Arc::new(Engine::new(store, Arc::new(registry)));
+    #[allow(unused_mut)]
+    let mut engine = Engine::new(store, Arc::new(registry));
+    #[cfg(debug_assertions)]
+    {
+        engine.bugs = lock_arbiter::bugs::Bugs::new(args.inject_bug.clone());
+    }
+    if !engine.bugs.is_empty() {
+        tracing::warn!(bugs = ?engine.bugs, "DELIBERATE BUGS INJECTED: this arbiter is unsafe, for the release gate only");
+    }
+    let engine = Arc::new(engine);
     if let Err(e) = engine.epoch.refresh(&engine.store).await {
         // Not fatal: the arbiter serves refusals (SEALED) until the epoch exists.
         tracing::warn!(error = %e, "epoch not usable yet");

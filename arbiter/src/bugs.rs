@@ -1,0 +1,57 @@
+//! Deliberate bugs for the release gate (issue 7): the gate's checker counts only once it
+//! has caught each of them. They exist in debug builds only; a release build has no flag
+//! to turn them on, and every check below is a constant `false` there.
+
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// The grant transaction omits the `/sys/epoch` compare: after an epoch advance an
+    /// arbiter with a cached older epoch keeps minting tokens of the old epoch.
+    GrantWithoutEpochCompare,
+    /// The release transaction omits the holder's create-revision compare: a stale or
+    /// replayed release deletes whatever grant the session holds now.
+    ReleaseWithoutTokenCompare,
+    /// A queue head that sees the holder key deleted answers with a grant minted from the
+    /// watch event's revision, without a transaction (ADR-15 forbids it).
+    GrantOnWatchEvent,
+}
+
+impl FromStr for Bug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "grant-without-epoch-compare" => Ok(Bug::GrantWithoutEpochCompare),
+            "release-without-token-compare" => Ok(Bug::ReleaseWithoutTokenCompare),
+            "grant-on-watch-event" => Ok(Bug::GrantOnWatchEvent),
+            _ => Err(format!(
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event)"
+            )),
+        }
+    }
+}
+
+/// The bugs switched on in this process (none unless a debug build was told to).
+#[derive(Debug, Clone, Default)]
+pub struct Bugs(Vec<Bug>);
+
+impl Bugs {
+    #[cfg(debug_assertions)]
+    pub fn new(bugs: Vec<Bug>) -> Self {
+        Self(bugs)
+    }
+
+    #[cfg(debug_assertions)]
+    pub fn has(&self, bug: Bug) -> bool {
+        self.0.contains(&bug)
+    }
+
+    #[cfg(not(debug_assertions))]
+    pub fn has(&self, _bug: Bug) -> bool {
+        false
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
