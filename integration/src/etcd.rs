@@ -1,5 +1,6 @@
 //! A real etcd member (single-member cluster) on loopback in a temp data dir.
 
+use crate::netlab::NetLab;
 use crate::paths::dep;
 use crate::process::{Proc, free_port, patience};
 use std::net::SocketAddr;
@@ -20,6 +21,15 @@ pub struct Etcd {
     pub metrics_addr: SocketAddr,
     log_dir: PathBuf,
     extra: Vec<String>,
+    /// The network namespace the member runs in (None: the test's own, on loopback).
+    netns: Option<String>,
+}
+
+/// Where a member listens.
+struct Placement {
+    ip: std::net::IpAddr,
+    netns: Option<String>,
+    ports: [u16; 3],
 }
 
 impl Etcd {
@@ -40,26 +50,65 @@ impl Etcd {
         n: usize,
         extra: &[String],
     ) -> anyhow::Result<Vec<Self>> {
+        let mut places = Vec::with_capacity(n);
+        for _ in 0..n {
+            places.push(Placement {
+                ip: std::net::Ipv4Addr::LOCALHOST.into(),
+                netns: None,
+                ports: [free_port()?, free_port()?, free_port()?],
+            });
+        }
+        Self::start_placed(dir, prefix, places, extra)
+    }
+
+    /// An `n`-member cluster with member `i` alone in `lab`'s namespace `i`, so links
+    /// between members can be cut ([`NetLab::isolate`]).
+    pub fn start_cluster_in(
+        dir: &Path,
+        prefix: &str,
+        lab: &NetLab,
+        n: usize,
+        extra: &[String],
+    ) -> anyhow::Result<Vec<Self>> {
+        let places = (0..n)
+            .map(|i| Placement {
+                ip: lab.host(i).into(),
+                netns: Some(lab.namespace(i)),
+                ports: [2379, 2380, 2381],
+            })
+            .collect();
+        Self::start_placed(dir, prefix, places, extra)
+    }
+
+    fn start_placed(
+        dir: &Path,
+        prefix: &str,
+        places: Vec<Placement>,
+        extra: &[String],
+    ) -> anyhow::Result<Vec<Self>> {
+        let n = places.len();
         let token = format!("lock-{prefix}-{}", free_port()?);
         let mut members = Vec::with_capacity(n);
-        for i in 0..n {
+        for (i, place) in places.into_iter().enumerate() {
             let name = if n == 1 {
                 prefix.to_owned()
             } else {
                 format!("{prefix}{i}")
             };
-            let client_port = free_port()?;
+            let at = |port: u16| SocketAddr::new(place.ip, port);
+            let [client, peer, metrics] = place.ports;
             members.push(Self {
                 proc: Proc::placeholder(&name, dir),
-                client_addr: format!("127.0.0.1:{client_port}").parse()?,
-                client_url: format!("http://127.0.0.1:{client_port}"),
-                peer_url: format!("http://127.0.0.1:{}", free_port()?),
+                client_addr: at(client),
+                client_url: format!("http://{}", at(client)),
+                peer_url: format!("http://{}", at(peer)),
                 cluster_token: token.clone(),
                 initial_cluster: String::new(),
                 data_dir: dir.join(format!("{name}.etcd")),
-                metrics_addr: format!("127.0.0.1:{}", free_port()?).parse()?,
+                metrics_addr: at(metrics),
                 log_dir: dir.to_path_buf(),
                 extra: extra.to_vec(),
+                netns: place.netns,
                 name,
             });
         }
@@ -88,6 +137,22 @@ impl Etcd {
         self.proc.kill();
     }
 
+    /// This member's raft ID and the leader it currently follows (0: none), from its
+    /// own status endpoint.
+    pub async fn status(&self) -> anyhow::Result<(u64, u64)> {
+        let mut c = etcd_client::Client::connect(
+            [self.client_url.clone()],
+            Some(
+                etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(std::time::Duration::from_secs(1))
+                    .with_timeout(std::time::Duration::from_secs(2)),
+            ),
+        )
+        .await?;
+        let s = c.status().await?;
+        Ok((s.header().map_or(0, |h| h.member_id()), s.leader()))
+    }
+
     /// (Re)starts the member on the same ports with `data_dir`; an existing data dir keeps
     /// its cluster and ignores the --initial-* flags, as etcd does.
     pub fn run_on(&mut self, data_dir: &Path) -> anyhow::Result<()> {
@@ -97,7 +162,15 @@ impl Etcd {
 
     fn spawn_on(&mut self, data_dir: &Path) -> anyhow::Result<()> {
         self.proc.kill();
-        let mut cmd = Command::new(dep("etcd")?);
+        // `ip netns exec` execs etcd in place: the pid signalled is etcd's.
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(dep("etcd")?);
+                c
+            }
+            None => Command::new(dep("etcd")?),
+        };
         cmd.args(["--name", &self.name])
             .arg("--data-dir")
             .arg(data_dir)

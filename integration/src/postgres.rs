@@ -89,6 +89,8 @@ impl Postgres {
         let mut proc = Proc::spawn("postgres", cmd, dir)?;
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
         proc.wait_for_port(addr, patience())?;
+        // The port opens before recovery ends ("the database system is starting up").
+        proc.wait_for_line("ready to accept connections", patience())?;
         Ok(Self {
             proc,
             addr,

@@ -100,6 +100,21 @@ impl Proc {
         }
     }
 
+    /// Sends `sig` (e.g. "STOP", "CONT") with kill(1); no-op without a process.
+    pub fn signal(&self, sig: &str) -> anyhow::Result<()> {
+        if let Some(pid) = self.pid() {
+            let ok = Command::new("kill")
+                .arg(format!("-{sig}"))
+                .arg(pid.to_string())
+                .status()?
+                .success();
+            if !ok {
+                bail!("kill -{sig} {pid} failed ({})", self.name);
+            }
+        }
+        Ok(())
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

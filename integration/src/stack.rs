@@ -4,6 +4,7 @@
 use crate::arbiter::Arbiter;
 use crate::envoy::{Envoy, EnvoyConfig};
 use crate::etcd::Etcd;
+use crate::netlab::NetLab;
 use crate::paths::{dev_registry, workspace_bin};
 use crate::pki::{Pki, SvidFiles, TRUST_DOMAIN};
 use anyhow::{Context as _, bail};
@@ -30,6 +31,8 @@ pub struct StackOptions {
     pub arbiter_args: Vec<String>,
     /// Extra etcd flags, e.g. `--quota-backend-bytes=...`.
     pub etcd_args: Vec<String>,
+    /// Each etcd member in a network namespace of its own, so links can be cut.
+    pub isolatable_etcd: bool,
 }
 
 impl Default for StackOptions {
@@ -44,6 +47,7 @@ impl Default for StackOptions {
             etcd_members: 1,
             arbiter_args: Vec::new(),
             etcd_args: Vec::new(),
+            isolatable_etcd: false,
         }
     }
 }
@@ -57,7 +61,11 @@ pub struct Stack {
     /// Members 1.. of a multi-member cluster.
     pub etcd_peers: Vec<Etcd>,
     pub pki: Pki,
+    /// The members' network namespaces (with `isolatable_etcd`).
+    pub lab: Option<NetLab>,
     pub dir: PathBuf,
+    /// Envoy's rendered config, kept for restarts.
+    pub envoy_config: EnvoyConfig,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -75,8 +83,16 @@ impl Stack {
             }
         };
         let pki = Pki::create(&dir.join("pki"))?;
-        let mut members =
-            Etcd::start_cluster_with(&dir, "etcd", opts.etcd_members.max(1), &opts.etcd_args)?;
+        let n = opts.etcd_members.max(1);
+        let lab = if opts.isolatable_etcd {
+            Some(NetLab::create(n)?)
+        } else {
+            None
+        };
+        let mut members = match &lab {
+            Some(lab) => Etcd::start_cluster_in(&dir, "etcd", lab, n, &opts.etcd_args)?,
+            None => Etcd::start_cluster_with(&dir, "etcd", n, &opts.etcd_args)?,
+        };
         let etcd = members.remove(0);
         let etcd_peers = members;
         let urls: Vec<&str> = std::iter::once(&etcd)
@@ -95,12 +111,14 @@ impl Stack {
             }
         }
         let mut arbiters = Vec::new();
+        let extra: Vec<&str> = opts.arbiter_args.iter().map(String::as_str).collect();
         for i in 0..opts.arbiters {
-            arbiters.push(Arbiter::start(
+            arbiters.push(Arbiter::start_with(
                 &dir,
                 &format!("arbiter-{i}"),
-                &etcd.client_url,
+                &urls,
                 &opts.registry,
+                &extra,
             )?);
         }
         let registry = lock_arbiter::registry_files::load(&opts.registry)?;
@@ -119,9 +137,55 @@ impl Stack {
             etcd,
             etcd_peers,
             pki,
+            lab,
             dir,
+            envoy_config: config,
             _tmp: tmp,
         })
+    }
+
+    /// Every etcd member, member 0 first.
+    pub fn members(&self) -> impl Iterator<Item = &Etcd> {
+        std::iter::once(&self.etcd).chain(&self.etcd_peers)
+    }
+
+    /// Member `i` (0 is `etcd`).
+    pub fn member_mut(&mut self, i: usize) -> Option<&mut Etcd> {
+        match i {
+            0 => Some(&mut self.etcd),
+            i => self.etcd_peers.get_mut(i - 1),
+        }
+    }
+
+    /// Every member's client URL, comma-separated (what the arbiters were given).
+    pub fn etcd_urls(&self) -> String {
+        let urls: Vec<&str> = self.members().map(|m| m.client_url.as_str()).collect();
+        urls.join(",")
+    }
+
+    /// The index of the member the others follow, if a reachable member names one.
+    pub async fn leader(&self) -> Option<usize> {
+        let mut ids = Vec::new();
+        let mut leader = 0;
+        for m in self.members() {
+            match m.status().await {
+                Ok((id, l)) => {
+                    ids.push(id);
+                    if l != 0 {
+                        leader = l;
+                    }
+                }
+                Err(_) => ids.push(0),
+            }
+        }
+        ids.iter().position(|id| *id == leader && leader != 0)
+    }
+
+    /// Stops Envoy (SIGKILL) and starts it again on the same ports and config.
+    pub fn restart_envoy(&mut self) -> anyhow::Result<()> {
+        self.envoy.proc.kill();
+        self.envoy = Envoy::start(&self.dir, &self.envoy_config)?;
+        Ok(())
     }
 
     pub fn endpoint(&self) -> String {
