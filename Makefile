@@ -7,7 +7,11 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e bench clean
+.PHONY: help deps build wasm run stop test lint unit e2e gate bench clean
+
+# `make gate`: how long the workers run under faults, and extra `gate run` flags.
+GATE_SECONDS ?= 300
+GATE_ARGS ?=
 
 help: ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -54,6 +58,9 @@ e2e: build ## End-to-end tests against real etcd, arbiters and Envoy
 
 test: deps lint build ## Everything: lint, unit, property and end-to-end tests
 	$(CARGO) test --workspace --no-fail-fast
+
+gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; history checked (GATE_SECONDS=300)
+	target/debug/gate run --seconds $(GATE_SECONDS) $(GATE_ARGS)
 
 bench: deps ## Side-by-side benchmark (release build): writes bench-results/latest.md
 	$(CARGO) build --release -p lock-filter --target wasm32-wasip1

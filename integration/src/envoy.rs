@@ -16,6 +16,9 @@ pub struct EnvoyConfig {
     pub filter: FilterConfig,
     pub arbiters: Vec<SocketAddr>,
     pub wasm: PathBuf,
+    /// The same listener and route without the lock filter (the benchmark's baseline for
+    /// the filter's own cost; callers then set x-lock-identity themselves).
+    pub without_filter: bool,
 }
 
 impl EnvoyConfig {
@@ -31,6 +34,7 @@ impl EnvoyConfig {
             filter,
             arbiters,
             wasm: filter_wasm()?,
+            without_filter: false,
         })
     }
 
@@ -59,6 +63,11 @@ impl EnvoyConfig {
                 )
             })
             .collect();
+        let template = if self.without_filter {
+            without_lock_filter(&template)?
+        } else {
+            template
+        };
         let out = template
             .replace("${ADMIN_PORT}", &self.admin_port.to_string())
             .replace("${LISTEN_PORT}", &self.listen_port.to_string())
@@ -144,4 +153,14 @@ pub fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
     std::fs::write(&tmp, contents)?;
     std::fs::rename(&tmp, path)?;
     Ok(())
+}
+
+/// The template with the `lock_edge` entry of `http_filters` cut out.
+fn without_lock_filter(template: &str) -> anyhow::Result<String> {
+    let start = template.find("          - name: lock_edge");
+    let end = template.find("          - name: envoy.filters.http.router");
+    match (start, end) {
+        (Some(s), Some(e)) if s < e => Ok(format!("{}{}", &template[..s], &template[e..])),
+        _ => bail!("the template's lock_edge filter entry was not found"),
+    }
 }

@@ -6,6 +6,8 @@ pub mod arbiter;
 pub mod envoy;
 pub mod etcd;
 pub mod fence;
+pub mod gate;
+pub mod netlab;
 pub mod paths;
 pub mod pki;
 pub mod postgres;

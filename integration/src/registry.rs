@@ -19,6 +19,20 @@ pub fn waiter_id(i: usize) -> String {
 
 pub const WAITERS: usize = 8;
 
+/// The release gate's classes: short TTL so a frozen holder outlives its session.
+pub const GATE_PREFIX: &str = "pay/gate";
+pub const GATE_DURABLE_PREFIX: &str = "pay/gate-fair";
+pub const GATE_TTL: u32 = 5;
+/// Identities of gate (and benchmark) clients `1..=GATE_CLIENTS`.
+pub const GATE_CLIENTS: usize = 64;
+/// The benchmark's class: long TTL, so sessions outlive a cell without renewals.
+pub const BENCH_PREFIX: &str = "pay/bench";
+
+/// SPIFFE ID of gate client `i`.
+pub fn gate_id(i: usize) -> String {
+    format!("spiffe://dev.lock.local/ns/gate/sa/c{i}")
+}
+
 /// An identity with a small rate budget: burst 3, then 1 request per second.
 pub const LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/limited";
 
@@ -100,6 +114,49 @@ spec:
   rate: {{perSecond: 1, burst: 3}}
 "
     ));
+    for (name, prefix, fairness, ttl) in [
+        ("pay-gate", GATE_PREFIX, "memory", GATE_TTL),
+        ("pay-gate-fair", GATE_DURABLE_PREFIX, "durable", GATE_TTL),
+        ("pay-bench", BENCH_PREFIX, "memory", 60),
+    ] {
+        text.push_str(&format!(
+            "---
+apiVersion: lock.dev/v1alpha1
+kind: LockClass
+metadata: {{name: {name}}}
+spec:
+  namespace: pay
+  prefixes: [{prefix}]
+  purpose: correctness
+  enforcement: fenced
+  ttlSeconds: {ttl}
+  fairness: {fairness}
+---
+apiVersion: lock.dev/v1alpha1
+kind: PauseTestResult
+metadata: {{name: {name}-test-fixture}}
+spec:
+  class: {name}
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
+  passedAt: \"{today}\"
+  expires: \"{today}\"
+"
+        ));
+    }
+    for i in 1..=GATE_CLIENTS {
+        text.push_str(&format!(
+            "---
+apiVersion: lock.dev/v1alpha1
+kind: LockGrant
+metadata: {{name: gate-c{i}}}
+spec:
+  spiffeId: {}
+  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}]
+",
+            gate_id(i)
+        ));
+    }
     std::fs::write(out.join("zz-test.yaml"), text)?;
     Ok(out)
 }

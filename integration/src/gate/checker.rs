@@ -1,0 +1,259 @@
+//! The per-key safety checks on a recorded history (pure: history and store truth in,
+//! violations out). What counts as a violation, per key:
+//!
+//! 1. Token order: a grant acknowledged before another grant was requested carries a
+//!    smaller token; two sessions never get the same token.
+//! 2. Backed: every acknowledged token's revision is the create revision of that key's
+//!    holder record in etcd (a grant is a committed transaction, never a notification).
+//! 3. Exclusion: two acknowledged holds of one key never overlap in real time, unless one
+//!    of them had been taken away by the service first (its session ended or an epoch
+//!    advance deleted it, per etcd's own history) before the other was granted.
+//! 4. Fences: a fenced resource (the in-test register, the PostgreSQL reference fence)
+//!    never accepts a write with a lower token than a write it accepted earlier.
+//!
+//! Operations with unknown outcome constrain nothing: an unacknowledged grant is no hold.
+
+use super::history::{Kind, Op};
+use super::store_log::StoreTruth;
+use lock_config::FencingToken;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub check: &'static str,
+    pub key: String,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{}] {}: {}", self.check, self.key, self.detail)
+    }
+}
+
+/// The revision half of a token.
+pub fn revision(token: u64) -> i64 {
+    FencingToken::from_u64(token)
+        .ok()
+        .and_then(|t| i64::try_from(t.revision()).ok())
+        .unwrap_or(i64::MAX)
+}
+
+/// Every check, over every key.
+pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
+    let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for op in ops {
+        if let Some(k) = op.key.as_deref() {
+            by_key.entry(k).or_default().push(op);
+        }
+    }
+    let mut out = Vec::new();
+    for (key, ops) in by_key {
+        let grants: Vec<&Op> = ops
+            .iter()
+            .copied()
+            .filter(|o| o.kind == Kind::Acquire && o.ok() && o.token.is_some())
+            .collect();
+        token_order(key, &grants, &mut out);
+        backed(key, &grants, truth, &mut out);
+        exclusion(key, &ops, truth, &mut out);
+        for kind in [Kind::Write, Kind::PgWrite] {
+            let accepted: Vec<&Op> = ops
+                .iter()
+                .copied()
+                .filter(|o| o.kind == kind && o.ok())
+                .collect();
+            fence_order(key, kind, &accepted, &mut out);
+        }
+    }
+    out
+}
+
+/// Sweeps `later` in invocation order against the largest token among `earlier` already
+/// acknowledged; calls `judge(max_earlier_op, later_op)` for each.
+fn sweep<'a>(ops: &[&'a Op], mut judge: impl FnMut(&'a Op, &'a Op)) {
+    let mut by_return: Vec<&Op> = ops.to_vec();
+    by_return.sort_by_key(|o| o.returned());
+    let mut by_invoke: Vec<&Op> = ops.to_vec();
+    by_invoke.sort_by_key(|o| o.invoked);
+    let mut i = 0;
+    let mut best: Option<&Op> = None;
+    for y in by_invoke {
+        while let Some(x) = by_return.get(i) {
+            match x.returned() {
+                Some(r) if r < y.invoked => {
+                    if best.is_none_or(|b| x.token > b.token) {
+                        best = Some(*x);
+                    }
+                    i += 1;
+                }
+                _ => break,
+            }
+        }
+        if let Some(b) = best {
+            judge(b, y);
+        }
+    }
+}
+
+fn token_order(key: &str, grants: &[&Op], out: &mut Vec<Violation>) {
+    sweep(grants, |x, y| {
+        let (tx, ty) = (x.token.unwrap_or(0), y.token.unwrap_or(0));
+        if tx > ty {
+            out.push(Violation {
+                check: "token-order",
+                key: key.into(),
+                detail: format!(
+                    "client {} was granted {} after client {} had been granted {} (tokens must grow)",
+                    y.client,
+                    show(ty),
+                    x.client,
+                    show(tx)
+                ),
+            });
+        } else if tx == ty && x.session != y.session {
+            out.push(Violation {
+                check: "token-order",
+                key: key.into(),
+                detail: format!(
+                    "token {} granted to two sessions (clients {} and {})",
+                    show(ty),
+                    x.client,
+                    y.client
+                ),
+            });
+        }
+    });
+}
+
+fn backed(key: &str, grants: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
+    for g in grants {
+        let t = g.token.unwrap_or(0);
+        if !truth.backed(key, revision(t)) {
+            out.push(Violation {
+                check: "backed",
+                key: key.into(),
+                detail: format!(
+                    "client {} was granted {} but no holder record was created at revision {}",
+                    g.client,
+                    show(t),
+                    revision(t)
+                ),
+            });
+        }
+    }
+}
+
+/// A hold as its client saw it: from the grant's acknowledgement until it invoked the
+/// release (or the end of the run).
+#[derive(Debug, Clone)]
+struct Hold {
+    client: u32,
+    token: u64,
+    from: u64,
+    until: u64,
+}
+
+fn holds(ops: &[&Op]) -> Vec<Hold> {
+    let mut per_client: BTreeMap<u32, Vec<&Op>> = BTreeMap::new();
+    for op in ops {
+        per_client.entry(op.client).or_default().push(op);
+    }
+    let mut out = Vec::new();
+    for (client, mut ops) in per_client {
+        ops.sort_by_key(|o| o.invoked);
+        let mut open: Option<Hold> = None;
+        for op in ops {
+            match op.kind {
+                Kind::Acquire if op.ok() => {
+                    let token = op.token.unwrap_or(0);
+                    match &open {
+                        // A retried acquire that returned the grant already held.
+                        Some(h) if h.token == token => {}
+                        _ => {
+                            if let Some(h) = open.take() {
+                                out.push(h);
+                            }
+                            open = Some(Hold {
+                                client,
+                                token,
+                                from: op.returned().unwrap_or(op.invoked),
+                                until: u64::MAX,
+                            });
+                        }
+                    }
+                }
+                Kind::Release if open.as_ref().is_some_and(|h| Some(h.token) == op.token) => {
+                    if let Some(mut h) = open.take() {
+                        h.until = op.invoked;
+                        out.push(h);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.extend(open);
+    }
+    out
+}
+
+fn exclusion(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
+    let mut hs = holds(ops);
+    hs.sort_by_key(|h| h.from);
+    for (i, a) in hs.iter().enumerate() {
+        for b in hs.iter().skip(i + 1) {
+            if b.from >= a.until {
+                continue;
+            }
+            if a.token == b.token {
+                continue;
+            }
+            let (ra, rb) = (revision(a.token), revision(b.token));
+            let a_gone_first = truth.revoked_at(key, ra).is_some_and(|d| d < rb);
+            let b_gone_first = truth.revoked_at(key, rb).is_some_and(|d| d < ra);
+            if !(a_gone_first || b_gone_first) {
+                out.push(Violation {
+                    check: "exclusion",
+                    key: key.into(),
+                    detail: format!(
+                        "clients {} ({}) and {} ({}) held at once for {:.1} ms and neither hold had been revoked by the store first",
+                        a.client,
+                        show(a.token),
+                        b.client,
+                        show(b.token),
+                        (a.until.min(b.until) - b.from) as f64 / 1e6
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn fence_order(key: &str, kind: Kind, accepted: &[&Op], out: &mut Vec<Violation>) {
+    sweep(accepted, |x, y| {
+        let (tx, ty) = (x.token.unwrap_or(0), y.token.unwrap_or(0));
+        if tx > ty {
+            out.push(Violation {
+                check: "fence",
+                key: key.into(),
+                detail: format!(
+                    "{kind:?} accepted {} from client {} after accepting {} from client {}",
+                    show(ty),
+                    y.client,
+                    show(tx),
+                    x.client
+                ),
+            });
+        }
+    });
+}
+
+fn show(token: u64) -> String {
+    match FencingToken::from_u64(token) {
+        Ok(t) => format!("epoch {} revision {}", t.epoch(), t.revision()),
+        Err(_) => format!("malformed token {token:#x}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

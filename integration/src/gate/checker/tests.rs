@@ -1,0 +1,170 @@
+//! The checks on hand-made histories: each violation kind is reported, and the
+//! legitimate look-alikes (a paused holder past its TTL, a retried grant) are not.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::*;
+use crate::gate::history::{Event, Phase, operations};
+use crate::gate::store_log::{StoreEvent, StoreTruth};
+
+const K: &str = "pay/gate/k";
+
+fn tok(rev: u64) -> u64 {
+    (1 << 48) | rev
+}
+
+/// Builds events: (client, op, t, phase, kind, session, token).
+fn ev(c: u32, op: u64, t: u64, ph: Phase, f: Kind, s: i64, token: Option<u64>) -> Event {
+    Event {
+        c,
+        op,
+        t,
+        ph,
+        f,
+        key: Some(K.into()),
+        session: Some(s),
+        token,
+        why: None,
+        via: None,
+    }
+}
+
+/// A grant [t0, t1] and a release invoked at t2 (acknowledged at t2 + 1).
+fn hold(c: u32, s: i64, rev: u64, t0: u64, t1: u64, t2: u64) -> Vec<Event> {
+    vec![
+        ev(c, 1, t0, Phase::Invoke, Kind::Acquire, s, None),
+        ev(c, 1, t1, Phase::Ok, Kind::Acquire, s, Some(tok(rev))),
+        ev(c, 2, t2, Phase::Invoke, Kind::Release, s, Some(tok(rev))),
+        ev(c, 2, t2 + 1, Phase::Ok, Kind::Release, s, None),
+    ]
+}
+
+fn put(rev: i64, lease: i64) -> StoreEvent {
+    StoreEvent {
+        revision: rev,
+        seen: 0,
+        key: format!("/l/{K}"),
+        delete: false,
+        create_revision: rev,
+        lease,
+    }
+}
+
+fn del(rev: i64, created: i64, lease: i64) -> StoreEvent {
+    StoreEvent {
+        revision: rev,
+        seen: 0,
+        key: format!("/l/{K}"),
+        delete: true,
+        create_revision: created,
+        lease,
+    }
+}
+
+fn session_end(rev: i64, lease: i64) -> StoreEvent {
+    StoreEvent {
+        revision: rev,
+        seen: 0,
+        key: format!("/s/{lease:x}"),
+        delete: true,
+        create_revision: 1,
+        lease,
+    }
+}
+
+fn run(mut events: Vec<Event>, store: &[StoreEvent]) -> Vec<Violation> {
+    events.sort_by_key(|e| e.t);
+    check(&operations(&events), &StoreTruth::from_events(store))
+}
+
+fn checks(v: &[Violation]) -> Vec<&'static str> {
+    v.iter().map(|v| v.check).collect()
+}
+
+#[test]
+fn a_clean_handoff_passes() {
+    let mut e = hold(1, 10, 5, 0, 10, 20);
+    e.extend(hold(2, 11, 7, 5, 30, 40));
+    let store = [put(5, 10), del(6, 5, 10), put(7, 11), del(8, 7, 11)];
+    assert_eq!(run(e, &store), vec![]);
+}
+
+#[test]
+fn overlapping_holds_are_caught() {
+    let mut e = hold(1, 10, 5, 0, 10, 50);
+    e.extend(hold(2, 11, 7, 5, 30, 40));
+    // The first hold was deleted by a release-like delete, not by its session ending.
+    let store = [put(5, 10), del(6, 5, 10), put(7, 11), del(8, 7, 11)];
+    assert_eq!(checks(&run(e, &store)), vec!["exclusion"]);
+}
+
+#[test]
+fn a_paused_holder_past_its_ttl_is_not_a_violation() {
+    let mut e = hold(1, 10, 5, 0, 10, 50);
+    e.extend(hold(2, 11, 7, 5, 30, 40));
+    // Session 10 expired at revision 6, taking its hold with it, before revision 7.
+    let store = [put(5, 10), del(6, 5, 10), session_end(6, 10), put(7, 11)];
+    assert_eq!(run(e, &store), vec![]);
+}
+
+#[test]
+fn a_smaller_token_after_a_larger_one_is_caught() {
+    let mut e = hold(1, 10, 9, 0, 10, 20);
+    e.extend(hold(2, 11, 7, 25, 30, 40));
+    let store = [put(9, 10), put(7, 11)];
+    assert_eq!(checks(&run(e, &store)), vec!["token-order"]);
+}
+
+#[test]
+fn a_token_given_to_two_sessions_is_caught() {
+    let mut e = hold(1, 10, 9, 0, 10, 20);
+    e.extend(hold(2, 11, 9, 25, 30, 40));
+    assert_eq!(checks(&run(e, &[put(9, 10)])), vec!["token-order"]);
+}
+
+#[test]
+fn a_retried_grant_of_the_same_session_is_one_hold() {
+    let mut e = vec![
+        ev(1, 1, 0, Phase::Invoke, Kind::Acquire, 10, None),
+        ev(1, 1, 10, Phase::Info, Kind::Acquire, 10, None),
+        ev(1, 2, 11, Phase::Invoke, Kind::Acquire, 10, None),
+        ev(1, 2, 12, Phase::Ok, Kind::Acquire, 10, Some(tok(5))),
+        ev(1, 3, 13, Phase::Invoke, Kind::Acquire, 10, None),
+        ev(1, 3, 14, Phase::Ok, Kind::Acquire, 10, Some(tok(5))),
+    ];
+    e.extend(hold(2, 11, 8, 1, 30, 40));
+    e.push(ev(1, 4, 20, Phase::Invoke, Kind::Release, 10, Some(tok(5))));
+    let store = [put(5, 10), del(6, 5, 10), put(8, 11)];
+    assert_eq!(run(e, &store), vec![]);
+}
+
+#[test]
+fn a_grant_without_a_holder_record_is_caught() {
+    let e = hold(1, 10, 5, 0, 10, 20);
+    assert_eq!(checks(&run(e, &[])), vec!["backed"]);
+}
+
+#[test]
+fn unknown_outcomes_constrain_nothing() {
+    let e = vec![
+        ev(1, 1, 0, Phase::Invoke, Kind::Acquire, 10, None),
+        ev(2, 1, 1, Phase::Invoke, Kind::Acquire, 11, None),
+        ev(2, 1, 2, Phase::Info, Kind::Acquire, 11, None),
+    ];
+    assert_eq!(run(e, &[]), vec![]);
+}
+
+#[test]
+fn a_fence_accepting_a_lower_token_is_caught() {
+    let e = vec![
+        ev(1, 1, 0, Phase::Invoke, Kind::PgWrite, 10, Some(tok(9))),
+        ev(1, 1, 1, Phase::Ok, Kind::PgWrite, 10, None),
+        ev(2, 1, 2, Phase::Invoke, Kind::PgWrite, 11, Some(tok(7))),
+        ev(2, 1, 3, Phase::Ok, Kind::PgWrite, 11, None),
+        // Refused lower writes are the fence working.
+        ev(3, 1, 4, Phase::Invoke, Kind::Write, 12, Some(tok(9))),
+        ev(3, 1, 5, Phase::Ok, Kind::Write, 12, None),
+        ev(4, 1, 6, Phase::Invoke, Kind::Write, 13, Some(tok(7))),
+        ev(4, 1, 7, Phase::Fail, Kind::Write, 13, None),
+    ];
+    assert_eq!(checks(&run(e, &[])), vec!["fence"]);
+}

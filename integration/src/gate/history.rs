@@ -1,0 +1,185 @@
+//! The recorded history: one JSON line per event, appended and flushed as it happens, so a
+//! process killed mid-run leaves every event up to its death. An operation is an `invoke`
+//! line and, if it finished, an `ok`, `fail` or `info` line with the same (client, op id);
+//! `info` and a missing completion both mean the outcome is unknown (Jepsen's convention).
+//!
+//! Times are CLOCK_MONOTONIC nanoseconds: one clock for every process on the machine, so
+//! histories written by different worker processes merge into one real-time order.
+//! Tokens appear here because the checker needs them: this is a test artifact of a test
+//! cluster, never a log of the product.
+
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead as _, Write as _};
+use std::path::Path;
+use std::sync::Mutex;
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+pub fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Open,
+    Acquire,
+    Release,
+    KeepAlive,
+    /// A guarded write to the in-test fenced register.
+    Write,
+    /// A guarded write to the PostgreSQL reference fence.
+    PgWrite,
+    /// `lockctl epoch advance`, run by the gate as an operator would after a restore.
+    Advance,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Invoke,
+    /// Definitely happened (a grant, a release, an accepted write, a renewal).
+    Ok,
+    /// Definitely did not happen (a refusal with a reason).
+    Fail,
+    /// May or may not have happened (timeout, transport error, NO_QUORUM).
+    Info,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Event {
+    /// Client (a logical process; one operation in flight at a time).
+    pub c: u32,
+    /// Operation id, unique per client.
+    pub op: u64,
+    pub t: u64,
+    pub ph: Phase,
+    pub f: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<i64>,
+    /// Acquire: the token granted (on `ok`). Release/writes: the token used (on `invoke`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// The refusal reason or error, for `fail` and `info`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// Which way the call went: "edge" (Envoy) or "direct:<i>" (arbiter i).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+}
+
+/// Appends events to a file, one line each, flushed per line.
+pub struct Recorder {
+    out: Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Recorder {
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        let f = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self {
+            out: Mutex::new(std::io::BufWriter::new(f)),
+        })
+    }
+
+    pub fn record(&self, e: &Event) {
+        if let Ok(line) = serde_json::to_string(e)
+            && let Ok(mut out) = self.out.lock()
+        {
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// Reads every event of the history files, ordered by time. A torn last line (the writer
+/// was killed mid-write) is skipped.
+pub fn read(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<Event>> {
+    let mut events = Vec::new();
+    for p in paths {
+        let f = std::fs::File::open(p)?;
+        for line in std::io::BufReader::new(f).lines() {
+            if let Ok(e) = serde_json::from_str::<Event>(&line?) {
+                events.push(e);
+            }
+        }
+    }
+    events.sort_by_key(|e| e.t);
+    Ok(events)
+}
+
+/// One operation: its invocation and, if recorded, its completion.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub client: u32,
+    pub kind: Kind,
+    pub key: Option<String>,
+    pub session: Option<i64>,
+    /// For acquires, the token granted; otherwise the token used.
+    pub token: Option<u64>,
+    pub invoked: u64,
+    /// Completion time and phase; None: the process never reported (unknown outcome).
+    pub done: Option<(u64, Phase)>,
+    pub why: Option<String>,
+}
+
+impl Op {
+    pub fn ok(&self) -> bool {
+        matches!(self.done, Some((_, Phase::Ok)))
+    }
+
+    pub fn failed(&self) -> bool {
+        matches!(self.done, Some((_, Phase::Fail)))
+    }
+
+    /// Unknown outcome: `info`, or no completion at all.
+    pub fn unknown(&self) -> bool {
+        matches!(self.done, None | Some((_, Phase::Info)))
+    }
+
+    pub fn returned(&self) -> Option<u64> {
+        self.done.map(|(t, _)| t)
+    }
+}
+
+/// Pairs invocations with completions.
+pub fn operations(events: &[Event]) -> Vec<Op> {
+    let mut open: std::collections::HashMap<(u32, u64), usize> = Default::default();
+    let mut ops: Vec<Op> = Vec::new();
+    for e in events {
+        match e.ph {
+            Phase::Invoke => {
+                open.insert((e.c, e.op), ops.len());
+                ops.push(Op {
+                    client: e.c,
+                    kind: e.f,
+                    key: e.key.clone(),
+                    session: e.session,
+                    token: e.token,
+                    invoked: e.t,
+                    done: None,
+                    why: None,
+                });
+            }
+            ph => {
+                if let Some(i) = open.remove(&(e.c, e.op))
+                    && let Some(op) = ops.get_mut(i)
+                {
+                    op.done = Some((e.t, ph));
+                    op.why = e.why.clone();
+                    if e.token.is_some() {
+                        op.token = e.token;
+                    }
+                    if e.session.is_some() {
+                        op.session = e.session;
+                    }
+                }
+            }
+        }
+    }
+    ops
+}

@@ -1,0 +1,375 @@
+//! The release gate (ADR-23, issue 7): real etcd (3 members, each in its own network
+//! namespace), two arbiters, Envoy with the filter, and worker processes taking locks
+//! under injected faults; every operation recorded, then checked per key
+//! ([`checker`]) and for linearizability against a fenced mutex ([`linearize`]).
+
+pub mod checker;
+pub mod faults;
+pub mod history;
+pub mod linearize;
+pub mod register;
+pub mod store_log;
+pub mod worker;
+
+use crate::paths::workspace_bin;
+use crate::process::Proc;
+use crate::registry::{GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, gate_id, write_test_registry};
+use crate::{Stack, StackOptions};
+use faults::{Fault, Injected};
+use history::{Event, Kind, Phase, Recorder, mono_ns};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct GateOptions {
+    /// How long the workers run; faults are injected throughout.
+    pub duration: Duration,
+    pub workers: usize,
+    pub clients_per_worker: usize,
+    /// Faults, injected in this order, round after round, `fault_gap` apart.
+    pub faults: Vec<Fault>,
+    pub fault_gap: Duration,
+    /// Deliberate arbiter bugs (`--inject-bug`, debug builds only).
+    pub inject_bugs: Vec<String>,
+    /// Write to the PostgreSQL reference fence too.
+    pub postgres: bool,
+    pub direct_percent: u32,
+    pub replay_percent: u32,
+    pub durable_percent: u32,
+    pub keys_per_generation: u32,
+    pub generation: Duration,
+    /// Search budget per key for the linearizability check.
+    pub linearizability_steps: u64,
+    /// Where to keep the history and logs (None: a temp folder, kept only on failure).
+    pub out_dir: Option<PathBuf>,
+    pub seed: u64,
+}
+
+impl Default for GateOptions {
+    fn default() -> Self {
+        Self {
+            duration: Duration::from_secs(60),
+            workers: 3,
+            clients_per_worker: 3,
+            faults: faults::ALL.to_vec(),
+            fault_gap: Duration::from_secs(2),
+            inject_bugs: Vec::new(),
+            postgres: true,
+            direct_percent: 25,
+            replay_percent: 20,
+            durable_percent: 20,
+            keys_per_generation: 3,
+            generation: Duration::from_secs(2),
+            linearizability_steps: 300_000,
+            out_dir: None,
+            seed: 7,
+        }
+    }
+}
+
+pub struct GateReport {
+    pub operations: usize,
+    pub by_kind: BTreeMap<(Kind, &'static str), usize>,
+    pub grants: usize,
+    pub faults: Vec<Injected>,
+    pub violations: Vec<checker::Violation>,
+    pub linearizable: usize,
+    pub not_linearizable: Vec<String>,
+    pub unchecked: Vec<String>,
+    pub dir: PathBuf,
+    pub elapsed: Duration,
+}
+
+impl GateReport {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.not_linearizable.is_empty()
+    }
+
+    /// The printed summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "gate: {} operations in {:.0} s, {} grants; {} faults injected\n",
+            self.operations,
+            self.elapsed.as_secs_f64(),
+            self.grants,
+            self.faults.len()
+        ));
+        let mut kinds: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
+        for ((k, outcome), n) in &self.by_kind {
+            kinds.entry(*k).or_default().push(format!("{outcome} {n}"));
+        }
+        for (k, parts) in kinds {
+            s.push_str(&format!("  {k:?}: {}\n", parts.join(", ")));
+        }
+        let mut per_fault: BTreeMap<&str, usize> = BTreeMap::new();
+        for f in &self.faults {
+            *per_fault.entry(f.fault.name()).or_default() += 1;
+        }
+        let list: Vec<String> = per_fault.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+        s.push_str(&format!("  faults: {}\n", list.join(", ")));
+        s.push_str(&format!(
+            "  linearizability (per key): {} linearizable, {} not, {} unchecked (budget)\n",
+            self.linearizable,
+            self.not_linearizable.len(),
+            self.unchecked.len()
+        ));
+        if !self.unchecked.is_empty() {
+            s.push_str(&format!(
+                "    unchecked (covered by the per-key checks only): {}\n",
+                self.unchecked.join(", ")
+            ));
+        }
+        s.push_str(&format!("  violations: {}\n", self.violations.len()));
+        for v in self.violations.iter().take(20) {
+            s.push_str(&format!("    {v}\n"));
+        }
+        for k in self.not_linearizable.iter().take(10) {
+            s.push_str(&format!(
+                "    [linearizability] {k}: no sequential fenced-mutex order fits\n"
+            ));
+        }
+        if !self.passed() {
+            s.push_str(&format!("  history: {}\n", self.dir.display()));
+        }
+        s
+    }
+}
+
+/// Runs the gate: stack up, workers and faults for `duration`, then the checks.
+pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
+    let started = Instant::now();
+    let (tmp, dir) = match &opts.out_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            (None, d.clone())
+        }
+        None => {
+            let t = tempfile::Builder::new().prefix("lock-gate-").tempdir()?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    };
+    let registry = write_test_registry(&dir)?;
+    let mut arbiter_args = vec!["--store-timeout-ms".to_owned(), "1500".to_owned()];
+    for b in &opts.inject_bugs {
+        arbiter_args.extend(["--inject-bug".to_owned(), b.clone()]);
+    }
+    let mut stack = Stack::start(StackOptions {
+        arbiters: 2,
+        etcd_members: 3,
+        isolatable_etcd: true,
+        registry,
+        keep_dir: Some(dir.join("stack")),
+        arbiter_args,
+        ..StackOptions::default()
+    })
+    .await?;
+    let register = register::Register::start().await?;
+    let pg = if opts.postgres {
+        let pg = crate::postgres::Postgres::start(&dir.join("pg"))?;
+        let db = crate::postgres::connect(&pg.url()).await?;
+        crate::fence::create_schema(&db).await?;
+        Some(pg)
+    } else {
+        None
+    };
+    let watcher =
+        store_log::StoreWatcher::start(stack.members().map(|m| m.client_url.clone()).collect());
+    let history_dir = dir.join("history");
+    std::fs::create_dir_all(&history_dir)?;
+    let origin = mono_ns();
+    let until = origin + u64::try_from(opts.duration.as_nanos())?;
+    let run_id = format!("r{:x}", origin % 0xfffff);
+    let mut workers = Vec::new();
+    for w in 0..opts.workers {
+        let mut clients = Vec::new();
+        for c in 0..opts.clients_per_worker {
+            let id = u32::try_from(1 + w * opts.clients_per_worker + c)?;
+            let spiffe_id = gate_id(id as usize);
+            let svid = stack.pki.svid(&format!("gate-c{id}"), &spiffe_id)?;
+            clients.push(worker::ClientPlan {
+                id,
+                spiffe_id,
+                cert: svid.cert,
+                key: svid.key,
+                ca: svid.ca,
+            });
+        }
+        let history = history_dir.join(format!("worker-{w}.jsonl"));
+        let plan = worker::WorkerPlan {
+            clients,
+            endpoint: stack.endpoint(),
+            arbiters: stack.arbiters.iter().map(|a| a.addr).collect(),
+            direct_percent: opts.direct_percent,
+            keys: worker::KeyPlan {
+                fifo_prefix: GATE_PREFIX.into(),
+                durable_prefix: GATE_DURABLE_PREFIX.into(),
+                run: run_id.clone(),
+                per_generation: opts.keys_per_generation,
+                generation_ms: u64::try_from(opts.generation.as_millis())?,
+                durable_percent: opts.durable_percent,
+            },
+            origin,
+            until,
+            max_ops_per_client: 1_000_000,
+            register: register.addr,
+            postgres: pg.as_ref().map(|p| p.url()),
+            history: history.clone(),
+            seed: opts.seed.wrapping_mul(1000).wrapping_add(w as u64),
+            replay_percent: opts.replay_percent,
+        };
+        let plan_path = dir.join(format!("worker-{w}.json"));
+        std::fs::write(&plan_path, serde_json::to_string_pretty(&plan)?)?;
+        let mut cmd = Command::new(workspace_bin("gate")?);
+        cmd.arg("worker").arg("--plan").arg(&plan_path);
+        workers.push(Proc::spawn(&format!("worker-{w}"), cmd, &dir)?);
+    }
+    let driver_history = history_dir.join("driver.jsonl");
+    let driver = Recorder::create(&driver_history)?;
+    let driver_ops = AtomicU64::new(0);
+    let record = |ph: Phase, why: Option<String>| -> u64 {
+        let op = if ph == Phase::Invoke {
+            driver_ops.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            driver_ops.load(Ordering::SeqCst)
+        };
+        driver.record(&Event {
+            c: 0,
+            op,
+            t: mono_ns(),
+            ph,
+            f: Kind::Advance,
+            key: None,
+            session: None,
+            token: None,
+            why,
+            via: None,
+        });
+        op
+    };
+
+    // Faults, round after round, until the workers' end (leaving time for the last).
+    let mut injected = Vec::new();
+    let mut epoch = 1u16;
+    tokio::time::sleep(opts.fault_gap).await;
+    let mut n = 0usize;
+    while !opts.faults.is_empty() {
+        let fault = opts.faults[n % opts.faults.len()];
+        if mono_ns() + 8_000_000_000 > until {
+            break;
+        }
+        let target = faults::Target {
+            stack: &mut stack,
+            workers: &mut workers,
+            holder_pause: Duration::from_secs(u64::from(GATE_TTL) + 2),
+            epoch: &mut epoch,
+            record: &record,
+            pick: n / opts.faults.len() + n,
+        };
+        let done = faults::inject(fault, target).await?;
+        println!(
+            "gate: {:>14} on {} ({:.1} s)",
+            fault.name(),
+            done.target,
+            done.took.as_secs_f64()
+        );
+        injected.push(done);
+        n += 1;
+        tokio::time::sleep(opts.fault_gap).await;
+    }
+    // Workers stop on their own at `until`; bound the wait, then stop them.
+    let deadline = Instant::now() + opts.duration + Duration::from_secs(30);
+    for w in &mut workers {
+        while w.check_running().is_ok() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        w.kill();
+    }
+    let store_events = watcher.finish().await?;
+    std::fs::write(
+        history_dir.join("store.jsonl"),
+        store_events
+            .iter()
+            .filter_map(|e| serde_json::to_string(e).ok())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )?;
+    let mut report = check_history(&history_dir, opts.linearizability_steps)?;
+    report.faults = injected;
+    report.dir = dir.clone();
+    report.elapsed = started.elapsed();
+    drop(stack);
+    drop(pg);
+    // Keep the evidence of a failure; a passing run's temp folder goes.
+    if let Some(t) = tmp
+        && !report.passed()
+    {
+        let _ = t.keep();
+    }
+    Ok(report)
+}
+
+/// Checks a recorded history folder (`worker-*.jsonl`, `driver.jsonl`, `store.jsonl`):
+/// what `gate run` does after the run, and `gate check` on a kept folder.
+pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Result<GateReport> {
+    let started = Instant::now();
+    let mut files = Vec::new();
+    let mut store_events = Vec::new();
+    for entry in std::fs::read_dir(history_dir)? {
+        let p = entry?.path();
+        match p.file_name().and_then(|n| n.to_str()) {
+            Some("store.jsonl") => {
+                for line in std::fs::read_to_string(&p)?.lines() {
+                    store_events.push(serde_json::from_str::<store_log::StoreEvent>(line)?);
+                }
+            }
+            Some(n) if n.ends_with(".jsonl") => files.push(p),
+            _ => {}
+        }
+    }
+    let events = history::read(&files)?;
+    let ops = history::operations(&events);
+    let truth = store_log::StoreTruth::from_events(&store_events);
+    let violations = checker::check(&ops, &truth);
+    let verdicts = linearize::check_all(&ops, &truth, steps);
+    let mut by_kind = BTreeMap::new();
+    for op in &ops {
+        let outcome = match op.done {
+            Some((_, Phase::Ok)) => "ok",
+            Some((_, Phase::Fail)) => "fail",
+            _ => "unknown",
+        };
+        *by_kind.entry((op.kind, outcome)).or_insert(0) += 1;
+    }
+    let report = GateReport {
+        operations: ops.len(),
+        grants: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.ok())
+            .count(),
+        by_kind,
+        faults: Vec::new(),
+        violations,
+        linearizable: verdicts
+            .values()
+            .filter(|v| **v == linearize::Verdict::Linearizable)
+            .count(),
+        not_linearizable: verdicts
+            .iter()
+            .filter(|(_, v)| **v == linearize::Verdict::NotLinearizable)
+            .map(|(k, _)| k.clone())
+            .collect(),
+        unchecked: verdicts
+            .iter()
+            .filter(|(_, v)| **v == linearize::Verdict::Unchecked)
+            .map(|(k, _)| k.clone())
+            .collect(),
+        dir: history_dir.to_path_buf(),
+        elapsed: started.elapsed(),
+    };
+    Ok(report)
+}

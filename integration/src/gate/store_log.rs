@@ -1,0 +1,195 @@
+//! What etcd itself says happened: a watch over the whole keyspace from the first revision,
+//! resumed after every break from the next revision, with the previous value of each
+//! deleted key. The checker uses it for the truth the clients cannot see: whether a token's
+//! revision created a holder key, and whether a hold ended by session expiry or an epoch
+//! advance (which may legitimately leave a paused holder believing it still holds).
+
+use super::history::mono_ns;
+use etcd_client::{EventType, WatchOptions};
+use lock_arbiter::layout::{EPOCH_KEY, HOLDER_PREFIX, SESSION_PREFIX};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoreEvent {
+    pub revision: i64,
+    /// When the watcher saw it (CLOCK_MONOTONIC ns): an upper bound on when it happened.
+    pub seen: u64,
+    pub key: String,
+    pub delete: bool,
+    /// The key's create revision (of the deleted value, for deletes).
+    pub create_revision: i64,
+    pub lease: i64,
+}
+
+/// Records every event until stopped, then until it has caught up with the store.
+pub struct StoreWatcher {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<StoreEvent>>,
+}
+
+impl StoreWatcher {
+    pub fn start(urls: Vec<String>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(watch_all(urls, stop.clone()));
+        Self { stop, task }
+    }
+
+    /// Stops after catching up with the store's current revision (bounded: 60 s).
+    pub async fn finish(self) -> anyhow::Result<Vec<StoreEvent>> {
+        self.stop.store(true, Ordering::SeqCst);
+        Ok(tokio::time::timeout(Duration::from_secs(60), self.task).await??)
+    }
+}
+
+async fn watch_all(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<StoreEvent> {
+    let mut events = Vec::new();
+    let mut next = 1i64;
+    // The revision to reach once stopped (read when the stop is first seen).
+    let mut target: Option<i64> = None;
+    loop {
+        if let Some(t) = target
+            && next > t
+        {
+            return events;
+        }
+        let opts = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(1))
+            .with_timeout(Duration::from_secs(3));
+        let mut client = match etcd_client::Client::connect(urls.clone(), Some(opts)).await {
+            Ok(c) => c,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if stop.load(Ordering::SeqCst) && target.is_none() {
+            match client.get("/", None).await {
+                Ok(r) => target = r.header().map(|h| h.revision()),
+                Err(_) => continue,
+            }
+            continue;
+        }
+        let wopts = WatchOptions::new()
+            .with_prefix()
+            .with_prev_key()
+            .with_start_revision(next)
+            .with_progress_notify();
+        let mut stream = match client.watch("/", Some(wopts)).await {
+            Ok(s) => s,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        loop {
+            // Wake at least every 500 ms to notice the stop.
+            let msg = tokio::time::timeout(Duration::from_millis(500), stream.message()).await;
+            match msg {
+                Ok(Ok(Some(resp))) => {
+                    if resp.canceled() {
+                        break;
+                    }
+                    let seen = mono_ns();
+                    for e in resp.events() {
+                        let Some(kv) = e.kv() else { continue };
+                        let delete = e.event_type() == EventType::Delete;
+                        let (create_revision, lease) = match (delete, e.prev_kv()) {
+                            (true, Some(p)) => (p.create_revision(), p.lease()),
+                            _ => (kv.create_revision(), kv.lease()),
+                        };
+                        events.push(StoreEvent {
+                            revision: kv.mod_revision(),
+                            seen,
+                            key: String::from_utf8_lossy(kv.key()).into_owned(),
+                            delete,
+                            create_revision,
+                            lease,
+                        });
+                        next = next.max(kv.mod_revision() + 1);
+                    }
+                    if let Some(h) = resp.header() {
+                        // A progress notification: nothing below this revision is pending.
+                        if resp.events().is_empty() && h.revision() >= next {
+                            next = h.revision() + 1;
+                        }
+                    }
+                }
+                Ok(Ok(None)) | Ok(Err(_)) => break,
+                Err(_) => {}
+            }
+            if stop.load(Ordering::SeqCst) {
+                if target.is_none() {
+                    break;
+                }
+                if let Some(t) = target
+                    && next > t
+                {
+                    return events;
+                }
+            }
+        }
+    }
+}
+
+/// The store's history, indexed for the checker.
+#[derive(Debug, Default)]
+pub struct StoreTruth {
+    /// (holder key, create revision) -> the revision that deleted it.
+    pub holds: HashMap<(String, i64), Option<i64>>,
+    /// (holder key, create revision) -> its lease.
+    pub hold_lease: HashMap<(String, i64), i64>,
+    /// Lease -> the revision its session record was deleted at (expiry or close).
+    pub session_end: HashMap<i64, i64>,
+    /// Revisions at which the epoch record was written (init or advance).
+    pub epoch_writes: HashSet<i64>,
+    /// Session record deletions with the time the watcher saw them.
+    pub session_end_seen: HashMap<i64, u64>,
+}
+
+impl StoreTruth {
+    pub fn from_events(events: &[StoreEvent]) -> Self {
+        let mut t = Self::default();
+        for e in events {
+            if let Some(_key) = e.key.strip_prefix(HOLDER_PREFIX) {
+                let id = (e.key.clone(), e.create_revision);
+                if e.delete {
+                    t.holds.insert(id, Some(e.revision));
+                } else if e.create_revision == e.revision {
+                    t.holds.entry(id.clone()).or_insert(None);
+                    t.hold_lease.insert(id, e.lease);
+                }
+            } else if let Some(hex) = e.key.strip_prefix(SESSION_PREFIX) {
+                if e.delete
+                    && let Ok(lease) = i64::from_str_radix(hex, 16)
+                {
+                    t.session_end.insert(lease, e.revision);
+                    t.session_end_seen.insert(lease, e.seen);
+                }
+            } else if e.key == EPOCH_KEY && !e.delete {
+                t.epoch_writes.insert(e.revision);
+            }
+        }
+        t
+    }
+
+    /// Did the grant of `key` at `revision` create a holder key?
+    pub fn backed(&self, key: &str, revision: i64) -> bool {
+        self.holds
+            .contains_key(&(format!("{HOLDER_PREFIX}{key}"), revision))
+    }
+
+    /// The revision at which the hold created at `revision` was taken away by the service
+    /// (its session ended, or an epoch advance deleted it), if it was.
+    pub fn revoked_at(&self, key: &str, revision: i64) -> Option<i64> {
+        let id = (format!("{HOLDER_PREFIX}{key}"), revision);
+        let deleted = (*self.holds.get(&id)?)?;
+        let lease = self.hold_lease.get(&id).copied().unwrap_or(0);
+        let by_session = self.session_end.get(&lease) == Some(&deleted);
+        let by_epoch = self.epoch_writes.contains(&deleted);
+        (by_session || by_epoch).then_some(deleted)
+    }
+}

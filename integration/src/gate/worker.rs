@@ -1,0 +1,522 @@
+//! A gate worker process: a few clients, each with its own SPIFFE identity and session,
+//! taking keys, writing to the fenced resources and releasing, with every operation
+//! recorded. Separate processes so that the gate can freeze a holder (SIGSTOP) past its
+//! session's TTL, as a GC pause or a stalled VM would.
+
+use super::history::{Event, Kind, Phase, Recorder, mono_ns};
+use super::register::RegisterClient;
+use lock_arbiter::proto::lock_client::LockClient;
+use lock_arbiter::remote::{self, Svid};
+use lock_config::proto::v1::{
+    AcquireRequest, KeepAliveRequest, OpenSessionRequest, ReleaseRequest,
+};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// Client ids of keepalive streams: the client's id plus this (a separate history thread).
+pub const KEEPALIVE_CLIENT: u32 = 10_000;
+/// Bound on a call's answer beyond its own wait.
+const CALL_TIMEOUT: Duration = Duration::from_secs(4);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientPlan {
+    pub id: u32,
+    pub spiffe_id: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// What one worker process does, written by the gate as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerPlan {
+    pub clients: Vec<ClientPlan>,
+    /// Envoy's listener (https).
+    pub endpoint: String,
+    /// Arbiters' own addresses, for the share of calls sent straight to a chosen arbiter
+    /// (keys then meet more than one arbiter, as when the ring changes).
+    pub arbiters: Vec<SocketAddr>,
+    pub direct_percent: u32,
+    pub keys: KeyPlan,
+    /// CLOCK_MONOTONIC ns: the run's origin (key generations count from it) and its end.
+    pub origin: u64,
+    pub until: u64,
+    pub max_ops_per_client: u64,
+    pub register: SocketAddr,
+    pub postgres: Option<String>,
+    pub history: PathBuf,
+    pub seed: u64,
+    /// Share of releases followed by a re-grant and a replay of the old release.
+    pub replay_percent: u32,
+}
+
+/// Keys rotate: generation `g` (every `generation_ms`) uses `<prefix>/<run>/g<g>/k<i>`, so
+/// every key's history is short and starts from a free key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeyPlan {
+    pub fifo_prefix: String,
+    pub durable_prefix: String,
+    pub run: String,
+    pub per_generation: u32,
+    pub generation_ms: u64,
+    pub durable_percent: u32,
+}
+
+impl KeyPlan {
+    fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
+        let g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
+        let i = rng.random_range(0..self.per_generation.max(1));
+        let prefix = if rng.random_range(0..100) < self.durable_percent {
+            &self.durable_prefix
+        } else {
+            &self.fifo_prefix
+        };
+        format!("{prefix}/{}/g{g}/k{i}", self.run)
+    }
+}
+
+/// Runs every client of the plan until its end; returns when all have stopped.
+pub async fn run(plan: WorkerPlan) -> anyhow::Result<()> {
+    let rec = Arc::new(Recorder::create(&plan.history)?);
+    let mut tasks = Vec::new();
+    for (n, c) in plan.clients.iter().enumerate() {
+        let client =
+            Client::connect(&plan, c, rec.clone(), plan.seed.wrapping_add(n as u64)).await?;
+        tasks.push(tokio::spawn(client.run()));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+struct Client {
+    id: u32,
+    spiffe_id: String,
+    plan: WorkerPlan,
+    rng: StdRng,
+    edge: LockClient<Channel>,
+    direct: Vec<LockClient<Channel>>,
+    rec: Arc<Recorder>,
+    register: RegisterClient,
+    pg: Option<tokio_postgres::Client>,
+    next_op: u64,
+    session: Option<Session>,
+    ops: u64,
+}
+
+struct Session {
+    id: i64,
+    /// Set when a renewal says the session is gone; the keepalive task stops.
+    dead: Arc<AtomicBool>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.dead.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A call's outcome as the history records it.
+enum Outcome<T> {
+    Ok(T),
+    Fail(String),
+    Unknown(String),
+}
+
+fn classify<T>(
+    r: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
+) -> Outcome<T> {
+    match r {
+        Err(_) => Outcome::Unknown("timeout".into()),
+        Ok(Ok(resp)) => Outcome::Ok(resp.into_inner()),
+        Ok(Err(status)) => match remote::reason_of(&status) {
+            // NO_QUORUM may follow a transaction that committed (README "Errors").
+            Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
+            // A wait that ran out: the wire reason is HELD, but the wait may also have
+            // ended on a slow store; recorded apart so the checks can tell.
+            Some((lock_config::Reason::HeldDeadline, _)) => Outcome::Fail("HELD_DEADLINE".into()),
+            Some((r, _)) => Outcome::Fail(r.as_str().into()),
+            None => Outcome::Unknown(format!("{:?}", status.code())),
+        },
+    }
+}
+
+impl Client {
+    async fn connect(
+        plan: &WorkerPlan,
+        c: &ClientPlan,
+        rec: Arc<Recorder>,
+        seed: u64,
+    ) -> anyhow::Result<Self> {
+        let svid = Svid {
+            cert: Some(&c.cert),
+            key: Some(&c.key),
+            ca: &c.ca,
+        };
+        let edge = remote::connect(&plan.endpoint, &svid, "localhost").await?;
+        let mut direct = Vec::new();
+        for a in &plan.arbiters {
+            direct.push(LockClient::new(
+                Channel::from_shared(format!("http://{a}"))?.connect_lazy(),
+            ));
+        }
+        let pg = match &plan.postgres {
+            Some(url) => Some(crate::postgres::connect(url).await?),
+            None => None,
+        };
+        Ok(Self {
+            id: c.id,
+            spiffe_id: c.spiffe_id.clone(),
+            rng: StdRng::seed_from_u64(seed),
+            edge,
+            direct,
+            rec,
+            register: RegisterClient::connect(plan.register).await?,
+            pg,
+            plan: plan.clone(),
+            next_op: 0,
+            session: None,
+            ops: 0,
+        })
+    }
+
+    fn event(&self, op: u64, ph: Phase, f: Kind) -> Event {
+        Event {
+            c: self.id,
+            op,
+            t: mono_ns(),
+            ph,
+            f,
+            key: None,
+            session: self.session.as_ref().map(|s| s.id),
+            token: None,
+            why: None,
+            via: None,
+        }
+    }
+
+    /// Records the invocation; returns the op id.
+    fn invoke(
+        &mut self,
+        f: Kind,
+        key: Option<&str>,
+        token: Option<u64>,
+        via: Option<String>,
+    ) -> u64 {
+        self.next_op += 1;
+        self.ops += 1;
+        let mut e = self.event(self.next_op, Phase::Invoke, f);
+        e.key = key.map(str::to_owned);
+        e.token = token;
+        e.via = via;
+        self.rec.record(&e);
+        self.next_op
+    }
+
+    fn complete<T>(&self, op: u64, f: Kind, outcome: &Outcome<T>, token: Option<u64>) {
+        let (ph, why) = match outcome {
+            Outcome::Ok(_) => (Phase::Ok, None),
+            Outcome::Fail(w) => (Phase::Fail, Some(w.clone())),
+            Outcome::Unknown(w) => (Phase::Info, Some(w.clone())),
+        };
+        let mut e = self.event(op, ph, f);
+        e.token = token;
+        e.why = why;
+        self.rec.record(&e);
+    }
+
+    /// The edge, or (for `direct_percent` of calls) one arbiter chosen at random.
+    fn route(&mut self) -> (LockClient<Channel>, String) {
+        if !self.direct.is_empty() && self.rng.random_range(0..100) < self.plan.direct_percent {
+            let i = self.rng.random_range(0..self.direct.len());
+            (self.direct[i].clone(), format!("direct:{i}"))
+        } else {
+            (self.edge.clone(), "edge".into())
+        }
+    }
+
+    /// A request as Envoy would forward it, for the direct route.
+    fn request<T>(&self, msg: T, key: &str, via: &str) -> tonic::Request<T> {
+        if via == "edge" {
+            tonic::Request::new(msg)
+        } else {
+            crate::as_from_edge(msg, Some(key), Some(&self.spiffe_id))
+        }
+    }
+
+    fn done(&self) -> bool {
+        mono_ns() >= self.plan.until || self.ops >= self.plan.max_ops_per_client
+    }
+
+    async fn run(mut self) -> anyhow::Result<()> {
+        while !self.done() {
+            let key = self.plan.keys.pick(&mut self.rng, self.plan.origin);
+            if self
+                .session
+                .as_ref()
+                .is_none_or(|s| s.dead.load(Ordering::SeqCst))
+            {
+                self.session = None;
+                if !self.open_session(&key).await {
+                    self.pause(100, 300).await;
+                    continue;
+                }
+            }
+            let wait = if self.rng.random_range(0..100) < 30 {
+                0
+            } else {
+                self.rng.random_range(200..2000)
+            };
+            match self.acquire(&key, wait).await {
+                Outcome::Ok(token) => self.hold(&key, token).await,
+                Outcome::Fail(why) if why == "SESSION_EXPIRED" => self.session = None,
+                Outcome::Fail(_) => self.pause(5, 30).await,
+                Outcome::Unknown(_) => self.pause(50, 200).await,
+            }
+        }
+        Ok(())
+    }
+
+    async fn pause(&mut self, lo: u64, hi: u64) {
+        let ms = self.rng.random_range(lo..hi);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    async fn open_session(&mut self, key: &str) -> bool {
+        let op = self.invoke(Kind::Open, Some(key), None, Some("edge".into()));
+        let mut edge = self.edge.clone();
+        let r = tokio::time::timeout(
+            CALL_TIMEOUT,
+            edge.open_session(OpenSessionRequest { key: key.into() }),
+        )
+        .await;
+        let outcome = classify(r);
+        if let Outcome::Ok(resp) = &outcome {
+            let dead = Arc::new(AtomicBool::new(false));
+            self.session = Some(Session {
+                id: resp.session_id,
+                dead: dead.clone(),
+            });
+            tokio::spawn(renew(
+                self.edge.clone(),
+                self.rec.clone(),
+                self.id + KEEPALIVE_CLIENT,
+                resp.session_id,
+                Duration::from_millis(u64::from(resp.ttl_seconds.max(1)) * 1000 / 3),
+                dead,
+            ));
+        }
+        self.complete(op, Kind::Open, &outcome, None);
+        matches!(outcome, Outcome::Ok(_))
+    }
+
+    async fn acquire(&mut self, key: &str, wait_ms: u64) -> Outcome<u64> {
+        let Some(session) = self.session.as_ref().map(|s| s.id) else {
+            return Outcome::Fail("no session".into());
+        };
+        let (mut client, via) = self.route();
+        let op = self.invoke(Kind::Acquire, Some(key), None, Some(via.clone()));
+        let req = self.request(
+            AcquireRequest {
+                key: key.into(),
+                session_id: session,
+                wait_millis: wait_ms,
+            },
+            key,
+            &via,
+        );
+        let r = tokio::time::timeout(
+            CALL_TIMEOUT + Duration::from_millis(wait_ms),
+            client.acquire(req),
+        )
+        .await;
+        let outcome = match classify(r) {
+            Outcome::Ok(resp) => Outcome::Ok(resp.token),
+            Outcome::Fail(w) => Outcome::Fail(w),
+            Outcome::Unknown(w) => Outcome::Unknown(w),
+        };
+        let token = match &outcome {
+            Outcome::Ok(t) => Some(*t),
+            _ => None,
+        };
+        self.complete(op, Kind::Acquire, &outcome, token);
+        outcome
+    }
+
+    async fn release(&mut self, key: &str, token: u64) -> Outcome<()> {
+        let session = self.session.as_ref().map(|s| s.id);
+        let (mut client, via) = self.route();
+        let op = self.invoke(Kind::Release, Some(key), Some(token), Some(via.clone()));
+        let req = self.request(
+            ReleaseRequest {
+                key: key.into(),
+                token,
+                session_id: session.unwrap_or(0),
+            },
+            key,
+            &via,
+        );
+        let r = tokio::time::timeout(CALL_TIMEOUT, client.release(req)).await;
+        let outcome = match classify(r) {
+            Outcome::Ok(_) => Outcome::Ok(()),
+            Outcome::Fail(w) => Outcome::Fail(w),
+            Outcome::Unknown(w) => Outcome::Unknown(w),
+        };
+        self.complete(op, Kind::Release, &outcome, None);
+        outcome
+    }
+
+    /// The guarded writes of a holder: the register, then PostgreSQL if present.
+    async fn write(&mut self, key: &str, token: u64) {
+        let op = self.invoke(Kind::Write, Some(key), Some(token), None);
+        let outcome =
+            match tokio::time::timeout(CALL_TIMEOUT, self.register.write(key, token)).await {
+                Ok(Ok(true)) => Outcome::Ok(()),
+                Ok(Ok(false)) => Outcome::Fail("STALE".into()),
+                Ok(Err(e)) => Outcome::Unknown(e.to_string()),
+                Err(_) => Outcome::Unknown("timeout".into()),
+            };
+        self.complete(op, Kind::Write, &outcome, None);
+        if self.pg.is_none() {
+            return;
+        }
+        let op = self.invoke(Kind::PgWrite, Some(key), Some(token), None);
+        let outcome = match self.pg_write(key, token).await {
+            Ok(true) => Outcome::Ok(()),
+            Ok(false) => Outcome::Fail("STALE".into()),
+            Err(e) => Outcome::Unknown(e.to_string()),
+        };
+        self.complete(op, Kind::PgWrite, &outcome, None);
+    }
+
+    async fn pg_write(&mut self, key: &str, token: u64) -> anyhow::Result<bool> {
+        let Some(db) = self.pg.as_ref() else {
+            return Ok(false);
+        };
+        let id = record_id(key);
+        let fence = i64::try_from(token)?;
+        db.execute(
+            "INSERT INTO fenced_resource (id, value, fence) VALUES ($1, '', 0) ON CONFLICT (id) DO NOTHING",
+            &[&id],
+        )
+        .await?;
+        let value = format!("client {}", self.id);
+        let n = tokio::time::timeout(
+            CALL_TIMEOUT,
+            db.execute(crate::fence::REFERENCE_WRITE, &[&id, &value, &fence]),
+        )
+        .await??;
+        Ok(n == 1)
+    }
+
+    async fn hold(&mut self, key: &str, token: u64) {
+        self.write(key, token).await;
+        self.pause(0, 20).await;
+        let released = self.release(key, token).await;
+        if matches!(released, Outcome::Ok(()))
+            && self.rng.random_range(0..100) < self.plan.replay_percent
+        {
+            // Take the key again at once and replay the old release, as a client whose
+            // earlier release was delayed in the network would: it must be refused.
+            if let Outcome::Ok(again) = self.acquire(key, 0).await {
+                self.release(key, token).await;
+                self.write(key, again).await;
+                self.release(key, again).await;
+            }
+        }
+    }
+}
+
+/// The row of the PostgreSQL fence for `key` (FNV-1a; a collision only adds refusals).
+fn record_id(key: &str) -> i64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h >> 1) as i64
+}
+
+/// The session's KeepAlive stream, renewing every `every`, each renewal recorded as an
+/// operation of client `id`. Reopens a broken stream; stops when the session is gone.
+async fn renew(
+    mut edge: LockClient<Channel>,
+    rec: Arc<Recorder>,
+    id: u32,
+    session: i64,
+    every: Duration,
+    dead: Arc<AtomicBool>,
+) {
+    let mut op = 0u64;
+    let event = |op: u64, ph: Phase, why: Option<String>| Event {
+        c: id,
+        op,
+        t: mono_ns(),
+        ph,
+        f: Kind::KeepAlive,
+        key: None,
+        session: Some(session),
+        token: None,
+        why,
+        via: Some("edge".into()),
+    };
+    while !dead.load(Ordering::SeqCst) {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let stream = tokio::time::timeout(
+            CALL_TIMEOUT,
+            edge.keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        )
+        .await;
+        let mut replies = match stream {
+            Ok(Ok(r)) => r.into_inner(),
+            _ => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        while !dead.load(Ordering::SeqCst) {
+            op += 1;
+            rec.record(&event(op, Phase::Invoke, None));
+            if tx
+                .send(KeepAliveRequest {
+                    session_id: session,
+                })
+                .await
+                .is_err()
+            {
+                rec.record(&event(op, Phase::Info, Some("stream closed".into())));
+                break;
+            }
+            match tokio::time::timeout(CALL_TIMEOUT, replies.message()).await {
+                Ok(Ok(Some(r))) if r.ttl_seconds > 0 => rec.record(&event(op, Phase::Ok, None)),
+                Ok(Ok(Some(_))) => {
+                    rec.record(&event(op, Phase::Fail, Some("SESSION_EXPIRED".into())));
+                    dead.store(true, Ordering::SeqCst);
+                }
+                Ok(Err(status)) => {
+                    let why = remote::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
+                    if why.as_deref() == Some("SESSION_EXPIRED") {
+                        rec.record(&event(op, Phase::Fail, why));
+                        dead.store(true, Ordering::SeqCst);
+                    } else {
+                        rec.record(&event(op, Phase::Info, why));
+                    }
+                    break;
+                }
+                _ => {
+                    rec.record(&event(op, Phase::Info, Some("stream broken".into())));
+                    break;
+                }
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
