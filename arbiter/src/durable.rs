@@ -60,13 +60,16 @@ pub async fn acquire(
         };
     }
     let deadline = Instant::now() + wait.min(MAX_WAIT);
-    let entry = enqueue(&engine.store, session, &prefix).await?;
+    let mut entry = enqueue(&engine.store, session, &prefix).await?;
     let _leave = LeaveOnDrop {
         store: engine.store.clone(),
         key: entry.key.clone(),
     };
     let hkey = holder_key(key);
     loop {
+        if Instant::now() >= deadline {
+            return Err(ArbiterError::HeldDeadline);
+        }
         let (predecessor, seen_at) =
             predecessor(&engine.store, &prefix, entry.create_revision).await?;
         let wake = match predecessor {
@@ -80,12 +83,21 @@ pub async fn acquire(
                 }
                 None => match engine
                     .attempt_queued(session, key, class, Some(&entry))
-                    .await?
+                    .await
                 {
-                    Attempt::Granted(g) => return Ok(g),
-                    Attempt::Held { revision } => {
+                    Ok(Attempt::Granted(g)) => return Ok(g),
+                    Ok(Attempt::Held { revision }) => {
                         release_watch::wait(&engine.store, &hkey, revision + 1, deadline).await
                     }
+                    // The key is free but the transaction keeps failing: our entry is gone.
+                    // An epoch advance deletes every durable waiter (found by the release
+                    // gate: the waiter answered HELD for a free key). Take a place again;
+                    // the advance emptied the queue, so order restarts from here.
+                    Err(ArbiterError::Held) if !entry_exists(&engine.store, &entry).await? => {
+                        entry = enqueue(&engine.store, session, &prefix).await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 },
             },
         };
@@ -163,6 +175,15 @@ async fn predecessor(
         .first()
         .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
     Ok((pred, seen_at))
+}
+
+/// Whether this waiter's entry is still the one it created.
+async fn entry_exists(store: &Store, entry: &QueueEntry) -> Result<bool, ArbiterError> {
+    let resp = store.get(&entry.key).await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == entry.create_revision))
 }
 
 /// The revision at which `hkey` was read held, or None when it is free.

@@ -170,9 +170,21 @@ impl Engine {
                 }
             }
             let from = ticket.held_at().unwrap_or(0) + 1;
-            match crate::release_watch::wait(&self.store, &holder_key(key), from, deadline).await {
+            let local = ticket.release_signal();
+            let hkey = holder_key(key);
+            let watched = crate::release_watch::wait(&self.store, &hkey, from, deadline);
+            let wake = match local {
+                // A release through this arbiter wakes the head without the watch's round
+                // trip; a release elsewhere (or an expiry) still arrives by the watch.
+                Some(signal) => tokio::select! {
+                    w = watched => w,
+                    () = signal.notified() => crate::release_watch::Wake::Released { revision: 0 },
+                },
+                None => watched.await,
+            };
+            match wake {
                 crate::release_watch::Wake::Released { revision } => {
-                    if self.bugs.has(Bug::GrantOnWatchEvent) {
+                    if self.bugs.has(Bug::GrantOnWatchEvent) && revision > 0 {
                         let epoch = self.epoch.current(&self.store).await?;
                         ticket.saw_held(revision);
                         return self.granted(&epoch, revision, class);
@@ -448,7 +460,10 @@ impl Engine {
                 .try_release(identity, &hkey, token, revision, lease)
                 .await
             {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    self.queues.released(key.as_str());
+                    return Ok(());
+                }
                 Ok(false) => self.epoch.refresh(&self.store).await.map(drop)?,
                 Err(e) => self.recheck_seal(e, attempt).await?,
             }

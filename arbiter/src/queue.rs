@@ -24,6 +24,9 @@ struct KeyQueue {
     /// made from this queue). A new head watches for the release after it instead of
     /// spending a transaction on a key it knows is taken.
     held_at: Option<i64>,
+    /// Woken when a release of this key commits through this arbiter, so the head tries
+    /// at once instead of waiting for etcd's watch event to come round.
+    released: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -61,6 +64,18 @@ impl Queues {
             .get(key)
             .and_then(|q| q.lock().ok().map(|q| q.waiters.len()))
             .unwrap_or(0)
+    }
+
+    /// A release of `key` committed here: wake its queue's head, if there is a queue.
+    /// A hint only, like the watch: the head still runs a full grant transaction.
+    pub fn released(&self, key: &str) {
+        if let Some(q) = self.queue(key)
+            && let Ok(q) = q.lock()
+        {
+            // Only a head waiting right now: no stored permit that would cost a later head
+            // a doomed attempt (a head mid-attempt still has the watch).
+            q.released.notify_waiters();
+        }
     }
 
     /// Waiters across all keys.
@@ -130,6 +145,11 @@ impl Ticket {
     /// The last revision the key was seen held, if any waiter of this queue saw it.
     pub fn held_at(&self) -> Option<i64> {
         self.with_queue(|q| q.held_at).flatten()
+    }
+
+    /// The notification [`Queues::released`] sends for this ticket's key.
+    pub fn release_signal(&self) -> Option<Arc<Notify>> {
+        self.with_queue(|q| q.released.clone())
     }
 
     /// Forgets the held-at revision (the key was seen released).
