@@ -229,6 +229,19 @@ impl Etcd {
         self.metric_sum("grpc_server_msg_received_total", method)
     }
 
+    /// A metric without labels (or the sum over its labels), e.g.
+    /// `etcd_server_proposals_committed_total`.
+    pub fn metric(&self, metric: &str) -> anyhow::Result<u64> {
+        let body = crate::admin_get(self.metrics_addr, "/metrics")?;
+        Ok(body
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!("{metric} ")) || l.starts_with(&format!("{metric}{{"))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64)
+    }
+
     fn metric_sum(&self, metric: &str, method: &str) -> anyhow::Result<u64> {
         let body = crate::admin_get(self.metrics_addr, "/metrics")?;
         let needle = format!("grpc_method=\"{method}\"");

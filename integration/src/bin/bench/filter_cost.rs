@@ -1,0 +1,89 @@
+//! The filter's own cost: the same Envoy listener, TLS and route with and without the lock
+//! filter, in front of the same arbiter. Without the filter the client sets the headers the
+//! filter would have set. Cells alternate (A, B, A, B, ...) so drift on a shared machine
+//! falls on both; the median of each side's p50 is reported.
+
+use super::{Cell, Env, Op, measure_ops};
+use lock_arbiter::remote::{self, Svid};
+use lock_integration::envoy::{Envoy, EnvoyConfig};
+use lock_integration::pki::OPERATOR;
+use std::time::Duration;
+
+pub struct FilterCost {
+    pub concurrency: usize,
+    pub with_p50_us: u64,
+    pub without_p50_us: u64,
+    pub with_ops: f64,
+    pub without_ops: f64,
+}
+
+impl FilterCost {
+    /// Per request: an acquire+release is two requests through the filter.
+    pub fn per_request_us(&self) -> f64 {
+        (self.with_p50_us as f64 - self.without_p50_us as f64) / 2.0
+    }
+}
+
+/// A second Envoy, identical but for the missing filter.
+pub fn start_plain_envoy(env: &Env) -> anyhow::Result<Envoy> {
+    let c = &env.stack.envoy_config;
+    let mut config = EnvoyConfig::new(&c.cert_dir, c.filter.clone(), c.arbiters.clone())?;
+    config.without_filter = true;
+    let dir = env.stack.dir.join("plain-envoy");
+    std::fs::create_dir_all(&dir)?;
+    Envoy::start(&dir, &config)
+}
+
+pub async fn measure(
+    env: &Env,
+    plain: &Envoy,
+    concurrency: usize,
+    rounds: usize,
+    cell: Duration,
+) -> anyhow::Result<FilterCost> {
+    let svid = env.stack.pki.svid("bench-filter-cost", OPERATOR)?;
+    let s = Svid {
+        cert: Some(&svid.cert),
+        key: Some(&svid.key),
+        ca: &svid.ca,
+    };
+    let plain_url = format!("https://127.0.0.1:{}", plain.listen.port());
+    let mut with: Vec<Cell> = Vec::new();
+    let mut without: Vec<Cell> = Vec::new();
+    for round in 0..rounds {
+        for filtered in [true, false] {
+            let mut ops = Vec::new();
+            for w in 0..concurrency {
+                let key = format!("pay/ledger/filter-cost-{round}-{w}");
+                let (url, set_headers) = if filtered {
+                    (env.stack.endpoint(), false)
+                } else {
+                    (plain_url.clone(), true)
+                };
+                let c = remote::connect(&url, &s, "localhost").await?;
+                ops.push(Op::arbiter(c, key, set_headers).await?);
+            }
+            let cell = measure_ops(ops, cell).await?;
+            if filtered {
+                with.push(cell);
+            } else {
+                without.push(cell);
+            }
+        }
+    }
+    let median = |cells: &mut Vec<Cell>| {
+        cells.sort_by_key(|c| c.p50_us);
+        cells
+            .get(cells.len() / 2)
+            .map_or((0, 0.0), |c| (c.p50_us, c.ops as f64 / c.secs))
+    };
+    let (with_p50_us, with_ops) = median(&mut with);
+    let (without_p50_us, without_ops) = median(&mut without);
+    Ok(FilterCost {
+        concurrency,
+        with_p50_us,
+        without_p50_us,
+        with_ops,
+        without_ops,
+    })
+}
