@@ -434,3 +434,44 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
     }
     assert_eq!(*order.lock().unwrap(), vec![1, 2, 3]);
 }
+
+/// Found by the release gate: an epoch advance deletes every durable queue entry; a waiter
+/// whose entry was gone answered HELD for a free key. It takes a place again and gets it.
+#[tokio::test]
+async fn a_durable_waiter_outlives_an_epoch_advance() {
+    use lock_integration::registry::FAIR_PREFIX;
+    let (stack, _reg) = stack().await;
+    let key = format!("{FAIR_PREFIX}/advance");
+    let (mut holder, hs) = waiter(&stack, 0).await;
+    let _ka0 = keep_alive(holder.clone(), hs);
+    acquire(&mut holder, &key, hs, 0).await.unwrap();
+    let (mut c, s) = waiter(&stack, 1).await;
+    let _ka1 = keep_alive(c.clone(), s);
+    let k = key.clone();
+    let waiting = tokio::spawn(async move { acquire(&mut c, &k, s, 30_000).await });
+    until_waiters(&mut holder, &key, 1).await;
+
+    let out = lock_integration::stack::lockctl(
+        &[
+            "epoch",
+            "advance",
+            "--etcd",
+            &stack.etcd_urls(),
+            "--from",
+            "1",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let granted = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the waiter gets the key the advance freed");
+    assert_eq!(FencingToken::from_u64(granted.token).unwrap().epoch(), 2);
+}

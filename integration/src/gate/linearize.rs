@@ -24,6 +24,9 @@ pub struct FencedMutex {
     last: u64,
     /// Steps left in the search budget (shared by every clone).
     budget: Arc<AtomicU64>,
+    /// Set once an operation was placed after the budget ran out: no later step is valid,
+    /// so the search unwinds instead of trying every order of the remaining operations.
+    spent: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +63,7 @@ impl FencedMutex {
             holder: None,
             last: 0,
             budget,
+            spent: false,
         }
     }
 
@@ -76,7 +80,10 @@ impl SequentialSpec for FencedMutex {
 
     /// Operations whose return was never seen: apply whatever effect they may have had.
     fn invoke(&mut self, op: &MutexOp) -> MutexRet {
-        self.spend();
+        // Placements of unanswered operations count too: they are most of the search.
+        if !self.spend() {
+            self.spent = true;
+        }
         match op {
             MutexOp::Acquire { session } => {
                 if self.holder.is_none() {
@@ -100,7 +107,7 @@ impl SequentialSpec for FencedMutex {
     }
 
     fn is_valid_step(&mut self, op: &MutexOp, ret: &MutexRet) -> bool {
-        if !self.spend() {
+        if self.spent || !self.spend() {
             return false;
         }
         match (op, ret) {

@@ -63,7 +63,7 @@ impl Default for GateOptions {
             durable_percent: 20,
             keys_per_generation: 3,
             generation: Duration::from_secs(2),
-            linearizability_steps: 300_000,
+            linearizability_steps: 20_000,
             out_dir: None,
             seed: 7,
         }
@@ -268,7 +268,9 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             holder_pause: Duration::from_secs(u64::from(GATE_TTL) + 2),
             epoch: &mut epoch,
             record: &record,
-            pick: n / opts.faults.len() + n,
+            // Round number plus position: each round moves every fault to another target
+            // (with two arbiters, alternating between them).
+            pick: n / opts.faults.len() + n % opts.faults.len(),
         };
         let done = faults::inject(fault, target).await?;
         println!(
