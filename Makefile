@@ -10,7 +10,7 @@ WASM := target/wasm32-wasip1/release/lock_filter.wasm
 .PHONY: help deps build wasm run stop test lint unit e2e gate bench clean
 
 # `make gate`: how long the workers run under faults, and extra `gate run` flags.
-GATE_SECONDS ?= 300
+GATE_SECONDS ?= 120
 GATE_ARGS ?=
 
 help: ## Show the targets
@@ -59,7 +59,7 @@ e2e: build ## End-to-end tests against real etcd, arbiters and Envoy
 test: deps lint build ## Everything: lint, unit, property and end-to-end tests
 	$(CARGO) test --workspace --no-fail-fast
 
-gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; history checked (GATE_SECONDS=300)
+gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; history checked (GATE_SECONDS=120)
 	target/debug/gate run --seconds $(GATE_SECONDS) $(GATE_ARGS)
 
 bench: deps ## Side-by-side benchmark (release build): writes bench-results/latest.md

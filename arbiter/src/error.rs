@@ -116,6 +116,12 @@ impl From<etcd_client::Error> for ArbiterError {
             etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
                 ArbiterError::NoQuorum
             }
+            // A keepalive or watch stream that closed under us ("channel closed"): with
+            // the arbiter given every member, that is the member it streamed to going
+            // away, i.e. the store out of reach for now.
+            etcd_client::Error::LeaseKeepAliveError(_) | etcd_client::Error::WatchError(_) => {
+                ArbiterError::NoQuorum
+            }
             // A connection that broke under the call (h2 reset, broken pipe, a member
             // killed) comes back as Unknown, or Internal from the h2 layer: the request
             // may have been applied. Found by the release gate: such a grant answered

@@ -23,7 +23,7 @@ enum Cmd {
     /// Run the gate and print its summary.
     Run {
         /// How long the workers run, faults included.
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, default_value_t = 120)]
         seconds: u64,
         #[arg(long, default_value_t = 3)]
         workers: usize,
