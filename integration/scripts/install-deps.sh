@@ -10,6 +10,7 @@
 #   postgresql    Debian postgresql (reference fence, pause-test kit)
 #   openssl       Debian openssl (reads Envoy's served certificate in a test)
 #   redis         Debian redis-server (benchmark peer)
+#   iproute2      Debian iproute2 (`ip`: the release gate's network namespaces)
 #
 # Every step checks first and does nothing when its result is already present.
 set -euo pipefail
@@ -111,6 +112,13 @@ install_postgres() {
   system_apt_install postgresql
 }
 
+install_iproute2() {
+  # `ip`: the release gate puts etcd members in network namespaces and cuts their links.
+  if command -v ip >/dev/null 2>&1; then return; fi
+  log "iproute2: installing Debian iproute2"
+  system_apt_install iproute2
+}
+
 install_redis() {
   # Redis: a benchmark peer (SET NX PX + compare-and-delete), `make bench` only.
   if command -v redis-server >/dev/null 2>&1; then return; fi
@@ -122,6 +130,7 @@ install_protoc
 install_openssl
 install_postgres
 install_redis
+install_iproute2
 install_wasm_target
 install_etcd
 install_envoy

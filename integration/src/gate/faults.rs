@@ -153,11 +153,10 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
         Fault::EpochAdvance => {
             let urls = t.stack.etcd_urls();
             let from = t.epoch.to_string();
-            let op = (t.record)(super::history::Phase::Invoke, None);
+            (t.record)(super::history::Phase::Invoke, None);
             let out = tokio::task::block_in_place(|| {
                 lockctl(&["epoch", "advance", "--etcd", &urls, "--from", &from], &[])
             })?;
-            let _ = op;
             if out.status.success() {
                 *t.epoch += 1;
                 (t.record)(super::history::Phase::Ok, None);

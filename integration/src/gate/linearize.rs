@@ -280,16 +280,7 @@ pub fn check_key(
             return Verdict::Unchecked;
         }
     }
-    let t0 = std::time::Instant::now();
     let ok = tester.serialized_history().is_some();
-    if std::env::var_os("LOCK_GATE_DEBUG").is_some() {
-        eprintln!(
-            "{key}: {} ops, {} steps, {:?}, ok={ok}",
-            mops.len(),
-            steps - budget.load(Ordering::Relaxed),
-            t0.elapsed()
-        );
-    }
     if ok {
         Verdict::Linearizable
     } else if budget.load(Ordering::Relaxed) == 0 {
