@@ -112,18 +112,21 @@ impl Engine {
         wait: Duration,
     ) -> Result<Grant, ArbiterError> {
         let class = self.class_for(key)?;
-        let session = self.sessions.owned(&self.store, lease, identity).await?;
+        let session = Box::pin(self.sessions.owned(&self.store, lease, identity)).await?;
         if session.ttl_seconds != class.ttl_seconds {
             return Err(ArbiterError::WrongSessionTtl {
                 class: class.name.to_owned(),
                 ttl_seconds: class.ttl_seconds,
             });
         }
+        // The calls below that talk to etcd are boxed: a queued waiter's future then holds
+        // only its ticket, not room for the largest etcd call it might make (measured by
+        // `make bench`'s memory row: the size of this future is paid per waiter).
         if class.spec.fairness == Fairness::Durable {
-            return crate::durable::acquire(self, &session, key, &class, wait).await;
+            return Box::pin(crate::durable::acquire(self, &session, key, &class, wait)).await;
         }
         if wait.is_zero() {
-            return match self.attempt(&session, key, &class).await? {
+            return match Box::pin(self.attempt(&session, key, &class)).await? {
                 Attempt::Granted(g) => Ok(g),
                 Attempt::Held { .. } => Err(ArbiterError::Held),
             };
@@ -131,7 +134,7 @@ impl Engine {
         // A retried Acquire whose first answer was lost must get its grant back, not
         // queue behind waiters for a key it holds (found by the release gate).
         if self.queues.len(key.as_str()) > 0
-            && let Some(g) = self.held_by(&session, key, &class).await?
+            && let Some(g) = Box::pin(self.held_by(&session, key, &class)).await?
         {
             return Ok(g);
         }
@@ -143,8 +146,7 @@ impl Engine {
         {
             return Err(ArbiterError::HeldDeadline);
         }
-        self.wait_as_head(&ticket, &session, key, &class, deadline)
-            .await
+        Box::pin(self.wait_as_head(&ticket, &session, key, &class, deadline)).await
     }
 
     /// The head of a key's queue: attempt, and when held, watch for the release from the
