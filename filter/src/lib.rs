@@ -4,6 +4,7 @@
 //! trait and is tested natively; the proxy-wasm glue (`glue`, wasm only) only forwards
 //! callbacks to a [`gate::RequestGate`].
 
+pub mod cost;
 pub mod error;
 pub mod frame;
 pub mod gate;

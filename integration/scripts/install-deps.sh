@@ -11,6 +11,7 @@
 #   openssl       Debian openssl (reads Envoy's served certificate in a test)
 #   redis         Debian redis-server (benchmark peer)
 #   iproute2      Debian iproute2 (`ip`: the release gate's network namespaces)
+#   node          Debian nodejs (`make bench` runs the authoriser in wasm under V8)
 #
 # Every step checks first and does nothing when its result is already present.
 set -euo pipefail
@@ -126,8 +127,20 @@ install_redis() {
   system_apt_install redis-server
 }
 
+install_node() {
+  # Node.js: `make bench` times the filter's authoriser inside V8 under Node's WASI
+  # (integration/scripts/run-wasi.mjs). Needs WASI preview1 with `version` (Node >= 18.17).
+  if command -v node >/dev/null 2>&1 \
+    && version_ge "$(node --version | tr -d v)" "18.17.0"; then
+    return
+  fi
+  log "node: installing Debian nodejs"
+  system_apt_install nodejs
+}
+
 install_protoc
 install_openssl
+install_node
 install_postgres
 install_redis
 install_iproute2

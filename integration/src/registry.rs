@@ -27,6 +27,9 @@ pub const GATE_TTL: u32 = 5;
 pub const GATE_CLIENTS: usize = 64;
 /// The benchmark's class: long TTL, so sessions outlive a cell without renewals.
 pub const BENCH_PREFIX: &str = "pay/bench";
+/// The scale benchmark's class: sessions renew every 5 s (TTL/3), as the design sizes them.
+pub const SCALE_PREFIX: &str = "pay/scale";
+pub const SCALE_TTL: u32 = 15;
 
 /// SPIFFE ID of gate client `i`.
 pub fn gate_id(i: usize) -> String {
@@ -118,6 +121,7 @@ spec:
         ("pay-gate", GATE_PREFIX, "memory", GATE_TTL),
         ("pay-gate-fair", GATE_DURABLE_PREFIX, "durable", GATE_TTL),
         ("pay-bench", BENCH_PREFIX, "memory", 60),
+        ("pay-scale", SCALE_PREFIX, "memory", SCALE_TTL),
     ] {
         text.push_str(&format!(
             "---
@@ -152,7 +156,7 @@ kind: LockGrant
 metadata: {{name: gate-c{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}]
+  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}]
 ",
             gate_id(i)
         ));

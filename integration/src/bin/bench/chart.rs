@@ -18,11 +18,26 @@ pub struct Curve {
 
 /// A line chart of latency by percentile, y on a log scale from 10 µs to 10 s.
 pub fn percentiles_svg(title: &str, curves: &[Curve]) -> String {
+    let labels: Vec<String> = PERCENTILES
+        .iter()
+        .map(|p| format!("p{}", p * 100.0))
+        .collect();
+    lines_svg(title, &labels, curves, None)
+}
+
+/// A line chart of latencies (µs) over labelled x positions, y on a log scale from 10 µs
+/// to 10 s, with an optional labelled horizontal line (a budget).
+pub fn lines_svg(
+    title: &str,
+    x_labels: &[String],
+    curves: &[Curve],
+    rule: Option<(u64, &str)>,
+) -> String {
     let (w, h, left, right, top, bottom) = (760.0, 420.0, 70.0, 250.0, 40.0, 50.0);
     let plot_w = w - left - right;
     let plot_h = h - top - bottom;
     let (lo, hi) = (1.0f64, 7.0f64); // log10 µs: 10 µs .. 10 s
-    let x = |i: usize| left + plot_w * i as f64 / (PERCENTILES.len() - 1) as f64;
+    let x = |i: usize| left + plot_w * i as f64 / (x_labels.len().max(2) - 1) as f64;
     let y = |us: u64| {
         let l = (us.max(1) as f64).log10().clamp(lo, hi);
         top + plot_h * (hi - l) / (hi - lo)
@@ -55,13 +70,22 @@ pub fn percentiles_svg(title: &str, curves: &[Curve]) -> String {
             yy + 4.0
         );
     }
-    for (i, p) in PERCENTILES.iter().enumerate() {
+    for (i, label) in x_labels.iter().enumerate() {
         let _ = writeln!(
             s,
-            r#"<text x="{}" y="{}" text-anchor="middle">p{}</text>"#,
+            r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#,
             x(i),
-            top + plot_h + 18.0,
-            p * 100.0
+            top + plot_h + 18.0
+        );
+    }
+    if let Some((us, label)) = rule {
+        let yy = y(us);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#d62728" stroke-dasharray="6 4"/><text x="{}" y="{}" fill="#d62728">{label}</text>"##,
+            left + plot_w,
+            left + 4.0,
+            yy - 4.0
         );
     }
     for (n, c) in curves.iter().enumerate() {
