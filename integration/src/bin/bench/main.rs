@@ -59,6 +59,9 @@ struct Args {
     memory_holds: usize,
     #[arg(long, default_value_t = 10_000)]
     memory_waiters: usize,
+    /// Queued waiters per held key in the memory measurement (each key has one head).
+    #[arg(long, default_value_t = 10)]
+    memory_waiters_per_key: usize,
     /// Scale steps: the largest step's sessions (the records' point is 40,000).
     #[arg(long, default_value_t = 40_000)]
     scale_max_sessions: usize,
@@ -323,10 +326,16 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     if run("memory") {
-        let m = scale::memory(&env, args.memory_holds, args.memory_waiters).await?;
+        let m = scale::memory(
+            &env,
+            args.memory_holds,
+            args.memory_waiters,
+            args.memory_waiters_per_key,
+        )
+        .await?;
         table.push_str(&format!(
-            "\n| memory, {} held keys and {} queued waiters (one arbiter) | arbiter RSS MiB | etcd RSS MiB |\n|---|---:|---:|\n",
-            m.holds, m.waiters
+            "\n| memory, {} held keys and {} queued waiters on {} of them (one arbiter) | arbiter RSS MiB | etcd RSS MiB |\n|---|---:|---:|\n",
+            m.holds, m.waiters, m.keys_waited
         ));
         for (stage, arbiter, etcd) in &m.stages {
             table.push_str(&format!("| {stage} | {arbiter:.1} | {etcd:.1} |\n"));

@@ -215,29 +215,36 @@ impl Renewer {
         self.streams += 1;
         let (ok, broken) = (self.ok.clone(), self.broken_streams.clone());
         self.tasks.spawn(async move {
-            let (tx, rx) = mpsc::channel(SESSIONS_PER_STREAM);
             let gap = RENEW_EVERY / u32::try_from(ids.len().max(1)).unwrap_or(1);
             // Streams start spread over one period so renewals do not come in waves.
-            let phase = RENEW_EVERY.mul_f64((n as f64 * 0.618_034).fract());
-            let sender = tokio::spawn(async move {
-                let mut tick = tokio::time::interval_at((Instant::now() + phase).into(), gap);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                for id in ids.iter().cycle() {
-                    tick.tick().await;
-                    if tx.send(KeepAliveRequest { session_id: *id }).await.is_err() {
-                        break;
+            let mut phase = RENEW_EVERY.mul_f64((n as f64 * 0.618_034).fract());
+            // A stream the arbiter ends (an etcd stall past its store timeout ends it) is
+            // reopened, as lock-client does; the loop ends when the Renewer is dropped.
+            loop {
+                let (tx, rx) = mpsc::channel(SESSIONS_PER_STREAM);
+                let ids = ids.clone();
+                let sender = tokio::spawn(async move {
+                    let mut tick = tokio::time::interval_at((Instant::now() + phase).into(), gap);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    for id in ids.iter().cycle() {
+                        tick.tick().await;
+                        if tx.send(KeepAliveRequest { session_id: *id }).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let req = as_from_edge(ReceiverStream::new(rx), None, Some(&identity));
+                if let Ok(resp) = c.keep_alive(req).await {
+                    let mut inbound = resp.into_inner();
+                    while let Ok(Some(_)) = inbound.message().await {
+                        ok.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-            });
-            let req = as_from_edge(ReceiverStream::new(rx), None, Some(&identity));
-            if let Ok(resp) = c.keep_alive(req).await {
-                let mut inbound = resp.into_inner();
-                while let Ok(Some(_)) = inbound.message().await {
-                    ok.fetch_add(1, Ordering::Relaxed);
-                }
+                broken.fetch_add(1, Ordering::Relaxed);
+                sender.abort();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                phase = Duration::ZERO;
             }
-            broken.fetch_add(1, Ordering::Relaxed);
-            sender.abort();
         });
     }
 }
@@ -304,11 +311,20 @@ fn pids(env: &Env) -> anyhow::Result<Pids> {
 pub struct Memory {
     pub holds: usize,
     pub waiters: usize,
+    /// Keys the waiters queue on (one head each).
+    pub keys_waited: usize,
     /// (stage, arbiter RSS MiB, etcd RSS MiB)
     pub stages: Vec<(String, f64, f64)>,
 }
 
-pub async fn memory(env: &Env, holds: usize, waiters: usize) -> anyhow::Result<Memory> {
+/// `waiters` queued `per_key` to a held key: each key's head waits on an etcd watch, the
+/// others on their ticket, so two runs with different `per_key` separate the two costs.
+pub async fn memory(
+    env: &Env,
+    holds: usize,
+    waiters: usize,
+    per_key: usize,
+) -> anyhow::Result<Memory> {
     let pids = pids(env)?;
     let conns = Arc::new(Conns::open(env).await?);
     let mut stages = Vec::new();
@@ -322,7 +338,7 @@ pub async fn memory(env: &Env, holds: usize, waiters: usize) -> anyhow::Result<M
         Ok(())
     };
     stage("before".into())?;
-    // 100 holds per session, 10 waits per waiter session, 10 waiters per held key.
+    // 100 holds per session, 100 waits per waiter session.
     let holder_sessions = holds.div_ceil(100).max(1);
     let waiter_sessions = waiters.div_ceil(100).max(1);
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -346,7 +362,7 @@ pub async fn memory(env: &Env, holds: usize, waiters: usize) -> anyhow::Result<M
     hold_keys(&conns, &holders, &prefix, 0..holds, deadline).await?;
     stage(format!("{} sessions, {holds} held keys", all.len()))?;
     // Waiters: each on a held key, queued in the arbiter until it ends them.
-    let keys_waited = waiters.div_ceil(10).min(holds).max(1);
+    let keys_waited = waiters.div_ceil(per_key.max(1)).min(holds).max(1);
     let mut wait_tasks = JoinSet::new();
     for w in 0..waiters {
         let mut c = conns.get(w);
@@ -413,6 +429,7 @@ pub async fn memory(env: &Env, holds: usize, waiters: usize) -> anyhow::Result<M
     Ok(Memory {
         holds,
         waiters,
+        keys_waited,
         stages,
     })
 }
@@ -490,6 +507,7 @@ pub struct StepResult {
     pub load_cpu: f64,
     pub arbiter_rss_mib: f64,
     pub etcd_rss_mib: f64,
+    /// KeepAlive streams the arbiter ended during the window (reopened by the load).
     pub broken_streams: u64,
     /// etcd's slowest WAL fsync in the window (its histogram bucket's bound, ms): one slow
     /// fsync holds every write committed behind it, so the maximum, not a percentile.
@@ -664,6 +682,7 @@ async fn measure_step(
     let load_pid = std::process::id();
     let (a0, e0, l0) = (sample(pids.arbiter)?, sample(pids.etcd)?, sample(load_pid)?);
     let ka0 = renewer.ok.load(Ordering::Relaxed);
+    let broken0 = renewer.broken_streams.load(Ordering::Relaxed);
     let etcd_ka0 = env.stack.etcd.stream_messages("LeaseKeepAlive")?;
     let fsync0 = fsync_buckets(env)?;
     let (grants, floor) = tokio::join!(
@@ -694,7 +713,7 @@ async fn measure_step(
         load_cpu: cpu_percent(&l0, &l1),
         arbiter_rss_mib: a1.rss_mib,
         etcd_rss_mib: e1.rss_mib,
-        broken_streams: renewer.broken_streams.load(Ordering::Relaxed),
+        broken_streams: renewer.broken_streams.load(Ordering::Relaxed) - broken0,
         fsync_max_ms: bucket_quantile(&fsync0, &fsync, 1.0).map(|s| s * 1000.0),
         floor_p99_us: super::percentile(&floor, 0.99),
     })
