@@ -366,6 +366,7 @@ async fn main() -> anyhow::Result<()> {
             &[
                 curve("grant p50", |r| r.p50_us),
                 curve("grant p99", |r| r.p99_us),
+                curve("raw etcd Txn p99, same window", |r| r.floor_p99_us),
             ],
             Some((
                 u64::try_from(scale::P99_BUDGET.as_micros()).unwrap_or(u64::MAX),
