@@ -34,6 +34,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
+/// Every workload, in the order they run.
+const WORKLOADS: &str = "uncontended,hot,renewal,filter,memory,scale";
+
 #[derive(Parser)]
 struct Args {
     /// Seconds per (system, concurrency) cell.
@@ -41,7 +44,7 @@ struct Args {
     seconds: u64,
     #[arg(long, default_value = "1,16,64", value_delimiter = ',')]
     concurrency: Vec<usize>,
-    /// Where results/latest.md is written.
+    /// Where latest.md (a run of every workload) or partial.md and the charts are written.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
     /// Waiters on the hot key.
@@ -51,7 +54,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "uncontended,hot,renewal,filter,memory,scale"
+        default_value = WORKLOADS
     )]
     only: Vec<String>,
     /// Held keys and queued waiters for the memory measurement.
@@ -377,7 +380,12 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("{table}");
     std::fs::create_dir_all(&args.out)?;
-    std::fs::write(args.out.join("latest.md"), &table)?;
+    // Only a run of every workload replaces latest.md (the README's table comes from it);
+    // a run narrowed with --only writes partial.md beside it.
+    let all = WORKLOADS.split(',').all(run);
+    let name = if all { "latest.md" } else { "partial.md" };
+    std::fs::write(args.out.join(name), &table)?;
+    eprintln!("written: {}", args.out.join(name).display());
     Ok(())
 }
 
