@@ -21,10 +21,12 @@ const MAX_FUTURE_BYTES: usize = 4096;
 async fn a_waiting_acquire_keeps_a_small_future() {
     let dir = tempfile::tempdir().unwrap();
     let etcd = Etcd::start(dir.path(), "footprint").unwrap();
-    let store =
-        lock_arbiter::store::Store::connect(&[etcd.client_url.clone()], Duration::from_secs(5))
-            .await
-            .unwrap();
+    let store = lock_arbiter::store::Store::connect(
+        std::slice::from_ref(&etcd.client_url),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
     let registry = write_test_registry(dir.path()).unwrap();
     let registry = Arc::new(lock_arbiter::registry_files::load(&registry).unwrap());
     let engine = Arc::new(Engine::new(store, registry));
