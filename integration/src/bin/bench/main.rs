@@ -124,6 +124,18 @@ struct Cell {
     curve: Vec<u64>,
 }
 
+/// The floor's grant: put `key` with `lease` if it does not exist, as the arbiter's grant
+/// transaction does without its epoch and session compares.
+fn grant_shaped_txn(key: &str, lease: i64) -> Txn {
+    Txn::new()
+        .when(vec![Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then(vec![TxnOp::put(
+            key,
+            "holder",
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+}
+
 /// Latency (µs) at percentile `p` of sorted `lat`.
 fn percentile(lat: &[u64], p: f64) -> u64 {
     lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
@@ -611,18 +623,7 @@ impl Op {
     async fn once(&mut self, n: u64) -> anyhow::Result<()> {
         match self {
             Op::RawTxn { kv, key, lease } => {
-                let grant = Txn::new()
-                    .when(vec![Compare::create_revision(
-                        key.as_str(),
-                        CompareOp::Equal,
-                        0,
-                    )])
-                    .and_then(vec![TxnOp::put(
-                        key.as_str(),
-                        "holder",
-                        Some(PutOptions::new().with_lease(*lease)),
-                    )]);
-                let r = kv.txn(grant).await?;
+                let r = kv.txn(grant_shaped_txn(key, *lease)).await?;
                 anyhow::ensure!(r.succeeded(), "raw grant refused");
                 let rev = r.header().map_or(0, |h| h.revision());
                 let release = Txn::new()

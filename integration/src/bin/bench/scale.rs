@@ -126,6 +126,19 @@ async fn open_sessions(
     .await
 }
 
+/// An Acquire of `key` by session `s`, with the headers the edge would set.
+fn acquire_request(key: &str, s: &Session, wait_millis: u64) -> tonic::Request<AcquireRequest> {
+    as_from_edge(
+        AcquireRequest {
+            key: key.to_owned(),
+            session_id: s.id,
+            wait_millis,
+        },
+        Some(key),
+        Some(&s.identity),
+    )
+}
+
 /// Acquires keys `{prefix}/{i}` for `i` in `range`, key `i` by session `i % len`.
 async fn hold_keys(
     conns: &Arc<Conns>,
@@ -140,17 +153,9 @@ async fn hold_keys(
         let s = sessions[i % sessions.len()].clone();
         let key = format!("{prefix}/{i}");
         async move {
-            c.acquire(as_from_edge(
-                AcquireRequest {
-                    key: key.clone(),
-                    session_id: s.id,
-                    wait_millis: 0,
-                },
-                Some(&key),
-                Some(&s.identity),
-            ))
-            .await
-            .with_context(|| format!("holding {key}"))?;
+            c.acquire(acquire_request(&key, &s, 0))
+                .await
+                .with_context(|| format!("holding {key}"))?;
             Ok(())
         }
     })
@@ -368,18 +373,7 @@ pub async fn memory(
         let mut c = conns.get(w);
         let s = waiting[w % waiting.len()].clone();
         let key = format!("{prefix}/{}", w % keys_waited);
-        wait_tasks.spawn(async move {
-            c.acquire(as_from_edge(
-                AcquireRequest {
-                    key: key.clone(),
-                    session_id: s.id,
-                    wait_millis: 120_000,
-                },
-                Some(&key),
-                Some(&s.identity),
-            ))
-            .await
-        });
+        wait_tasks.spawn(async move { c.acquire(acquire_request(&key, &s, 120_000)).await });
     }
     let queued = {
         let until = Instant::now() + Duration::from_secs(60);
@@ -768,7 +762,6 @@ async fn floor_load(
     window: Duration,
     step: usize,
 ) -> anyhow::Result<Vec<u64>> {
-    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
     let mut etcd = env.stack.etcd_client().await?;
     let lease = etcd.lease_grant(60, None).await?.id();
     let mut tasks: JoinSet<anyhow::Result<u64>> = JoinSet::new();
@@ -782,18 +775,7 @@ async fn floor_load(
         i += 1;
         tasks.spawn(async move {
             let t = Instant::now();
-            let txn = Txn::new()
-                .when(vec![Compare::create_revision(
-                    key.as_str(),
-                    CompareOp::Equal,
-                    0,
-                )])
-                .and_then(vec![TxnOp::put(
-                    key.as_str(),
-                    "floor",
-                    Some(PutOptions::new().with_lease(lease)),
-                )]);
-            kv.txn(txn).await?;
+            kv.txn(super::grant_shaped_txn(&key, lease)).await?;
             let us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
             kv.delete(key.as_str(), None).await?;
             Ok(us)
@@ -860,15 +842,7 @@ async fn grant_load(
         tasks.spawn(async move {
             let t = Instant::now();
             let token = c
-                .acquire(as_from_edge(
-                    AcquireRequest {
-                        key: key.clone(),
-                        session_id: s.id,
-                        wait_millis: 0,
-                    },
-                    Some(&key),
-                    Some(&s.identity),
-                ))
+                .acquire(acquire_request(&key, &s, 0))
                 .await?
                 .into_inner()
                 .token;
