@@ -19,8 +19,9 @@ help: ## Show the targets
 deps: ## Install protoc, the wasm target, etcd (trixie) and Envoy 1.40.0 (idempotent)
 	@bash integration/scripts/install-deps.sh
 
-wasm: deps ## Build the edge filter (lock_filter.wasm)
+wasm: deps ## Build the edge filter (lock_filter.wasm; the debug build is the boundary tests' switchable one)
 	$(CARGO) build -p lock-filter --target wasm32-wasip1 --release
+	$(CARGO) build -p lock-filter --target wasm32-wasip1
 
 build: deps wasm ## Build every binary and the filter
 	$(CARGO) build --workspace

@@ -1,6 +1,7 @@
-//! Deliberate bugs for the release gate (issue 7): the gate's checker counts only once it
-//! has caught each of them. They exist in debug builds only; a release build has no flag
-//! to turn them on, and every check below is a constant `false` there.
+//! Deliberate bugs for the release gate (issue 7) and the boundary tests (issue 13): a
+//! checker counts only once it has caught each of them. They exist in debug builds only; a
+//! release build has no flag to turn them on, and every check below is a constant `false`
+//! there.
 
 use std::str::FromStr;
 
@@ -15,6 +16,13 @@ pub enum Bug {
     /// A queue head that sees the holder key deleted answers with a grant minted from the
     /// watch event's revision, without a transaction (ADR-15 forbids it).
     GrantOnWatchEvent,
+    /// Handlers read `x-lock-identity`/`x-lock-key` from the request metadata, into which
+    /// tonic merges request trailers, instead of from the initial headers (issue 13's
+    /// forgery, layer 2 switched off for the boundary tests).
+    EdgeHeadersFromMetadata,
+    /// The listener admits any peer: no client certificate required, no allow-list of
+    /// edge identities (layer 3 switched off for the boundary tests).
+    AdmitAnyPeer,
 }
 
 impl FromStr for Bug {
@@ -24,8 +32,10 @@ impl FromStr for Bug {
             "grant-without-epoch-compare" => Ok(Bug::GrantWithoutEpochCompare),
             "release-without-token-compare" => Ok(Bug::ReleaseWithoutTokenCompare),
             "grant-on-watch-event" => Ok(Bug::GrantOnWatchEvent),
+            "edge-headers-from-metadata" => Ok(Bug::EdgeHeadersFromMetadata),
+            "admit-any-peer" => Ok(Bug::AdmitAnyPeer),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer)"
             )),
         }
     }

@@ -4,11 +4,13 @@
 
 pub mod bugs;
 pub mod durable;
+pub mod edge;
 pub mod engine;
 pub mod epoch;
 pub mod error;
 pub mod keepalive;
 pub mod layout;
+pub mod peer_tls;
 pub mod proto;
 pub mod queue;
 pub mod registry_files;

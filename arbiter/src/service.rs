@@ -1,23 +1,22 @@
 //! The `lock.v1.Lock` gRPC service: adapts requests to the engine and errors to statuses.
 //!
-//! The caller's identity is the `x-lock-identity` header set by the edge filter from the
-//! verified peer certificate. It is trusted only because nothing but Envoy can reach the
-//! arbiter (loopback locally; mTLS with Envoy's own SVID in production).
+//! The caller's identity is the `x-lock-identity` header the edge filter set from the
+//! verified peer certificate, read from the request's initial headers only (`edge`), on a
+//! connection whose peer is an allow-listed edge identity (`peer_tls`).
 
+use crate::edge::EdgeContext;
 use crate::engine::Engine;
 use crate::error::ArbiterError;
 use crate::keepalive;
 use crate::proto::lock_server::Lock;
 use lock_config::proto::v1::*;
-use lock_config::{FencingToken, LockKey};
+use lock_config::FencingToken;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
-use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
-pub const IDENTITY_HEADER: &str = "x-lock-identity";
-pub const KEY_HEADER: &str = "x-lock-key";
 /// Names the arbiter that answered (affinity is checked with it; strip it at the edge in
 /// production if topology must not be visible).
 pub const ARBITER_HEADER: &str = "x-lock-arbiter";
@@ -34,29 +33,15 @@ impl LockService {
         Self { engine, arbiter_id }
     }
 
+    fn edge<T>(&self, req: &Request<T>) -> EdgeContext {
+        EdgeContext::of(req, &self.engine.bugs)
+    }
+
     fn reply<T>(&self, msg: T) -> Response<T> {
         let mut r = Response::new(msg);
         r.metadata_mut()
             .insert(ARBITER_HEADER, self.arbiter_id.clone());
         r
-    }
-}
-
-fn identity(md: &MetadataMap) -> Result<String, ArbiterError> {
-    md.get(IDENTITY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .ok_or(ArbiterError::NoIdentity)
-}
-
-/// The key of a keyed request. The edge sets `x-lock-key` from the decoded body; a
-/// request whose header and body disagree did not come through an honest edge.
-fn keyed(md: &MetadataMap, key: &str) -> Result<LockKey, ArbiterError> {
-    let key = LockKey::parse(key)?;
-    match md.get(KEY_HEADER).map(|v| v.to_str()) {
-        Some(Ok(h)) if h == key.as_str() => Ok(key),
-        _ => Err(ArbiterError::KeyHeaderMismatch),
     }
 }
 
@@ -68,8 +53,9 @@ impl Lock for LockService {
         &self,
         req: Request<OpenSessionRequest>,
     ) -> Result<Response<OpenSessionResponse>, Status> {
-        let who = identity(req.metadata())?;
-        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let edge = self.edge(&req);
+        let who = edge.identity()?;
+        let key = edge.keyed(&req.get_ref().key)?;
         let (session, class) = self.engine.open_session(&who, &key).await?;
         tracing::debug!(namespace = key.namespace(), class, "session opened");
         Ok(self.reply(OpenSessionResponse {
@@ -85,7 +71,7 @@ impl Lock for LockService {
         &self,
         req: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let who = identity(req.metadata())?;
+        let who = self.edge(&req).identity()?;
         let stream = keepalive::serve(self.engine.clone(), who, req.into_inner());
         Ok(self.reply(Box::pin(stream) as KeepAliveStream))
     }
@@ -94,7 +80,7 @@ impl Lock for LockService {
         &self,
         req: Request<CloseSessionRequest>,
     ) -> Result<Response<CloseSessionResponse>, Status> {
-        let who = identity(req.metadata())?;
+        let who = self.edge(&req).identity()?;
         let engine = &self.engine;
         let session = engine
             .sessions
@@ -108,8 +94,9 @@ impl Lock for LockService {
         &self,
         req: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
-        let who = identity(req.metadata())?;
-        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let edge = self.edge(&req);
+        let who = edge.identity()?;
+        let key = edge.keyed(&req.get_ref().key)?;
         let wait = std::time::Duration::from_millis(req.get_ref().wait_millis);
         let result = self
             .engine
@@ -135,8 +122,9 @@ impl Lock for LockService {
         &self,
         req: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
-        let who = identity(req.metadata())?;
-        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let edge = self.edge(&req);
+        let who = edge.identity()?;
+        let key = edge.keyed(&req.get_ref().key)?;
         let token = FencingToken::from_u64(req.get_ref().token)
             .map_err(|_| ArbiterError::MalformedToken)?;
         let lease = Some(req.get_ref().session_id).filter(|s| *s != 0);
@@ -149,8 +137,9 @@ impl Lock for LockService {
         &self,
         req: Request<ValidateTokenRequest>,
     ) -> Result<Response<ValidateTokenResponse>, Status> {
-        identity(req.metadata())?;
-        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let edge = self.edge(&req);
+        edge.identity()?;
+        let key = edge.keyed(&req.get_ref().key)?;
         // A value no grant could have produced is simply not valid.
         let valid = match FencingToken::from_u64(req.get_ref().token) {
             Ok(token) => self.engine.validate(&key, token).await?,
@@ -163,8 +152,9 @@ impl Lock for LockService {
         &self,
         req: Request<InspectRequest>,
     ) -> Result<Response<InspectResponse>, Status> {
-        identity(req.metadata())?;
-        let key = keyed(req.metadata(), &req.get_ref().key)?;
+        let edge = self.edge(&req);
+        edge.identity()?;
+        let key = edge.keyed(&req.get_ref().key)?;
         let i = self.engine.inspect(&key).await?;
         let holder = i.holder.unwrap_or_default();
         Ok(self.reply(InspectResponse {

@@ -57,6 +57,17 @@ impl Store {
     ) -> Result<T, ArbiterError> {
         bounded(self.timeout, fut).await
     }
+
+    /// As [`Store::bounded`], keeping etcd's own error for a caller that must tell one
+    /// refusal from another by its code; only the timeout is mapped.
+    pub async fn raw_bounded<T>(
+        &self,
+        fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<Result<T, etcd_client::Error>, ArbiterError> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| ArbiterError::NoQuorum)
+    }
 }
 
 async fn bounded<T>(

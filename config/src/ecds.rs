@@ -72,6 +72,7 @@ mod tests {
             namespaces: Default::default(),
             grants: vec![],
             default_rate: None,
+            unsafe_test_switches: Vec::new(),
         };
         let d = discovery_response(&c, "/x.wasm");
         let r = &d["resources"][0];

@@ -22,6 +22,28 @@ pub struct FilterConfig {
     /// Budget for grants that do not set their own.
     #[serde(default)]
     pub default_rate: Option<RateBudget>,
+    /// Deliberately unsafe switches that turn one edge check off, so the boundary tests can
+    /// show they catch its absence (as the gate's `--inject-bug` does for the arbiter). Only
+    /// a debug build of the filter honours them; a release build refuses any configuration
+    /// that names one (see [`CompiledFilterConfig::test_switches`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsafe_test_switches: Vec<String>,
+}
+
+/// Edge checks a debug build of the filter can be told to skip (`unsafeTestSwitches`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EdgeTestSwitches {
+    /// `ignore-trailers`: request trailers pass untouched and an undecided request is
+    /// resumed by them (the behaviour before issue 13).
+    pub ignore_trailers: bool,
+    /// `first-uri-san`: a certificate with several URI SANs is accepted as its first one.
+    pub first_uri_san: bool,
+}
+
+impl EdgeTestSwitches {
+    pub fn any(&self) -> bool {
+        self.ignore_trailers || self.first_uri_san
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +79,9 @@ pub struct CompiledFilterConfig {
     pub authoriser: Authoriser,
     /// Budget per grant index (None = unlimited).
     pub rates: Vec<Option<RateBudget>>,
+    /// Checks to skip; the filter refuses a non-empty set unless built with debug
+    /// assertions.
+    pub test_switches: EdgeTestSwitches,
 }
 
 impl FilterConfig {
@@ -83,6 +108,7 @@ impl FilterConfig {
                 })
                 .collect(),
             default_rate,
+            unsafe_test_switches: Vec::new(),
         }
     }
 
@@ -157,12 +183,26 @@ impl FilterConfig {
             rates.push(g.rate.or(self.default_rate));
             compiled.push((id, prefixes));
         }
+        let mut test_switches = EdgeTestSwitches::default();
+        for (i, name) in self.unsafe_test_switches.iter().enumerate() {
+            match name.as_str() {
+                "ignore-trailers" => test_switches.ignore_trailers = true,
+                "first-uri-san" => test_switches.first_uri_san = true,
+                _ => {
+                    return Err(invalid(
+                        format!("unsafeTestSwitches[{i}]"),
+                        "unknown switch (ignore-trailers, first-uri-san)",
+                    ));
+                }
+            }
+        }
         Ok(CompiledFilterConfig {
             region: self.region.clone(),
             trust_domains: self.trust_domains.clone(),
             namespaces: self.namespaces.clone().into_iter().collect(),
             authoriser: Authoriser::compile(compiled.iter().map(|(i, p)| (i, p.as_slice()))),
             rates,
+            test_switches,
         })
     }
 }
@@ -182,6 +222,7 @@ mod tests {
                 rate: None,
             }],
             default_rate: None,
+            unsafe_test_switches: Vec::new(),
         }
     }
 

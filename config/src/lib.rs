@@ -14,6 +14,7 @@
 
 pub mod authz;
 pub mod ecds;
+pub mod edge_headers;
 pub mod filter_config;
 pub mod identity;
 pub mod key;

@@ -44,6 +44,7 @@ pub fn measure(grants: usize, lookups: usize) -> Result<AuthoriserCost, CostErro
             })
             .collect(),
         default_rate: None,
+        unsafe_test_switches: Vec::new(),
     };
     let t = Instant::now();
     let compiled = config.compile()?;

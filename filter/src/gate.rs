@@ -1,24 +1,38 @@
 //! The per-request decision: identity on headers, key on the first body frame.
 //!
-//! On headers: method, gRPC content type, identity (`connection.mtls` and the URI SAN of
-//! the peer certificate: a valid SPIFFE ID of a trusted domain). Client-supplied
-//! `x-lock-key`/`x-lock-identity` are removed and `x-lock-identity` is set from the
-//! certificate. Keyed methods then pause (Envoy must run with
-//! `allow_on_headers_stop_iteration: true`) until the first gRPC message is buffered; the
-//! key is decoded, checked (syntax -> grant -> region, so an identity without a grant learns
-//! nothing about where a namespace lives), and set as `x-lock-key` for ring-hash routing.
+//! On headers: method, gRPC content type, identity (`connection.mtls`, the URI SAN of the
+//! peer certificate — exactly one, counted in the connection manager's XFCC — a valid
+//! SPIFFE ID of a trusted domain). Client-supplied `x-lock-key`/`x-lock-identity` are
+//! removed and `x-lock-identity` is set from the certificate. Keyed methods then pause
+//! (Envoy must run with `allow_on_headers_stop_iteration: true`) until the first gRPC
+//! message is buffered; the key is decoded, checked (syntax -> grant -> region, so an
+//! identity without a grant learns nothing about where a namespace lives), and set as
+//! `x-lock-key` for ring-hash routing.
+//!
+//! **Invariant: every request that reaches an upstream was decided by this gate.** A
+//! request is forwarded only by `Step::Continue` from a decision (admitted on headers for
+//! KeepAlive/CloseSession, on the first message for keyed calls). Trailers or the end of
+//! the stream arriving while a request is undecided refuse it, so nothing undecided is
+//! ever resumed. Request trailers named `x-lock-*` are removed in every state: tonic
+//! merges request trailers into the metadata a handler reads, so a trailer could
+//! otherwise replace what the edge set in the headers (issue 13). Removed rather than
+//! refused: by the time trailers arrive an admitted request has already been forwarded
+//! with the headers the edge decided, and a refusal then could only hide from the caller
+//! what the arbiter did with them; removal keeps the arbiter's view exactly the edge's
+//! decision. Each removal is counted (`lock_edge.stripped.trailer`) so the attempt shows.
 
 use crate::error::EdgeError;
 use crate::frame::{FirstFrame, first_message};
 use crate::host::{Host, SharedDataError};
 use crate::method::{Keyed, Method};
 use crate::rate::{Bucket, Verdict};
+use crate::xfcc::{XFCC_HEADER, uri_sans};
+use lock_config::edge_headers::{encode_key, is_edge_header};
+pub use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER};
+use lock_config::filter_config::EdgeTestSwitches;
 use lock_config::status_details::{STATUS_DETAILS_HEADER, encode_status_header};
 use lock_config::{CompiledFilterConfig, LockKey, SpiffeId};
 use std::rc::Rc;
-
-pub const KEY_HEADER: &str = "x-lock-key";
-pub const IDENTITY_HEADER: &str = "x-lock-identity";
 
 /// What the glue tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +75,38 @@ impl RequestGate {
         }
     }
 
+    /// Request trailers: `x-lock-*` entries are removed whatever the state; a request
+    /// still undecided is refused (nothing of it has been forwarded).
+    pub fn on_request_trailers(&mut self, host: &mut impl Host) -> Step {
+        if self.switches().ignore_trailers {
+            return Step::Continue;
+        }
+        let Some(names) = host.request_trailer_names() else {
+            // Trailers the filter cannot read could carry anything: fail closed.
+            host.count("lock_edge.stripped.trailer");
+            return match self.state {
+                State::Decided => Step::Continue,
+                _ => self.refuse(host, &EdgeError::Truncated),
+            };
+        };
+        for name in names.iter().filter(|n| is_edge_header(n)) {
+            host.remove_request_trailer(name);
+            host.count("lock_edge.stripped.trailer");
+        }
+        match self.state {
+            State::Decided => Step::Continue,
+            State::Headers | State::Body { .. } => self.refuse(host, &EdgeError::Truncated),
+        }
+    }
+
+    fn switches(&self) -> EdgeTestSwitches {
+        self.config
+            .as_deref()
+            .map(|c| c.test_switches)
+            .filter(|_| cfg!(debug_assertions))
+            .unwrap_or_default()
+    }
+
     pub fn on_request_body(
         &mut self,
         host: &mut impl Host,
@@ -87,7 +133,8 @@ impl RequestGate {
         if !grpc {
             return Err(EdgeError::NotGrpc);
         }
-        let identity = peer_identity(host, &config)?;
+        let identity = peer_identity(host, &config, self.switches())?;
+        host.set_request_header(XFCC_HEADER, None);
         host.set_request_header(KEY_HEADER, None);
         host.set_request_header(IDENTITY_HEADER, Some(identity.as_str()));
         // An identity without any grant is refused before anything is buffered, with the
@@ -151,7 +198,7 @@ impl RequestGate {
             // granted, so this is unreachable with a valid config. Refuse like no grant.
             None => return Err(EdgeError::NotGranted),
         }
-        host.set_request_header(KEY_HEADER, Some(key.as_str()));
+        host.set_request_header(KEY_HEADER, Some(&encode_key(key.as_str())));
         host.count(&format!("lock_edge.allowed.ns.{}", key.namespace()));
         self.state = State::Decided;
         Ok(Step::Continue)
@@ -212,7 +259,11 @@ fn rate_limit(
     })
 }
 
-fn peer_identity(host: &impl Host, config: &CompiledFilterConfig) -> Result<SpiffeId, EdgeError> {
+fn peer_identity(
+    host: &impl Host,
+    config: &CompiledFilterConfig,
+    switches: EdgeTestSwitches,
+) -> Result<SpiffeId, EdgeError> {
     let mtls = host.property(&["connection", "mtls"]);
     if mtls.as_deref() != Some(&[1u8][..]) {
         return Err(EdgeError::NoPeerCertificate);
@@ -222,6 +273,16 @@ fn peer_identity(host: &impl Host, config: &CompiledFilterConfig) -> Result<Spif
         .and_then(|b| String::from_utf8(b).ok())
         .filter(|s| !s.is_empty())
         .ok_or(EdgeError::InvalidSpiffeId)?;
+    // An X.509-SVID has exactly one URI SAN; the attribute above is only the first.
+    if !switches.first_uri_san {
+        let uris = host
+            .request_header(XFCC_HEADER)
+            .ok_or(EdgeError::InvalidSpiffeId)
+            .and_then(|h| uri_sans(&h).map_err(|_| EdgeError::InvalidSpiffeId))?;
+        if uris.len() != 1 || uris[0] != san {
+            return Err(EdgeError::InvalidSpiffeId);
+        }
+    }
     let id = SpiffeId::parse(&san).map_err(|_| EdgeError::InvalidSpiffeId)?;
     if !config
         .trust_domains

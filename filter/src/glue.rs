@@ -36,7 +36,23 @@ impl RootContext for LockFilterRoot {
             return false;
         };
         match FilterConfig::from_json(&bytes).and_then(|c| c.compile()) {
+            Ok(compiled) if compiled.test_switches.any() && !cfg!(debug_assertions) => {
+                let _ = hostcalls::log(
+                    LogLevel::Error,
+                    "lock-filter: configuration rejected: unsafeTestSwitches are honoured by debug builds only",
+                );
+                false
+            }
             Ok(compiled) => {
+                if compiled.test_switches.any() {
+                    let _ = hostcalls::log(
+                        LogLevel::Critical,
+                        &format!(
+                            "lock-filter: UNSAFE TEST SWITCHES ON ({:?}): this edge is deliberately broken",
+                            compiled.test_switches
+                        ),
+                    );
+                }
                 let _ = hostcalls::log(
                     LogLevel::Info,
                     &format!(
@@ -80,6 +96,10 @@ impl HttpContext for LockFilter {
         action(self.gate.on_request_headers(&mut WasmHost, end_of_stream))
     }
 
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        action(self.gate.on_request_trailers(&mut WasmHost))
+    }
+
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         action(
             self.gate
@@ -111,6 +131,16 @@ impl Host for WasmHost {
 
     fn set_request_header(&mut self, name: &str, value: Option<&str>) {
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, value);
+    }
+
+    fn request_trailer_names(&self) -> Option<Vec<String>> {
+        hostcalls::get_map_bytes(MapType::HttpRequestTrailers)
+            .ok()
+            .map(|m| m.into_iter().map(|(k, _)| k).collect())
+    }
+
+    fn remove_request_trailer(&mut self, name: &str) {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestTrailers, name, None);
     }
 
     fn request_body(&self, len: usize) -> Option<Vec<u8>> {

@@ -9,6 +9,10 @@ pub trait Host {
     fn request_header(&self, name: &str) -> Option<String>;
     /// Sets (Some) or removes (None) a request header.
     fn set_request_header(&mut self, name: &str, value: Option<&str>);
+    /// Names of the request trailers (None if the host cannot list them).
+    fn request_trailer_names(&self) -> Option<Vec<String>>;
+    /// Removes a request trailer.
+    fn remove_request_trailer(&mut self, name: &str);
     /// The first `len` bytes of the request body buffered so far.
     fn request_body(&self, len: usize) -> Option<Vec<u8>>;
     /// Ends the request with a local gRPC reply (trailers-only response).

@@ -11,6 +11,7 @@ pub mod gate;
 pub mod host;
 pub mod method;
 pub mod rate;
+pub mod xfcc;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;

@@ -1,8 +1,10 @@
-//! `arbiter`: parse flags, load and validate the registry, connect to etcd, bind loopback,
-//! serve until SIGINT/SIGTERM.
+//! `arbiter`: parse flags, load and validate the registry and the TLS files, connect to
+//! etcd, bind, serve until SIGINT/SIGTERM.
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use lock_arbiter::peer_tls::{PeerPolicy, PeerTls, TlsFiles};
+use lock_arbiter::server::Transport;
 use lock_arbiter::{Engine, Store, registry_files, server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,10 +14,31 @@ use std::time::Duration;
 #[derive(Parser)]
 #[command(about = "lock.v1 arbiter: etcd grant transactions, sessions, epoch seal")]
 struct Args {
-    /// Address to serve on. Loopback only: the arbiter trusts x-lock-identity from Envoy,
-    /// so nothing else may reach it.
+    /// Address to serve on. Any address with mutual TLS: only peers whose certificate's
+    /// single URI SAN is an --edge-id get a connection.
     #[arg(long, default_value = "127.0.0.1:7400", env = "ARBITER_LISTEN")]
     listen: SocketAddr,
+    /// The arbiter's own X.509-SVID (PEM chain), re-read when it changes.
+    #[arg(long, env = "ARBITER_TLS_CERT", required_unless_present = "insecure_plaintext")]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "ARBITER_TLS_KEY", required_unless_present = "insecure_plaintext")]
+    tls_key: Option<PathBuf>,
+    /// The trust bundle peers' certificates must chain to (PEM).
+    #[arg(long, env = "ARBITER_TLS_BUNDLE", required_unless_present = "insecure_plaintext")]
+    tls_bundle: Option<PathBuf>,
+    /// SPIFFE ID of an edge (Envoy) allowed to connect; repeat or comma-separate.
+    #[arg(
+        long = "edge-id",
+        env = "ARBITER_EDGE_IDS",
+        value_delimiter = ',',
+        required_unless_present = "insecure_plaintext"
+    )]
+    edge_ids: Vec<String>,
+    /// UNSAFE: plaintext HTTP/2, on loopback only. Any local process can then claim any
+    /// identity in x-lock-identity. For debugging only; never in production.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_bundle", "edge_ids"])]
+    insecure_plaintext: bool,
     /// etcd client URLs, comma-separated.
     #[arg(
         long,
@@ -49,12 +72,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
-    if !args.listen.ip().is_loopback() {
-        bail!(
-            "refusing to listen on {}: the arbiter trusts x-lock-identity and must be reachable only by Envoy (loopback)",
-            args.listen
-        );
-    }
+    let transport = transport(&args)?;
     let registry = registry_files::load(&args.registry)
         .with_context(|| format!("loading registry {}", args.registry.display()))?;
     let store = Store::connect(&args.etcd, Duration::from_millis(args.store_timeout_ms))
@@ -81,8 +99,46 @@ async fn main() -> anyhow::Result<()> {
     // The harness waits for this line (port 0 picks a free port).
     println!("arbiter {} listening on {addr}", args.id);
     tracing::info!(id = args.id, %addr, "serving lock.v1");
-    server::serve(listener, engine, &args.id, shutdown()).await?;
+    server::serve(listener, engine, &args.id, transport, shutdown()).await?;
     Ok(())
+}
+
+fn transport(args: &Args) -> anyhow::Result<Transport> {
+    if args.insecure_plaintext {
+        if !args.listen.ip().is_loopback() {
+            bail!(
+                "refusing --insecure-plaintext on {}: without TLS anyone who can connect can claim any identity; loopback only",
+                args.listen
+            );
+        }
+        tracing::warn!(
+            "INSECURE: plaintext listener, no peer check: any local process can act as any identity"
+        );
+        return Ok(Transport::InsecurePlaintext);
+    }
+    let (Some(cert), Some(key), Some(bundle)) = (&args.tls_cert, &args.tls_key, &args.tls_bundle)
+    else {
+        bail!("--tls-cert, --tls-key and --tls-bundle are required (or --insecure-plaintext)");
+    };
+    #[cfg(debug_assertions)]
+    let admit_any = args
+        .inject_bug
+        .contains(&lock_arbiter::bugs::Bug::AdmitAnyPeer);
+    #[cfg(not(debug_assertions))]
+    let admit_any = false;
+    let tls = PeerTls::load(
+        TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            bundle: bundle.clone(),
+        },
+        PeerPolicy {
+            edge_ids: args.edge_ids.clone(),
+            admit_any,
+        },
+    )
+    .context("loading the listener's TLS files")?;
+    Ok(Transport::MutualTls(Arc::new(tls)))
 }
 
 async fn shutdown() {

@@ -27,6 +27,7 @@ struct Shared {
 struct FakeHost {
     props: HashMap<String, Vec<u8>>,
     headers: HashMap<String, String>,
+    trailers: HashMap<String, String>,
     body: Vec<u8>,
     reply: Option<Reply>,
     now_ns: u64,
@@ -46,6 +47,12 @@ impl Host for FakeHost {
             Some(v) => self.headers.insert(name.to_owned(), v.to_owned()),
             None => self.headers.remove(name),
         };
+    }
+    fn request_trailer_names(&self) -> Option<Vec<String>> {
+        Some(self.trailers.keys().cloned().collect())
+    }
+    fn remove_request_trailer(&mut self, name: &str) {
+        self.trailers.remove(name);
     }
     fn request_body(&self, len: usize) -> Option<Vec<u8>> {
         Some(self.body[..len.min(self.body.len())].to_vec())
@@ -116,6 +123,7 @@ fn filter_config() -> FilterConfig {
             rate: None,
         }],
         default_rate: None,
+        unsafe_test_switches: Vec::new(),
     }
 }
 
@@ -162,6 +170,11 @@ fn host(method: &str, san: Option<&str>) -> FakeHost {
         h.props.insert(
             "connection.uri_san_peer_certificate".into(),
             san.as_bytes().to_vec(),
+        );
+        // As Envoy's connection manager writes it (SANITIZE_SET, uri: true).
+        h.headers.insert(
+            XFCC_HEADER.into(),
+            format!("By=spiffe://dev.lock.local/ns/edge/sa/envoy;Hash=0f;URI={san}"),
         );
     }
     h
@@ -476,4 +489,133 @@ mod fuzz {
             }
         }
     }
+}
+
+fn switched(switch: &str) -> Rc<CompiledFilterConfig> {
+    let mut c = filter_config();
+    c.unsafe_test_switches = vec![switch.into()];
+    Rc::new(c.compile().unwrap())
+}
+
+#[test]
+fn edge_trailers_are_removed_from_an_admitted_request() {
+    for method in ["Acquire", "KeepAlive"] {
+        let mut h = host(method, Some(LEDGER));
+        let mut gate = RequestGate::new(Some(config()));
+        let mut step = gate.on_request_headers(&mut h, false);
+        if step == Step::Pause {
+            h.body = acquire_body("pay/ledger/42");
+            let len = h.body.len();
+            step = gate.on_request_body(&mut h, len, false);
+        }
+        assert_eq!(step, Step::Continue, "{method}");
+        for name in ["x-lock-identity", "X-Lock-Key", "x-lock-anything"] {
+            h.trailers.insert(name.into(), "spiffe://dev.lock.local/x".into());
+        }
+        h.trailers.insert("other".into(), "kept".into());
+        assert_eq!(gate.on_request_trailers(&mut h), Step::Continue, "{method}");
+        assert!(h.reply.is_none(), "{method}");
+        assert_eq!(h.trailers.keys().collect::<Vec<_>>(), ["other"], "{method}");
+        assert_eq!(h.metrics["lock_edge.stripped.trailer"], 3, "{method}");
+        assert_eq!(h.headers["x-lock-identity"], LEDGER);
+    }
+}
+
+#[test]
+fn trailers_before_the_first_message_is_complete_refuse_the_request() {
+    let body = acquire_body("pay/ledger/42");
+    for cut in 0..body.len() {
+        for forged in [false, true] {
+            let mut h = host("Acquire", Some(LEDGER));
+            let mut gate = RequestGate::new(Some(config()));
+            assert_eq!(gate.on_request_headers(&mut h, false), Step::Pause);
+            if cut > 0 {
+                h.body = body[..cut].to_vec();
+                assert_eq!(gate.on_request_body(&mut h, cut, false), Step::Pause);
+            }
+            if forged {
+                h.trailers.insert("x-lock-identity".into(), OTHER.into());
+            }
+            assert_eq!(gate.on_request_trailers(&mut h), Step::Pause);
+            assert_eq!(
+                reason(&h),
+                Some((GrpcCode::InvalidArgument, "MALFORMED_REQUEST".into())),
+                "cut at {cut}"
+            );
+            assert!(h.trailers.is_empty());
+            assert!(
+                !h.headers.contains_key("x-lock-key"),
+                "undecided: no key set"
+            );
+        }
+    }
+}
+
+#[test]
+fn exactly_one_uri_san() {
+    let other = "spiffe://dev.lock.local/ns/ops/sa/lockctl";
+    let xfcc = [
+        // Two URI SANs: the attribute names the first, the header shows both.
+        format!("Hash=0f;URI={LEDGER};URI={other}"),
+        format!("Hash=0f;URI={other};URI={LEDGER}"),
+        // The header disagrees with the connection, or is missing or malformed.
+        format!("Hash=0f;URI={other}"),
+        "Hash=0f".to_owned(),
+        format!("URI={LEDGER},URI={LEDGER}"),
+        "URI=\"open".to_owned(),
+    ];
+    for header in xfcc.iter().map(Some).chain([None]) {
+        let mut h = host("Acquire", Some(LEDGER));
+        match header {
+            Some(v) => h.headers.insert(XFCC_HEADER.into(), v.clone()),
+            None => h.headers.remove(XFCC_HEADER),
+        };
+        run(&mut h, acquire_body("pay/ledger/1"), 64);
+        assert_eq!(
+            reason(&h),
+            Some((GrpcCode::Unauthenticated, "UNAUTHENTICATED".into())),
+            "{header:?}"
+        );
+    }
+    // One URI SAN: admitted, and the XFCC header does not travel on.
+    let mut h = host("Acquire", Some(LEDGER));
+    assert_eq!(run(&mut h, acquire_body("pay/ledger/1"), 64), Step::Continue);
+    assert!(!h.headers.contains_key(XFCC_HEADER));
+}
+
+#[test]
+fn non_ascii_keys_travel_percent_encoded() {
+    let mut h = host("Acquire", Some(LEDGER));
+    assert_eq!(
+        run(&mut h, acquire_body("pay/ledger/über"), 5),
+        Step::Continue
+    );
+    assert_eq!(h.headers["x-lock-key"], "pay/ledger/%C3%BCber");
+}
+
+/// The switches the boundary tests use to show they catch a missing check (debug only).
+#[test]
+fn test_switches_turn_exactly_their_check_off() {
+    let mut h = host("Acquire", Some(LEDGER));
+    let mut gate = RequestGate::new(Some(switched("ignore-trailers")));
+    assert_eq!(gate.on_request_headers(&mut h, false), Step::Pause);
+    h.trailers.insert("x-lock-identity".into(), OTHER.into());
+    assert_eq!(gate.on_request_trailers(&mut h), Step::Continue);
+    assert!(h.reply.is_none() && h.trailers.contains_key("x-lock-identity"));
+
+    let mut h = host("Acquire", Some(LEDGER));
+    h.headers.insert(
+        XFCC_HEADER.into(),
+        format!("URI={LEDGER};URI=spiffe://dev.lock.local/x"),
+    );
+    let mut gate = RequestGate::new(Some(switched("first-uri-san")));
+    assert_eq!(gate.on_request_headers(&mut h, false), Step::Pause);
+    assert!(h.reply.is_none());
+    assert!(filter_config_with(&["no-such-switch"]).compile().is_err());
+}
+
+fn filter_config_with(switches: &[&str]) -> FilterConfig {
+    let mut c = filter_config();
+    c.unsafe_test_switches = switches.iter().map(|s| (*s).to_owned()).collect();
+    c
 }

@@ -1,0 +1,133 @@
+//! What the edge decided, read where the edge wrote it: the request's initial HEADERS.
+//!
+//! tonic merges HTTP/2 request *trailers* into the metadata a unary handler sees, replacing
+//! headers of the same name (`Grpc::map_request_unary`: the message, then
+//! `metadata_mut().merge(trailers)`). A value read from metadata in a handler can therefore
+//! be a client's, whatever the edge set (issue 13: a trailer `x-lock-identity` acted as any
+//! identity). The interceptor below runs before the body is read, when the metadata is
+//! exactly the initial HEADERS frame: it moves `x-lock-identity` and `x-lock-key` out of the
+//! metadata into a typed request extension, and handlers read only that extension. A trailer
+//! arriving later lands in metadata nobody reads.
+//!
+//! The values are trusted because the connection is from an allow-listed edge identity
+//! (mutual TLS, `peer_tls`), which is the only place they can have been set honestly.
+
+use crate::bugs::{Bug, Bugs};
+use crate::error::ArbiterError;
+use lock_config::LockKey;
+use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER, decode_key};
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Status};
+
+/// The edge's decision as it arrived in the initial headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EdgeContext {
+    /// `x-lock-identity`: the caller's SPIFFE ID (None if absent or not text).
+    pub identity: Option<String>,
+    /// `x-lock-key`, as sent (percent-encoded); decoded only when compared.
+    key_header: Option<Vec<u8>>,
+}
+
+impl EdgeContext {
+    fn take_from(md: &mut MetadataMap) -> Self {
+        let identity = md
+            .remove(IDENTITY_HEADER)
+            .and_then(|v| v.to_str().ok().map(str::to_owned))
+            .filter(|s| !s.is_empty());
+        let key_header = md.remove(KEY_HEADER).map(|v| v.as_bytes().to_vec());
+        Self {
+            identity,
+            key_header,
+        }
+    }
+
+    fn read_from(md: &MetadataMap) -> Self {
+        Self {
+            identity: md
+                .get(IDENTITY_HEADER)
+                .and_then(|v| v.to_str().ok().map(str::to_owned))
+                .filter(|s| !s.is_empty()),
+            key_header: md.get(KEY_HEADER).map(|v| v.as_bytes().to_vec()),
+        }
+    }
+
+    /// The edge's context of `req`: the extension the interceptor stored. With the
+    /// debug-only bug `edge-headers-from-metadata`, the metadata as tonic left it (trailers
+    /// merged in), which is what the boundary tests show they catch.
+    pub fn of<T>(req: &Request<T>, bugs: &Bugs) -> Self {
+        if bugs.has(Bug::EdgeHeadersFromMetadata) {
+            return Self::read_from(req.metadata());
+        }
+        req.extensions().get::<Self>().cloned().unwrap_or_default()
+    }
+
+    pub fn identity(&self) -> Result<String, ArbiterError> {
+        self.identity.clone().ok_or(ArbiterError::NoIdentity)
+    }
+
+    /// The key of a keyed request. The edge sets `x-lock-key` from the decoded body; a
+    /// request whose header and body disagree did not come through an honest edge.
+    pub fn keyed(&self, body_key: &str) -> Result<LockKey, ArbiterError> {
+        let key = LockKey::parse(body_key)?;
+        match self.key_header.as_deref().and_then(decode_key) {
+            Some(h) if h == key.as_str() => Ok(key),
+            _ => Err(ArbiterError::KeyHeaderMismatch),
+        }
+    }
+}
+
+/// The interceptor: initial headers -> [`EdgeContext`] extension, edge headers removed
+/// from the metadata so nothing downstream can read a later copy by mistake.
+pub fn intercept(bugs: Bugs) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |mut req: Request<()>| {
+        if bugs.has(Bug::EdgeHeadersFromMetadata) {
+            return Ok(req);
+        }
+        let ctx = EdgeContext::take_from(req.metadata_mut());
+        req.extensions_mut().insert(ctx);
+        Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn request(identity: &str, key: &str) -> Request<()> {
+        let mut r = Request::new(());
+        r.metadata_mut()
+            .insert(IDENTITY_HEADER, identity.parse().unwrap());
+        r.metadata_mut().insert(KEY_HEADER, key.parse().unwrap());
+        r
+    }
+
+    #[test]
+    fn later_metadata_does_not_change_what_the_edge_set() {
+        let req = intercept(Bugs::default())(request("spiffe://td/a", "pay/%C3%BC")).unwrap();
+        // What tonic's trailer merge does after the interceptor ran.
+        let (mut md, ext, msg) = req.into_parts();
+        md.insert(IDENTITY_HEADER, "spiffe://td/forged".parse().unwrap());
+        md.insert(KEY_HEADER, "pay/forged".parse().unwrap());
+        let req = Request::from_parts(md, ext, msg);
+        let ctx = EdgeContext::of(&req, &Bugs::default());
+        assert_eq!(ctx.identity().unwrap(), "spiffe://td/a");
+        assert_eq!(ctx.keyed("pay/ü").unwrap().as_str(), "pay/ü");
+        assert!(matches!(
+            ctx.keyed("pay/forged"),
+            Err(ArbiterError::KeyHeaderMismatch)
+        ));
+    }
+
+    #[test]
+    fn missing_or_undecodable_headers_are_refused() {
+        let ctx = EdgeContext::of(&Request::new(()), &Bugs::default());
+        assert!(matches!(ctx.identity(), Err(ArbiterError::NoIdentity)));
+        let req = intercept(Bugs::default())(request("spiffe://td/a", "pay/%c3%bc")).unwrap();
+        let ctx = EdgeContext::of(&req, &Bugs::default());
+        assert!(matches!(
+            ctx.keyed("pay/ü"),
+            Err(ArbiterError::KeyHeaderMismatch)
+        ));
+    }
+}
