@@ -162,10 +162,9 @@ fn build(files: &TlsFiles, policy: &PeerPolicy) -> Result<Arc<rustls::ServerConf
     if policy.edge_ids.is_empty() && !policy.admit_any {
         return Err(PeerTlsError::EmptyAllowList);
     }
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(&read(&files.cert)?)
-            .collect::<Result<_, _>>()
-            .map_err(|_| pem_error(&files.cert, "certificate"))?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(&files.cert)?)
+        .collect::<Result<_, _>>()
+        .map_err(|_| pem_error(&files.cert, "certificate"))?;
     if chain.is_empty() {
         return Err(pem_error(&files.cert, "certificate"));
     }
@@ -179,7 +178,8 @@ fn build(files: &TlsFiles, policy: &PeerPolicy) -> Result<Arc<rustls::ServerConf
             .map_err(|e| PeerTlsError::Tls(format!("bundle: {e}")))?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut chain_check = WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone());
+    let mut chain_check =
+        WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone());
     if policy.admit_any {
         chain_check = chain_check.allow_unauthenticated();
     }
@@ -274,7 +274,10 @@ mod tests {
     #[test]
     fn exactly_one_uri_san() {
         let ca = DevCa::create("td").unwrap();
-        assert_eq!(single_uri_san(&der(&ca, &["spiffe://td/e"])).unwrap(), "spiffe://td/e");
+        assert_eq!(
+            single_uri_san(&der(&ca, &["spiffe://td/e"])).unwrap(),
+            "spiffe://td/e"
+        );
         assert!(single_uri_san(&der(&ca, &[])).is_err());
         assert!(single_uri_san(&der(&ca, &["spiffe://td/e", "spiffe://td/x"])).is_err());
         assert!(single_uri_san(b"not a certificate").is_err());
@@ -304,14 +307,20 @@ mod tests {
         let tls = PeerTls::load(files.clone(), policy.clone()).unwrap();
         let before = tls.current.lock().unwrap().1.clone();
         let _ = tls.acceptor();
-        assert!(Arc::ptr_eq(&before, &tls.current.lock().unwrap().1), "unchanged files");
+        assert!(
+            Arc::ptr_eq(&before, &tls.current.lock().unwrap().1),
+            "unchanged files"
+        );
         // A garbage certificate is not taken; the previous configuration keeps serving.
         std::fs::write(&files.cert, "garbage").unwrap();
         let _ = tls.acceptor();
         assert!(Arc::ptr_eq(&before, &tls.current.lock().unwrap().1));
         svid("b");
         let _ = tls.acceptor();
-        assert!(!Arc::ptr_eq(&before, &tls.current.lock().unwrap().1), "rotated");
+        assert!(
+            !Arc::ptr_eq(&before, &tls.current.lock().unwrap().1),
+            "rotated"
+        );
         let empty = PeerPolicy {
             edge_ids: vec![],
             admit_any: false,

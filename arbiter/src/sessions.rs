@@ -32,7 +32,10 @@ async fn grant_random_lease(
     for _ in 0..LEASE_ID_ATTEMPTS {
         let id = random_lease_id();
         let options = etcd_client::LeaseGrantOptions::new().with_id(id);
-        match store.raw_bounded(leases.grant(i64::from(ttl_seconds), Some(options))).await {
+        match store
+            .raw_bounded(leases.grant(i64::from(ttl_seconds), Some(options)))
+            .await
+        {
             Ok(Ok(r)) => return Ok(r.id()),
             // etcd's ErrGRPCLeaseExist: that id is taken; draw another.
             Ok(Err(etcd_client::Error::GRpcStatus(s)))

@@ -102,9 +102,9 @@ mod tests {
             b"pay/%41",         // an encoded visible byte
             b"pay/%2",          // cut short
             b"pay/%ZZ",
-            b"pay/a b", // a raw space
-            b"pay/\xc3\xbc",    // raw UTF-8
-            b"pay/%C3",         // not UTF-8 once decoded
+            b"pay/a b",      // a raw space
+            b"pay/\xc3\xbc", // raw UTF-8
+            b"pay/%C3",      // not UTF-8 once decoded
         ] {
             assert_eq!(decode_key(bad), None, "{bad:?}");
         }

@@ -102,10 +102,7 @@ mod tests {
                 format!("Hash=1;URI=\"{a};URI={b}\""),
                 Ok(vec![format!("{a};URI={b}")]),
             ),
-            (
-                "URI=\"x\\\"y\"".into(),
-                Ok(vec!["x\"y".into()]),
-            ),
+            ("URI=\"x\\\"y\"".into(), Ok(vec!["x\"y".into()])),
             (format!("URI={a},URI={b}"), Err(XfccError::NotOneElement)),
             ("Hash=1;URI=\"open".into(), Err(XfccError::Malformed)),
             ("Hash=1;URI".into(), Err(XfccError::Malformed)),

@@ -1,6 +1,8 @@
-//! A real `arbiter` process on a loopback port.
+//! A real `arbiter` process on a loopback port, serving mutual TLS with the stack's arbiter
+//! SVID and admitting only Envoy's identity (as in production).
 
 use crate::paths::workspace_bin;
+use crate::pki::Pki;
 use crate::process::{Proc, patience};
 use anyhow::Context as _;
 use std::net::SocketAddr;
@@ -17,8 +19,14 @@ pub struct Arbiter {
 
 impl Arbiter {
     /// Starts an arbiter on a free port; `etcd_urls` is comma-separated.
-    pub fn start(dir: &Path, id: &str, etcd_urls: &str, registry: &Path) -> anyhow::Result<Self> {
-        Self::start_with(dir, id, etcd_urls, registry, &[])
+    pub fn start(
+        dir: &Path,
+        id: &str,
+        etcd_urls: &str,
+        registry: &Path,
+        pki: &Pki,
+    ) -> anyhow::Result<Self> {
+        Self::start_with(dir, id, etcd_urls, registry, pki, &[])
     }
 
     /// As [`Arbiter::start`], with extra flags (e.g. `--store-timeout-ms`).
@@ -27,16 +35,18 @@ impl Arbiter {
         id: &str,
         etcd_urls: &str,
         registry: &Path,
+        pki: &Pki,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
-        let mut args: Vec<String> = vec![
+        let mut args: Vec<String> = pki.arbiter_tls_args();
+        args.extend([
             "--etcd".into(),
             etcd_urls.into(),
             "--registry".into(),
             registry.display().to_string(),
             "--id".into(),
             id.into(),
-        ];
+        ]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let (proc, addr) = Self::spawn(dir, id, &args, "127.0.0.1:0")?;
         Ok(Self {

@@ -73,6 +73,7 @@ impl EnvoyConfig {
             .replace("${LISTEN_PORT}", &self.listen_port.to_string())
             .replace("${CERT_DIR}", &self.cert_dir.display().to_string())
             .replace("${ECDS_PATH}", &self.ecds_path().display().to_string())
+            .replace("${ARBITER_SPIFFE_ID}", crate::pki::ARBITER_ID)
             .replace(
                 "${ARBITER_ENDPOINTS}",
                 &format!("[{}]", endpoints.join(", ")),

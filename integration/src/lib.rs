@@ -55,16 +55,42 @@ pub fn admin_get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// A request as the edge forwards it to an arbiter: `x-lock-key` and `x-lock-identity` set
-/// (either may be left out to show what the arbiter does without it).
+/// A request as the edge forwards it to an arbiter: `x-lock-key` (percent-encoded, as the
+/// filter writes it) and `x-lock-identity` set (either may be left out to show what the
+/// arbiter does without it).
 pub fn as_from_edge<T>(msg: T, key: Option<&str>, identity: Option<&str>) -> tonic::Request<T> {
+    use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER, encode_key};
     let mut r = tonic::Request::new(msg);
-    for (name, value) in [("x-lock-key", key), ("x-lock-identity", identity)] {
+    let key = key.map(encode_key);
+    for (name, value) in [(KEY_HEADER, key.as_deref()), (IDENTITY_HEADER, identity)] {
         if let Some(v) = value.and_then(|v| v.parse().ok()) {
             r.metadata_mut().insert(name, v);
         }
     }
     r
+}
+
+/// A lazy mutual-TLS channel straight to the arbiter at `addr`, verifying its SVID (DNS
+/// SAN `localhost`) against `bundle` and presenting `svid`: Envoy's passes the arbiter's
+/// edge allow-list; a workload's, or none, shows the refusal.
+pub fn arbiter_channel(
+    addr: std::net::SocketAddr,
+    svid: Option<&pki::SvidFiles>,
+    bundle: &std::path::Path,
+) -> anyhow::Result<tonic::transport::Channel> {
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(bundle)?))
+        .domain_name("localhost");
+    if let Some(s) = svid {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(&s.cert)?,
+            std::fs::read(&s.key)?,
+        ));
+    }
+    Ok(Channel::from_shared(format!("https://{addr}"))?
+        .tls_config(tls)?
+        .connect_lazy())
 }
 
 /// The arbiter that answered (its `x-lock-arbiter` reply header).

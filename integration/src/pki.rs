@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 pub const TRUST_DOMAIN: &str = "dev.lock.local";
 pub const ENVOY_ID: &str = "spiffe://dev.lock.local/ns/edge/sa/envoy";
+/// The arbiters' SVID (Envoy's upstream TLS accepts only this URI SAN).
+pub const ARBITER_ID: &str = "spiffe://dev.lock.local/ns/lock/sa/arbiter";
 /// Workload identities of the dev registry (config/registry/dev/grants.yaml).
 pub const LEDGER: &str = "spiffe://dev.lock.local/ns/pay/sa/ledger";
 pub const ORDERS: &str = "spiffe://dev.lock.local/ns/orders/sa/worker";
@@ -33,6 +35,7 @@ impl Pki {
             ca,
         };
         pki.rotate_envoy_svid()?;
+        pki.rotate_arbiter_svid()?;
         pki.write_sds(
             "sds-trust-bundle.yaml",
             serde_json::json!({
@@ -66,6 +69,34 @@ impl Pki {
         Ok(svid.cert_pem)
     }
 
+    /// Issues a new arbiter SVID (`arbiter.pem`/`.key`, DNS SAN `localhost` for the test
+    /// clients that dial an arbiter directly); arbiters serve it on new connections.
+    pub fn rotate_arbiter_svid(&self) -> anyhow::Result<String> {
+        let svid = self.ca.issue(
+            &Leaf::svid(ARBITER_ID)
+                .with_dns("localhost")
+                .valid_for(time::Duration::days(1)),
+        )?;
+        svid.save(&self.dir, "arbiter")?;
+        Ok(svid.cert_pem)
+    }
+
+    /// The flags that make an arbiter serve mutual TLS with its SVID from this PKI and
+    /// admit only Envoy's identity.
+    pub fn arbiter_tls_args(&self) -> Vec<String> {
+        let f = self.files("arbiter");
+        vec![
+            "--tls-cert".into(),
+            f.cert.display().to_string(),
+            "--tls-key".into(),
+            f.key.display().to_string(),
+            "--tls-bundle".into(),
+            f.ca.display().to_string(),
+            "--edge-id".into(),
+            ENVOY_ID.into(),
+        ]
+    }
+
     /// An SDS `DiscoveryResponse` holding one Secret, written by temp file + rename.
     fn write_sds(&self, file: &str, mut secret: serde_json::Value) -> anyhow::Result<()> {
         secret["@type"] =
@@ -88,6 +119,16 @@ impl Pki {
     /// An SVID for `spiffe_id`.
     pub fn svid(&self, name: &str, spiffe_id: &str) -> anyhow::Result<SvidFiles> {
         self.issue(name, &[spiffe_id])
+    }
+
+    /// Envoy's SVID files: the identity the arbiters admit (tests that play the edge).
+    pub fn edge_svid(&self) -> SvidFiles {
+        self.files("envoy")
+    }
+
+    /// The trust bundle (the dev CA's certificate).
+    pub fn bundle(&self) -> PathBuf {
+        self.dir.join(lock_devca::CA_CERT_FILE)
     }
 
     pub fn files(&self, name: &str) -> SvidFiles {

@@ -118,6 +118,7 @@ impl Stack {
                 &format!("arbiter-{i}"),
                 &urls,
                 &opts.registry,
+                &pki,
                 &extra,
             )?);
         }
@@ -209,10 +210,13 @@ impl Stack {
         self.client(&svid).await
     }
 
-    /// A plaintext client straight to arbiter `i` (bypassing Envoy and the filter).
+    /// A client straight to arbiter `i` (bypassing Envoy and the filter), presenting
+    /// Envoy's SVID: what the edge is allowed to do, for tests that play the edge.
     pub async fn arbiter_direct(&self, i: usize) -> anyhow::Result<LockClient<Channel>> {
         let addr = self.arbiters.get(i).context("no such arbiter")?.addr;
-        Ok(LockClient::connect(format!("http://{addr}")).await?)
+        let channel =
+            crate::arbiter_channel(addr, Some(&self.pki.edge_svid()), &self.pki.bundle())?;
+        Ok(LockClient::new(channel))
     }
 
     pub async fn etcd_client(&self) -> anyhow::Result<etcd_client::Client> {

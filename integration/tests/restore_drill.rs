@@ -248,11 +248,17 @@ async fn naive_restore_keeps_the_cluster_id_and_only_the_revision_guard_sees_it(
         "arbiter-fresh",
         &stack.etcd.client_url,
         &lock_integration::paths::dev_registry(),
+        &stack.pki,
     )
     .unwrap();
-    let mut direct = LockClient::connect(format!("http://{}", fresh.addr))
-        .await
-        .unwrap();
+    let mut direct = LockClient::new(
+        lock_integration::arbiter_channel(
+            fresh.addr,
+            Some(&stack.pki.edge_svid()),
+            &stack.pki.bundle(),
+        )
+        .unwrap(),
+    );
     let key = "pay/ledger/naive";
     let req = as_from_edge(
         OpenSessionRequest { key: key.into() },

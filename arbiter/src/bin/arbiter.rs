@@ -19,13 +19,25 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:7400", env = "ARBITER_LISTEN")]
     listen: SocketAddr,
     /// The arbiter's own X.509-SVID (PEM chain), re-read when it changes.
-    #[arg(long, env = "ARBITER_TLS_CERT", required_unless_present = "insecure_plaintext")]
+    #[arg(
+        long,
+        env = "ARBITER_TLS_CERT",
+        required_unless_present = "insecure_plaintext"
+    )]
     tls_cert: Option<PathBuf>,
     /// Its private key (PEM).
-    #[arg(long, env = "ARBITER_TLS_KEY", required_unless_present = "insecure_plaintext")]
+    #[arg(
+        long,
+        env = "ARBITER_TLS_KEY",
+        required_unless_present = "insecure_plaintext"
+    )]
     tls_key: Option<PathBuf>,
     /// The trust bundle peers' certificates must chain to (PEM).
-    #[arg(long, env = "ARBITER_TLS_BUNDLE", required_unless_present = "insecure_plaintext")]
+    #[arg(
+        long,
+        env = "ARBITER_TLS_BUNDLE",
+        required_unless_present = "insecure_plaintext"
+    )]
     tls_bundle: Option<PathBuf>,
     /// SPIFFE ID of an edge (Envoy) allowed to connect; repeat or comma-separate.
     #[arg(

@@ -510,7 +510,8 @@ fn edge_trailers_are_removed_from_an_admitted_request() {
         }
         assert_eq!(step, Step::Continue, "{method}");
         for name in ["x-lock-identity", "X-Lock-Key", "x-lock-anything"] {
-            h.trailers.insert(name.into(), "spiffe://dev.lock.local/x".into());
+            h.trailers
+                .insert(name.into(), "spiffe://dev.lock.local/x".into());
         }
         h.trailers.insert("other".into(), "kept".into());
         assert_eq!(gate.on_request_trailers(&mut h), Step::Continue, "{method}");
@@ -579,7 +580,10 @@ fn exactly_one_uri_san() {
     }
     // One URI SAN: admitted, and the XFCC header does not travel on.
     let mut h = host("Acquire", Some(LEDGER));
-    assert_eq!(run(&mut h, acquire_body("pay/ledger/1"), 64), Step::Continue);
+    assert_eq!(
+        run(&mut h, acquire_body("pay/ledger/1"), 64),
+        Step::Continue
+    );
     assert!(!h.headers.contains_key(XFCC_HEADER));
 }
 

@@ -204,6 +204,8 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             clients,
             endpoint: stack.endpoint(),
             arbiters: stack.arbiters.iter().map(|a| a.addr).collect(),
+            edge_cert: stack.pki.edge_svid().cert,
+            edge_key: stack.pki.edge_svid().key,
             direct_percent: opts.direct_percent,
             keys: worker::KeyPlan {
                 fifo_prefix: GATE_PREFIX.into(),

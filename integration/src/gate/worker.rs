@@ -43,6 +43,9 @@ pub struct WorkerPlan {
     /// Arbiters' own addresses, for the share of calls sent straight to a chosen arbiter
     /// (keys then meet more than one arbiter, as when the ring changes).
     pub arbiters: Vec<SocketAddr>,
+    /// Envoy's SVID: the direct calls play the edge, which the arbiters admit.
+    pub edge_cert: PathBuf,
+    pub edge_key: PathBuf,
     pub direct_percent: u32,
     pub keys: KeyPlan,
     /// CLOCK_MONOTONIC ns: the run's origin (key generations count from it) and its end.
@@ -163,10 +166,17 @@ impl Client {
         };
         let edge = remote::connect(&plan.endpoint, &svid, "localhost").await?;
         let mut direct = Vec::new();
+        let edge_svid = crate::pki::SvidFiles {
+            cert: plan.edge_cert.clone(),
+            key: plan.edge_key.clone(),
+            ca: c.ca.clone(),
+        };
         for a in &plan.arbiters {
-            direct.push(LockClient::new(
-                Channel::from_shared(format!("http://{a}"))?.connect_lazy(),
-            ));
+            direct.push(LockClient::new(crate::arbiter_channel(
+                *a,
+                Some(&edge_svid),
+                &c.ca,
+            )?));
         }
         let pg = match &plan.postgres {
             Some(url) => Some(crate::postgres::connect(url).await?),
