@@ -7,6 +7,7 @@ pub mod envoy;
 pub mod etcd;
 pub mod fence;
 pub mod gate;
+pub mod h2raw;
 pub mod netlab;
 pub mod paths;
 pub mod pki;

@@ -65,6 +65,19 @@ pub fn filter_wasm() -> anyhow::Result<PathBuf> {
     Ok(p)
 }
 
+/// The filter's debug build: the only one that honours `unsafeTestSwitches` (the boundary
+/// tests switch one edge check off with it to show they catch its absence).
+pub fn filter_wasm_debug() -> anyhow::Result<PathBuf> {
+    let p = workspace_root().join("target/wasm32-wasip1/debug/lock_filter.wasm");
+    if !p.exists() {
+        bail!(
+            "{} not found: run `cargo build -p lock-filter --target wasm32-wasip1` (make test does)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
 /// The dev registry shipped with the project.
 pub fn dev_registry() -> PathBuf {
     workspace_root().join("config/registry/dev")

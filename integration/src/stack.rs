@@ -33,6 +33,9 @@ pub struct StackOptions {
     pub etcd_args: Vec<String>,
     /// Each etcd member in a network namespace of its own, so links can be cut.
     pub isolatable_etcd: bool,
+    /// Edge checks to switch off (`unsafeTestSwitches`, e.g. `ignore-trailers`); non-empty
+    /// loads the filter's debug build, the only one that honours them.
+    pub filter_switches: Vec<String>,
 }
 
 impl Default for StackOptions {
@@ -48,6 +51,7 @@ impl Default for StackOptions {
             arbiter_args: Vec::new(),
             etcd_args: Vec::new(),
             isolatable_etcd: false,
+            filter_switches: Vec::new(),
         }
     }
 }
@@ -123,10 +127,14 @@ impl Stack {
             )?);
         }
         let registry = lock_arbiter::registry_files::load(&opts.registry)?;
-        let filter =
+        let mut filter =
             FilterConfig::from_registry(&registry, &opts.region, &[TRUST_DOMAIN.to_owned()], None);
+        filter.unsafe_test_switches = opts.filter_switches.clone();
         let mut config =
             EnvoyConfig::new(&pki.dir, filter, arbiters.iter().map(|a| a.addr).collect())?;
+        if !opts.filter_switches.is_empty() {
+            config.wasm = crate::paths::filter_wasm_debug()?;
+        }
         if let Some((listen, admin)) = opts.envoy_ports {
             config.listen_port = listen;
             config.admin_port = admin;
