@@ -114,7 +114,7 @@ impl ClientCertVerifier for EdgeOnly {
             )
         };
         let id = single_uri_san(end_entity).map_err(refuse)?;
-        if !self.policy.edge_ids.iter().any(|e| *e == id) {
+        if !self.policy.edge_ids.contains(&id) {
             return Err(refuse(format!("{id} is not on the edge allow-list")));
         }
         Ok(verified)

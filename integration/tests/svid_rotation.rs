@@ -82,3 +82,71 @@ async fn envoy_serves_a_rotated_svid_without_restart() {
     .await
     .unwrap();
 }
+
+/// The certificate an arbiter serves to a new connection from the edge, as DER.
+async fn arbiter_certificate(stack: &Stack) -> anyhow::Result<Vec<u8>> {
+    let tls = lock_integration::h2raw::tls_connect(
+        stack.arbiters[0].addr,
+        Some(&stack.pki.edge_svid()),
+        &stack.pki.bundle(),
+        "localhost",
+    )
+    .await?;
+    let certs = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .ok_or_else(|| anyhow::anyhow!("no server certificate"))?;
+    Ok(certs[0].to_vec())
+}
+
+fn der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+}
+
+/// The arbiter's listener re-reads its SVID on new connections: a rotated arbiter SVID is
+/// served, and a rotated Envoy SVID (same SPIFFE ID) is still admitted, without a restart.
+#[tokio::test]
+async fn arbiter_serves_and_admits_rotated_svids_without_restart() {
+    let stack = Stack::start(StackOptions {
+        arbiters: 1,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let pid = stack.arbiters[0].proc.pid();
+    let before = arbiter_certificate(&stack).await.unwrap();
+    let rotated = der(&stack.pki.rotate_arbiter_svid().unwrap());
+    assert_ne!(before, rotated);
+    eventually(Duration::from_secs(20), || async {
+        anyhow::ensure!(
+            arbiter_certificate(&stack).await? == rotated,
+            "still the old certificate"
+        );
+        Ok(())
+    })
+    .await
+    .unwrap();
+
+    stack.pki.rotate_envoy_svid().unwrap();
+    let mut direct = stack.arbiter_direct(0).await.unwrap();
+    direct
+        .inspect(lock_integration::as_from_edge(
+            InspectRequest {
+                key: "pay/ledger/1".into(),
+            },
+            Some("pay/ledger/1"),
+            Some(LEDGER),
+        ))
+        .await
+        .expect("the rotated edge SVID is admitted");
+    let mut c = stack.workload(LEDGER).await.unwrap();
+    c.inspect(InspectRequest {
+        key: "pay/ledger/1".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(stack.arbiters[0].proc.pid(), pid, "no restart");
+}
