@@ -132,7 +132,9 @@ impl Engine {
             };
         }
         // A retried Acquire whose first answer was lost must get its grant back, not
-        // queue behind waiters for a key it holds (found by the release gate).
+        // queue behind waiters for a key it holds (found by the release gate); a leaked
+        // hold is named as one rather than queued (with no queue, the head's first
+        // attempt classifies it).
         if self.queues.len(key.as_str()) > 0
             && let Some(g) = Box::pin(self.held_by(&session, key, &class)).await?
         {
@@ -214,7 +216,10 @@ impl Engine {
         }
     }
 
-    /// The grant `session` already holds on `key`, if any (one linearizable read).
+    /// The grant `session` already holds on `key`, if any (one linearizable read). Held by
+    /// the same identity under another session: LEAKED_HOLD at once (ADR-13), whether or
+    /// not others are queued for the key — a queue must not turn a leak into a wait that
+    /// ends HELD (issue 14).
     pub(crate) async fn held_by(
         &self,
         session: &Session,
@@ -224,11 +229,14 @@ impl Engine {
         let epoch = self.epoch.current(&self.store).await?;
         let resp = self.store.get(&holder_key(key)).await?;
         self.epoch.check(&epoch, resp.header())?;
-        let ours = resp.kvs().first().filter(|kv| {
-            decode::<Holder>(kv.value()).is_some_and(|h| h.session == lease_hex(session.lease))
-        });
-        ours.map(|kv| self.granted(&epoch, kv.create_revision(), class))
-            .transpose()
+        let Some(kv) = resp.kvs().first() else {
+            return Ok(None);
+        };
+        match self.holder_verdict(&epoch, session, kv, class) {
+            Ok(g) => Ok(Some(g)),
+            Err(ArbiterError::Held) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn attempt(

@@ -6,7 +6,9 @@ use crate::hold::{Hold, Reentry};
 use crate::proto::lock_client::LockClient as Rpc;
 use crate::session::{FenceFn, Session};
 use lock_config::FencingToken;
-use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
+use lock_config::proto::v1::{
+    AcquireRequest, CloseSessionRequest, OpenSessionRequest, ReleaseRequest,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,8 @@ use tonic::transport::Channel;
 
 /// Attempts of one acquire (transient errors, session changes), within its deadline.
 const MAX_TRIES: usize = 32;
+/// Bound on one CloseSession during shutdown or drop.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A session and the sender whose drop stops its keepalive task.
 type Running = (Arc<Session>, mpsc::Sender<()>);
@@ -51,6 +55,35 @@ impl LockClient {
         })
     }
 
+    /// Ends every hold of this client now and closes its sessions. The keepalive tasks
+    /// stop, and one CloseSession per session revokes its etcd lease, which removes all of
+    /// the session's holds in one committed entry: the next waiter is granted at once
+    /// instead of when the TTL runs out. Holds of this client are dead afterwards (their
+    /// `release` does nothing) and their `on_fence` does not run: their owner ended them.
+    ///
+    /// Call it before the process exits. Without it, dropping the last handle to the
+    /// client (including every [`Hold`]) closes the sessions in the background while a
+    /// Tokio runtime is running; otherwise the holds lapse when the TTL passes unrenewed.
+    pub async fn shutdown(&self) -> Result<(), LockError> {
+        let sessions: Vec<Running> = match self.inner.sessions.lock() {
+            Ok(mut s) => s.drain().map(|(_, r)| r).collect(),
+            Err(_) => Vec::new(),
+        };
+        if let Ok(mut holds) = self.inner.holds.lock() {
+            holds.clear();
+        }
+        let mut first_error = None;
+        for (session, stop) in sessions {
+            drop(stop);
+            session.close();
+            let rpc = self.rpc()?;
+            if let Err(e) = close_session(rpc, session.id).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// The RPC client, rebuilt when the SVID files changed (rotation).
     pub(crate) fn rpc(&self) -> Result<Rpc<Channel>, LockError> {
         let mut guard = self
@@ -79,7 +112,9 @@ impl LockClient {
         if let Some(hold) = self.reenter(key, id, on_fence.clone()) {
             return Ok(hold);
         }
-        let deadline = Instant::now() + wait;
+        // Bounded so no `wait` from input can overflow the deadline: a day is longer than
+        // any wait the service grants (300 s).
+        let deadline = Instant::now() + wait.min(Duration::from_secs(24 * 3600));
         let mut session = self.any_session();
         let mut backoff = Duration::from_millis(50);
         for _ in 0..MAX_TRIES {
@@ -228,6 +263,49 @@ impl LockClient {
         })
         .await?;
         Ok(())
+    }
+}
+
+/// One CloseSession, bounded. A session the service no longer has is closed already.
+async fn close_session(mut rpc: Rpc<Channel>, session_id: i64) -> Result<(), LockError> {
+    let call = rpc.close_session(CloseSessionRequest { session_id });
+    match tokio::time::timeout(CLOSE_TIMEOUT, call).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(status)) => match LockError::from_status(&status) {
+            LockError::SessionExpired => Ok(()),
+            e => Err(e),
+        },
+        Err(_) => Err(LockError::Unavailable("close session timed out".into())),
+    }
+}
+
+impl Drop for Inner {
+    /// The last handle is gone without `shutdown`: close what is still open, in the
+    /// background (a Drop cannot wait), if a runtime is there to run it.
+    fn drop(&mut self) {
+        let Ok(sessions) = self.sessions.get_mut() else {
+            return;
+        };
+        let ids: Vec<i64> = sessions
+            .drain()
+            .map(|(_, (s, _))| {
+                s.close();
+                s.id
+            })
+            .collect();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Ok(rpc) = self.rpc.get_mut().map(|g| g.0.clone()) else {
+            return;
+        };
+        if !ids.is_empty() {
+            handle.spawn(async move {
+                for id in ids {
+                    let _ = close_session(rpc.clone(), id).await;
+                }
+            });
+        }
     }
 }
 

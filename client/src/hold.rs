@@ -15,8 +15,9 @@ pub(crate) struct Reentry {
 }
 
 /// A granted lock. Pass [`Hold::token`] to the guarded write; check [`Hold::can_start`]
-/// before each unit of work. Dropping a hold releases it in the background; prefer
-/// [`Hold::release`] to see the outcome.
+/// before each unit of work. Dropping a hold releases it in a background task on the
+/// current Tokio runtime (without one it lapses at the session's TTL); prefer
+/// [`Hold::release`] to see the outcome, and [`LockClient::shutdown`] before exiting.
 pub struct Hold {
     client: LockClient,
     key: String,

@@ -72,6 +72,15 @@ impl Session {
         self.with(|s| s.fences.remove(&hold));
     }
 
+    /// Closed by its owner (`LockClient::shutdown`): dead from now on, and the holds'
+    /// `on_fence` callbacks do not run — nothing was lost that the owner did not end.
+    pub fn close(&self) {
+        self.with(|s| {
+            s.live.expire();
+            s.fences.clear();
+        });
+    }
+
     /// Fences every hold once (callbacks run outside the lock).
     fn fence_all(&self, due: impl FnOnce(&mut Liveness) -> bool) {
         let callbacks: Vec<FenceFn> = self

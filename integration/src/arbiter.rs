@@ -38,7 +38,12 @@ impl Arbiter {
         pki: &Pki,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
-        let mut args: Vec<String> = pki.arbiter_tls_args();
+        // `--insecure-plaintext` (the bench's TLS baseline) replaces the TLS flags.
+        let mut args: Vec<String> = if extra.contains(&"--insecure-plaintext") {
+            Vec::new()
+        } else {
+            pki.arbiter_tls_args()
+        };
         args.extend([
             "--etcd".into(),
             etcd_urls.into(),

@@ -11,8 +11,12 @@ pub const FAST_PREFIX: &str = "pay/fast";
 /// A fenced, short-TTL class with `fairness: durable`.
 pub const FAIR_PREFIX: &str = "pay/fair";
 pub const FAST_TTL: u32 = 5;
+/// A fenced class with a 30 s TTL: hand-overs measured against it show a release was
+/// explicit, not the lease running out.
+pub const SLOW_PREFIX: &str = "pay/slow";
+pub const SLOW_TTL: u32 = 30;
 
-/// SPIFFE ID of test waiter `i` (granted `pay/fast`).
+/// SPIFFE ID of test waiter `i` (granted `pay/fast`, `pay/fair`, `pay/slow`).
 pub fn waiter_id(i: usize) -> String {
     format!("spiffe://dev.lock.local/ns/test/sa/w{i}")
 }
@@ -101,7 +105,7 @@ kind: LockGrant
 metadata: {{name: test-w{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}]
+  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}, {SLOW_PREFIX}]
 ",
             waiter_id(i)
         ));
@@ -122,6 +126,7 @@ spec:
         ("pay-gate-fair", GATE_DURABLE_PREFIX, "durable", GATE_TTL),
         ("pay-bench", BENCH_PREFIX, "memory", 60),
         ("pay-scale", SCALE_PREFIX, "memory", SCALE_TTL),
+        ("pay-slow", SLOW_PREFIX, "memory", SLOW_TTL),
     ] {
         text.push_str(&format!(
             "---

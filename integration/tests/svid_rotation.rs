@@ -103,7 +103,9 @@ async fn arbiter_certificate(stack: &Stack) -> anyhow::Result<Vec<u8>> {
 fn der(pem: &str) -> Vec<u8> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;
-    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
 }
 
 /// The arbiter's listener re-reads its SVID on new connections: a rotated arbiter SVID is

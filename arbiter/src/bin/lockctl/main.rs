@@ -47,10 +47,12 @@ enum Cmd {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Run COMMAND while holding KEY (like flock): the token is in $LOCK_TOKEN; the command
-    /// is stopped (SIGTERM, then SIGKILL after --grace) if the hold is fenced; the lock is
-    /// released when it exits. Exit: the command's status; 1 refused; 3 unreachable;
-    /// 4 fenced.
+    /// Run COMMAND while holding KEY (like flock): the token is in $LOCK_TOKEN. COMMAND runs
+    /// in its own process group, which is stopped (SIGTERM, then SIGKILL after --grace) if
+    /// the hold is fenced, gets SIGTERM/SIGINT/SIGHUP forwarded, and gets SIGKILL if lockctl
+    /// dies. Every way out releases the lock and closes the session. Exit: the command's
+    /// status; 1 refused; 2 bad input or COMMAND cannot start; 3 unreachable; 4 fenced;
+    /// 128+N after signal N.
     Run {
         key: String,
         /// How long to wait for the lock (e.g. 10s, 500ms).
@@ -63,6 +65,28 @@ enum Cmd {
         conn: Conn,
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Who holds KEY, since when, and how many wait (never the token).
+    Inspect {
+        key: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Is TOKEN the current grant of KEY? Exit 0 if it is, 1 if not. One linearizable read:
+    /// prefer the resource's own conditional write, which is atomic with the write.
+    Validate {
+        key: String,
+        token: u64,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Internal to `lockctl run`: SIGKILL process group PGID once process PARENT is gone.
+    #[command(hide = true)]
+    GroupGuard {
+        #[arg(long)]
+        pgid: i32,
+        #[arg(long)]
+        parent: i32,
     },
     /// Release a lock with the token `acquire` printed.
     Release {
@@ -211,11 +235,16 @@ async fn main() -> ExitCode {
             }
         };
     }
+    if let Cmd::GroupGuard { pgid, parent } = &cmd {
+        return run::group_guard(*pgid, *parent).await;
+    }
     let result = match cmd {
-        Cmd::Run { .. } => Ok(()),
+        Cmd::Run { .. } | Cmd::GroupGuard { .. } => Ok(()),
         Cmd::Register { dir, json, etcd } => offline::register(&dir, json, &etcd).await,
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
+        Cmd::Inspect { key, conn } => remote::inspect(&conn, &key).await,
+        Cmd::Validate { key, token, conn } => remote::validate(&conn, &key, token).await,
         Cmd::Epoch {
             cmd: EpochCmd::Init { store },
         } => offline::epoch_init(&store.etcd).await,

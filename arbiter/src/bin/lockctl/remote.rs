@@ -3,7 +3,9 @@
 use crate::{Conn, Failure};
 use lock_arbiter::proto::lock_client::LockClient;
 use lock_arbiter::remote::{self, ConnectError, Svid};
-use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
+use lock_config::proto::v1::{
+    AcquireRequest, InspectRequest, OpenSessionRequest, ReleaseRequest, ValidateTokenRequest,
+};
 use tonic::transport::Channel;
 use tonic_types::StatusExt as _;
 
@@ -93,4 +95,49 @@ pub async fn release(conn: &Conn, key: &str, token: u64) -> Result<(), Failure> 
         .map_err(refused)?;
     println!("released {key}");
     Ok(())
+}
+
+pub async fn inspect(conn: &Conn, key: &str) -> Result<(), Failure> {
+    let mut client = connect(conn).await?;
+    let i = client
+        .inspect(InspectRequest {
+            key: key.to_owned(),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if i.held {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let held_for = now_ms.saturating_sub(i.acquired_at_unix_ms) as f64 / 1000.0;
+        println!(
+            "held=true holder={} class={} acquired_at_unix_ms={} held_for={held_for:.1}s waiters={}",
+            i.holder_spiffe_id, i.class_name, i.acquired_at_unix_ms, i.waiters
+        );
+    } else {
+        println!("held=false waiters={}", i.waiters);
+    }
+    Ok(())
+}
+
+pub async fn validate(conn: &Conn, key: &str, token: u64) -> Result<(), Failure> {
+    let mut client = connect(conn).await?;
+    let valid = client
+        .validate_token(ValidateTokenRequest {
+            key: key.to_owned(),
+            token,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner()
+        .valid;
+    if valid {
+        println!("valid: the current grant of {key}");
+        Ok(())
+    } else {
+        Err(Failure::refused(format!(
+            "not valid: not the current grant of {key}"
+        )))
+    }
 }

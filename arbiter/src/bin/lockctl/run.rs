@@ -1,19 +1,55 @@
 //! `lockctl run KEY [--wait D] [--grace D] -- COMMAND...`: like `flock` / `etcdctl lock`.
 //! Holds the lock (through lock-client: renewed, drained, fenced) while COMMAND runs, gives
-//! it the token in `LOCK_TOKEN` (and the key in `LOCK_KEY`), stops it when the hold is
-//! fenced (SIGTERM, then SIGKILL after the grace), and releases when it exits.
+//! it the token in `LOCK_TOKEN` (and the key in `LOCK_KEY`), and never lets the command
+//! outlive the hold:
 //!
-//! Exit: COMMAND's own status when it ran to completion holding the lock (128+N if killed
-//! by signal N); 1 refused (reason printed); 2 bad input; 3 unreachable; 4 the hold was
-//! fenced and COMMAND was stopped.
+//! - COMMAND runs in a process group of its own; whatever stops it stops the whole group
+//!   (a shell's children included), first with a signal, then SIGKILL after `--grace`, and
+//!   lockctl waits until the group is gone. lockctl is the group's subreaper, so orphaned
+//!   descendants are reaped here rather than left as zombies that still count as members.
+//! - COMMAND gets SIGKILL if lockctl itself dies (`PR_SET_PDEATHSIG`), and so does the rest
+//!   of its group (a guard process, lockctl re-executed as `group-guard`, watches lockctl
+//!   and kills the group when it is gone), so a `kill -9` of lockctl cannot leave the
+//!   command running unsupervised with a hold nobody renews.
+//! - Every way out releases the hold and closes the session before lockctl exits (bounded),
+//!   so the next holder is granted at once rather than after the TTL.
+//!
+//! Exit paths (README "lockctl run"):
+//!
+//! | what happened | the command | the hold | exit |
+//! |---|---|---|---|
+//! | COMMAND exited | its leftover group members get SIGTERM, SIGKILL after the grace | released, session closed | COMMAND's status (128+N if killed by signal N) |
+//! | COMMAND could not start | - | released, session closed | 2 |
+//! | the hold was fenced | group: SIGTERM, SIGKILL after the grace | lapsed already; session closed | 4 |
+//! | lockctl got SIGTERM / SIGINT / SIGHUP | the same signal to the group, SIGKILL after the grace | released, session closed | 128+N |
+//! | a signal while still waiting for the lock | never started | none taken; session closed | 128+N |
+//! | lockctl got SIGKILL | SIGKILL (parent-death signal) | lapses after the TTL | 137 (the shell's) |
+//! | refused / bad input / unreachable | never started | none | 1 / 2 / 3 |
 
 use crate::{Conn, Failure};
-use lock_client::{Config, LockClient, LockError};
+use lock_client::{Config, Hold, LockClient, LockError};
+use rustix::process::{Pid, Signal};
 use std::process::ExitCode;
-use std::time::Duration;
-use tokio::process::Command;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
 
 pub const EXIT_FENCED: u8 = 4;
+
+/// A message on stderr that cannot fail: `eprintln!` panics when stderr is closed, and a
+/// panic here would skip the release on the way out.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+/// Bound on the release and the session close on the way out.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// After SIGKILL, how long to wait for the group to be reaped before giving up on it.
+const KILL_REAP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often to look whether the group is gone.
+const POLL: Duration = Duration::from_millis(20);
 
 pub async fn run(
     conn: &Conn,
@@ -33,63 +69,241 @@ pub async fn run(
         server_name: conn.server_name.clone(),
     })
     .map_err(|e| Failure::input(e.to_string()))?;
+    // Installed before the wait, so a signal while waiting still closes the session.
+    let mut signals = Signals::install()?;
     let (fenced_tx, mut fenced) = tokio::sync::mpsc::channel::<()>(1);
-    let hold = client
-        .acquire(key, wait, move || {
+    let acquired = tokio::select! {
+        h = client.acquire(key, wait, move || {
             let _ = fenced_tx.try_send(());
-        })
-        .await
-        .map_err(failure)?;
-    let mut child = Command::new(program)
-        .args(args)
+        }) => h,
+        sig = signals.recv() => {
+            shutdown(&client, None).await;
+            return Ok(ExitCode::from(signal_exit(sig)));
+        }
+    };
+    let hold = match acquired {
+        Ok(h) => h,
+        Err(e) => {
+            shutdown(&client, None).await;
+            return Err(failure(e));
+        }
+    };
+    // Orphans of the command's group are reparented here, to be reaped and counted gone.
+    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        say!("lockctl: cannot become the command's subreaper ({e}); continuing");
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .env("LOCK_TOKEN", hold.token().as_u64().to_string())
         .env("LOCK_KEY", key)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| Failure::input(format!("cannot run {program}: {e}")))?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Failure::input(e.to_string()))?;
-    let outcome = tokio::select! {
-        status = child.wait() => Ok(status),
-        _ = fenced.recv() => Err(true),
-        _ = tokio::signal::ctrl_c() => Err(false),
-        _ = term.recv() => Err(false),
-    };
-    match outcome {
-        Ok(status) => {
-            let status = status.map_err(|e| Failure::input(e.to_string()))?;
-            // A hold fenced while the command was finishing: say so, it was not exclusive.
-            if let Err(e) = hold.release().await {
-                eprintln!("lockctl: release: {e}");
-            }
-            Ok(ExitCode::from(exit_code(status)))
+        .process_group(0)
+        .kill_on_drop(true);
+    die_with_parent(&mut cmd);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            shutdown(&client, Some(hold)).await;
+            return Err(Failure::input(format!("cannot run {program}: {e}")));
         }
-        Err(was_fenced) => {
-            if was_fenced {
-                eprintln!("lockctl: the hold on {key} was fenced; stopping the command");
-            }
-            stop(&mut child, grace).await;
-            drop(hold);
-            if was_fenced {
-                Ok(ExitCode::from(EXIT_FENCED))
-            } else {
-                Ok(ExitCode::from(130))
-            }
+    };
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(Pid::from_raw);
+    let mut guard = group.and_then(spawn_guard);
+    let outcome = tokio::select! {
+        status = child.wait() => Outcome::Exited(status),
+        _ = fenced.recv() => Outcome::Fenced,
+        sig = signals.recv() => Outcome::Signalled(sig),
+    };
+    let code = match outcome {
+        Outcome::Exited(status) => {
+            let status = status.map_err(|e| Failure::input(e.to_string()))?;
+            // Whatever COMMAND left running in its group would run without the lock.
+            stop_group(&mut child, group, Signal::TERM, grace).await;
+            exit_code(status)
+        }
+        Outcome::Fenced => {
+            say!("lockctl: the hold on {key} was fenced; stopping the command");
+            stop_group(&mut child, group, Signal::TERM, grace).await;
+            EXIT_FENCED
+        }
+        Outcome::Signalled(sig) => {
+            stop_group(&mut child, group, sig, grace).await;
+            signal_exit(sig)
+        }
+    };
+    // The group is gone: the guard must not outlive lockctl and act on a reused id.
+    if let Some(g) = guard.as_mut() {
+        let _ = g.kill().await;
+    }
+    shutdown(&client, Some(hold)).await;
+    Ok(ExitCode::from(code))
+}
+
+/// How often the guard looks whether lockctl is still its parent.
+const GUARD_POLL: Duration = Duration::from_millis(50);
+
+/// Starts the guard of `group`: lockctl itself as `lockctl group-guard`, in a process group
+/// of its own (a terminal's Ctrl-C does not reach it). None if it cannot start (reported:
+/// the command still dies with lockctl, its other group members might not).
+fn spawn_guard(group: Pid) -> Option<Child> {
+    let exe = std::env::current_exe().ok()?;
+    let spawned = Command::new(exe)
+        .args([
+            "group-guard",
+            "--pgid",
+            &group.as_raw_nonzero().to_string(),
+            "--parent",
+            &rustix::process::getpid().as_raw_nonzero().to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn();
+    match spawned {
+        Ok(c) => Some(c),
+        Err(e) => {
+            say!("lockctl: cannot start the group guard ({e}); continuing");
+            None
         }
     }
 }
 
-/// SIGTERM, then SIGKILL if it has not exited within `grace`.
-async fn stop(child: &mut tokio::process::Child, grace: Duration) {
-    if let Some(pid) = child.id() {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .await;
+/// `lockctl group-guard --pgid G --parent P`: polls until P is no longer this process's
+/// parent (lockctl died, however), then SIGKILLs process group G. Polling rather than a
+/// death signal: no window where a signal arrives before a handler is installed, and a
+/// parent already gone at start is seen on the first look. lockctl kills the guard
+/// itself once the group is gone, before it exits.
+pub async fn group_guard(pgid: i32, parent: i32) -> ExitCode {
+    let (Some(group), Some(parent)) = (Pid::from_raw(pgid), Pid::from_raw(parent)) else {
+        return ExitCode::from(2);
+    };
+    while rustix::process::getppid() == Some(parent) {
+        tokio::time::sleep(GUARD_POLL).await;
     }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+    let _ = rustix::process::kill_process_group(group, Signal::KILL);
+    ExitCode::SUCCESS
+}
+
+enum Outcome {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    Fenced,
+    Signalled(Signal),
+}
+
+/// SIGTERM, SIGINT and SIGHUP, as a stream of which arrived.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, Failure> {
+        let on = |k| signal(k).map_err(|e| Failure::input(format!("cannot handle signals: {e}")));
+        Ok(Self {
+            term: on(SignalKind::terminate())?,
+            int: on(SignalKind::interrupt())?,
+            hup: on(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.term.recv() => Signal::TERM,
+            _ = self.int.recv() => Signal::INT,
+            _ = self.hup.recv() => Signal::HUP,
+        }
+    }
+}
+
+fn signal_exit(sig: Signal) -> u8 {
+    u8::try_from(128 + sig.as_raw()).unwrap_or(255)
+}
+
+/// Releases the hold (if any) and closes the client's sessions, each bounded; failures
+/// are reported, not fatal: the session's TTL is the backstop.
+async fn shutdown(client: &LockClient, hold: Option<Hold>) {
+    if let Some(hold) = hold
+        && !hold.is_fenced()
+    {
+        match tokio::time::timeout(FINISH_TIMEOUT, hold.release()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => say!("lockctl: release: {e}"),
+            Err(_) => say!("lockctl: release timed out"),
+        }
+    }
+    match tokio::time::timeout(FINISH_TIMEOUT, client.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => say!("lockctl: closing the session: {e}"),
+        Err(_) => say!("lockctl: closing the session timed out"),
+    }
+}
+
+/// Sends `first` to the command's process group, waits up to `grace` for the whole group
+/// to be gone, then SIGKILLs it and waits (bounded) again.
+async fn stop_group(child: &mut Child, group: Option<Pid>, first: Signal, grace: Duration) {
+    let Some(group) = group else {
         let _ = child.kill().await;
+        return;
+    };
+    let _ = rustix::process::kill_process_group(group, first);
+    if gone_within(child, group, grace).await {
+        return;
+    }
+    let _ = rustix::process::kill_process_group(group, Signal::KILL);
+    if !gone_within(child, group, KILL_REAP_TIMEOUT).await {
+        say!("lockctl: the command's process group outlived SIGKILL");
+    }
+}
+
+/// Polls until no process of `group` is left (reaping the direct child, then any orphaned
+/// descendant reparented to this subreaper), or `limit` passes.
+async fn gone_within(child: &mut Child, group: Pid, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    let mut child_reaped = false;
+    loop {
+        if !child_reaped {
+            child_reaped = !matches!(child.try_wait(), Ok(None));
+        }
+        if child_reaped {
+            // Only once tokio has reaped its own child: waiting for any child earlier
+            // could take its status from tokio.
+            while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
+        }
+        if child_reaped && rustix::process::test_kill_process_group(group).is_err() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The command gets SIGKILL when lockctl dies, however it dies.
+///
+/// The only `unsafe` in lockctl: `pre_exec` runs its closure in the forked child before
+/// `exec`, where only async-signal-safe work is allowed.
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure makes two raw system calls through rustix (prctl(PR_SET_PDEATHSIG)
+    // and getppid), allocates nothing, takes no lock and reads only `parent`, a copied
+    // integer; an error becomes an `io::Error` from a raw errno, which does not allocate.
+    // Checking the parent after the prctl closes the race where lockctl died between the
+    // fork and the prctl (the signal would then never come): the child refuses to run.
+    // lockctl's runtime is single-threaded, so the thread that forks is the main thread,
+    // whose exit is the process's: the death signal is not sent early by a worker exiting.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::from_raw_os_error(3)); // ESRCH: parent gone
+            }
+            Ok(())
+        });
     }
 }
 
@@ -110,16 +324,46 @@ fn failure(e: LockError) -> Failure {
     }
 }
 
-/// `10s`, `500ms`, `2m` or plain seconds.
+/// Largest duration a flag may give: a day is longer than any wait the service allows
+/// (300 s) or any grace anyone means, and keeps `Instant` arithmetic far from overflow.
+const MAX_FLAG_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// `10s`, `500ms`, `2m` or plain seconds, at most a day.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit())
         .map_or((s, "s"), |i| s.split_at(i));
     let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("bad duration unit in {s:?} (ms, s, m)")),
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m)")),
+    };
+    if d > MAX_FLAG_DURATION {
+        return Err(format!("duration {s:?} is longer than a day"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in [
+            "",
+            "x",
+            "5h",
+            "18446744073709551615s",
+            "18446744073709551615m",
+            "25h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -81,16 +81,20 @@ enum System {
     RawTxn,
     V3Lock,
     ArbiterDirect,
+    /// The same arbiter hop without TLS (`--insecure-plaintext`, never deployed): beside
+    /// `ArbiterDirect` it prices the mutual TLS every edge-to-arbiter hop pays.
+    ArbiterPlaintext,
     FullPath,
     Redis,
     Postgres,
 }
 
 impl System {
-    const ALL: [System; 6] = [
+    const ALL: [System; 7] = [
         System::RawTxn,
         System::V3Lock,
         System::ArbiterDirect,
+        System::ArbiterPlaintext,
         System::FullPath,
         System::Redis,
         System::Postgres,
@@ -100,7 +104,8 @@ impl System {
         match self {
             System::RawTxn => "etcd raw Txn (floor)",
             System::V3Lock => "etcd v3lock",
-            System::ArbiterDirect => "arbiter direct",
+            System::ArbiterDirect => "arbiter direct (mTLS)",
+            System::ArbiterPlaintext => "arbiter direct, plaintext (unsafe baseline)",
             System::FullPath => "full path (Envoy+filter+arbiter)",
             System::Redis => "Redis SET NX PX",
             System::Postgres => "PostgreSQL advisory",
@@ -110,6 +115,8 @@ impl System {
 
 struct Env {
     stack: Stack,
+    /// A second arbiter on the same etcd, plaintext: the TLS cost's baseline.
+    plaintext: lock_integration::arbiter::Arbiter,
     redis: Redis,
     pg: Postgres,
 }
@@ -218,15 +225,29 @@ async fn main() -> anyhow::Result<()> {
     // The test registry: the dev classes plus a long-TTL bench class and 64 identities
     // (hot-key waiters need one each).
     let registry_dir = tempfile::tempdir()?;
+    let registry = write_test_registry(registry_dir.path())?;
     let stack = Stack::start(StackOptions {
         arbiters: 1,
-        registry: write_test_registry(registry_dir.path())?,
+        registry: registry.clone(),
         ..Default::default()
     })
     .await?;
     let redis = Redis::start(&stack.dir)?;
     let pg = Postgres::start(&stack.dir)?;
-    let env = Env { stack, redis, pg };
+    let plaintext = lock_integration::arbiter::Arbiter::start_with(
+        &stack.dir,
+        "arbiter-plaintext",
+        &stack.etcd_urls(),
+        &registry,
+        &stack.pki,
+        &["--insecure-plaintext"],
+    )?;
+    let env = Env {
+        stack,
+        plaintext,
+        redis,
+        pg,
+    };
     let mut results = Vec::new();
     let concurrency = if run("uncontended") {
         args.concurrency.clone()
@@ -553,12 +574,14 @@ impl Op {
                     }
                 }
             }
-            System::ArbiterDirect | System::FullPath => {
-                let direct = sys == System::ArbiterDirect;
-                let c = if direct {
-                    env.stack.arbiter_direct(0).await?
-                } else {
-                    env.stack.workload(OPERATOR).await?
+            System::ArbiterDirect | System::ArbiterPlaintext | System::FullPath => {
+                let direct = sys != System::FullPath;
+                let c = match sys {
+                    System::ArbiterDirect => env.stack.arbiter_direct(0).await?,
+                    System::ArbiterPlaintext => {
+                        LockClient::connect(format!("http://{}", env.plaintext.addr)).await?
+                    }
+                    _ => env.stack.workload(OPERATOR).await?,
                 };
                 Op::arbiter(c, key, direct).await?
             }
