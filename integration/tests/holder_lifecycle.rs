@@ -42,6 +42,16 @@ fn lockctl(stack: &Stack, who: &SvidFiles, args: &[&str]) -> Child {
     stack.lockctl_cmd(who, args).unwrap().spawn().unwrap()
 }
 
+/// `lockctl run KEY --wait 30s` as `who`, whose command writes `got` once it holds KEY.
+fn waiter(stack: &Stack, who: &SvidFiles, key: &str, got: &Path) -> Child {
+    let body = format!("date > {}", got.display());
+    lockctl(
+        stack,
+        who,
+        &["run", key, "--wait", "30s", "--", "sh", "-c", &body],
+    )
+}
+
 fn signal(child: &Child, sig: Signal) {
     let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
     rustix::process::kill_process(pid, sig).unwrap();
@@ -149,20 +159,7 @@ async fn every_way_out_hands_the_key_to_the_waiter_well_before_the_ttl() {
         let stale = stack.lockctl_as(&c, &["validate", &key, &older]).unwrap();
         assert_eq!(stale.status.code(), Some(1), "{stale:?}");
 
-        let mut waiter = lockctl(
-            &stack,
-            &b,
-            &[
-                "run",
-                &key,
-                "--wait",
-                "30s",
-                "--",
-                "sh",
-                "-c",
-                &format!("date > {}", got.display()),
-            ],
-        );
+        let mut waiter = waiter(&stack, &b, &key, &got);
         until_waiters(&stack, &key, 1).await; // the second caller is queued, not lucky
         if let Some(sig) = sig {
             signal(&holder, sig);
@@ -207,20 +204,7 @@ async fn every_way_out_hands_the_key_to_the_waiter_well_before_the_ttl() {
     );
     until_waiters(&stack, &key, 1).await;
     let got = dir.path().join("after-broken");
-    let mut waiter = lockctl(
-        &stack,
-        &b,
-        &[
-            "run",
-            &key,
-            "--wait",
-            "30s",
-            "--",
-            "sh",
-            "-c",
-            &format!("date > {}", got.display()),
-        ],
-    );
+    let mut waiter = waiter(&stack, &b, &key, &got);
     until_waiters(&stack, &key, 2).await;
     signal(&first, Signal::TERM);
     assert_eq!(exit_code(&mut first).await, Some(143));
