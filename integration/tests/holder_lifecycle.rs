@@ -247,28 +247,28 @@ async fn a_fenced_hold_stops_the_grandchildren_too() {
         .unwrap();
     let mut run = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
     let stderr = run.stderr.take().unwrap();
-    // Timestamp lockctl's "fenced" line as it is written.
-    let fenced_at = std::thread::spawn(move || {
+    // Timestamp lockctl's "fenced" line as it is written. The reader is never joined: a
+    // surviving grandchild would hold the pipe open (the bug this test looks for), so the
+    // wait for the line is bounded instead.
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         use std::io::BufRead as _;
-        let mut at = None;
         for line in std::io::BufReader::new(stderr)
             .lines()
             .map_while(Result::ok)
         {
             eprintln!("lockctl: {line}");
-            if at.is_none() && line.contains("was fenced") {
-                at = Some(Instant::now());
+            if line.contains("was fenced") {
+                let _ = line_tx.send(Instant::now());
             }
         }
-        at
     });
     until_exists(&gpid).await;
     stack.envoy.proc.kill(); // renewals fail; the client fences at its deadline
     assert_eq!(exit_code(&mut run).await, Some(4), "fenced");
     let exited = Instant::now();
-    let fenced = fenced_at
-        .join()
-        .unwrap()
+    let fenced = line_rx
+        .recv_timeout(Duration::from_secs(5))
         .expect("lockctl said the hold was fenced");
     let pid = std::fs::read_to_string(&gpid).unwrap();
     assert!(dead(&pid), "the grandchild writer outlived lockctl");
