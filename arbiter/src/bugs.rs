@@ -23,6 +23,10 @@ pub enum Bug {
     /// The listener admits any peer: no client certificate required, no allow-list of
     /// edge identities (layer 3 switched off for the boundary tests).
     AdmitAnyPeer,
+    /// The seal skips the cluster-ID compare: only the revision floor remains, which a
+    /// freshly started arbiter does not have (issue 16: the restore drill shows the
+    /// cluster-ID check is what seals it).
+    SealWithoutClusterId,
 }
 
 impl FromStr for Bug {
@@ -34,8 +38,9 @@ impl FromStr for Bug {
             "grant-on-watch-event" => Ok(Bug::GrantOnWatchEvent),
             "edge-headers-from-metadata" => Ok(Bug::EdgeHeadersFromMetadata),
             "admit-any-peer" => Ok(Bug::AdmitAnyPeer),
+            "seal-without-cluster-id" => Ok(Bug::SealWithoutClusterId),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id)"
             )),
         }
     }

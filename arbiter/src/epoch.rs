@@ -4,6 +4,7 @@
 //! and every response header's cluster ID is compared with the one the epoch was minted for:
 //! a restored cluster has a new cluster ID, so it is sealed until `lockctl epoch advance`.
 
+use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
 use crate::layout::{EPOCH_KEY, EpochRecord, decode, encode};
 use crate::store::Store;
@@ -19,22 +20,54 @@ pub struct Epoch {
     /// A linearizable response to a request sent afterwards cannot be older; responses of
     /// concurrent requests may complete out of order, so the floor is taken per operation.
     pub floor: i64,
+    /// Debug-only bug `seal-without-cluster-id`: the cluster-ID compare is skipped, so the
+    /// restore drill can show it is what seals a freshly started arbiter.
+    skip_cluster_id: bool,
 }
 
 impl Epoch {
     /// The seal: refuse to serve from a store whose cluster ID is not the epoch's.
     pub fn check_header(&self, header: Option<&ResponseHeader>) -> Result<(), ArbiterError> {
-        let id = header.map(|h| EpochRecord::cluster_id_hex(h.cluster_id()));
-        if id.as_deref() == Some(self.record.cluster_id.as_str()) {
-            Ok(())
-        } else {
-            Err(ArbiterError::Sealed(format!(
-                "store cluster ID {} differs from the epoch record's {}; an epoch advance is required",
-                id.unwrap_or_default(),
-                self.record.cluster_id
-            )))
+        if self.skip_cluster_id {
+            return Ok(());
         }
+        cluster_id_verdict(&self.record, header.map(ResponseHeader::cluster_id))
     }
+}
+
+/// The cluster-ID half of the seal, on plain data: `header_cluster` is the cluster ID of a
+/// response header (None: the response had no header, which proves nothing: sealed).
+pub fn cluster_id_verdict(
+    record: &EpochRecord,
+    header_cluster: Option<u64>,
+) -> Result<(), ArbiterError> {
+    let id = header_cluster.map(EpochRecord::cluster_id_hex);
+    if id.as_deref() == Some(record.cluster_id.as_str()) {
+        Ok(())
+    } else {
+        Err(ArbiterError::Sealed(format!(
+            "store cluster ID {} differs from the epoch record's {}; an epoch advance is required",
+            id.unwrap_or_default(),
+            record.cluster_id
+        )))
+    }
+}
+
+/// The revision half: a store revision below `floor`, the highest this arbiter already saw
+/// in the record's epoch, means the store went back in time (a restore that kept the
+/// cluster ID).
+pub fn revision_verdict(
+    record: &EpochRecord,
+    floor: i64,
+    revision: i64,
+) -> Result<(), ArbiterError> {
+    if revision < floor {
+        return Err(ArbiterError::Sealed(format!(
+            "store revision {revision} is below {floor} already seen in epoch {}: restored without a new cluster ID? an epoch advance is required",
+            record.epoch
+        )));
+    }
+    Ok(())
 }
 
 /// Cached epoch; never held across an await.
@@ -50,6 +83,8 @@ pub struct EpochCache {
     current: RwLock<Option<Epoch>>,
     /// (epoch number, highest revision seen under it).
     high_water: std::sync::Mutex<(u16, i64)>,
+    /// Deliberate bugs (debug builds only; see `bugs.rs`).
+    pub bugs: Bugs,
 }
 
 impl EpochCache {
@@ -75,12 +110,7 @@ impl EpochCache {
     ) -> Result<(), ArbiterError> {
         epoch.check_header(header)?;
         let revision = header.map_or(0, ResponseHeader::revision);
-        if revision < epoch.floor {
-            return Err(ArbiterError::Sealed(format!(
-                "store revision {revision} is below {} already seen in epoch {}: restored without a new cluster ID? an epoch advance is required",
-                epoch.floor, epoch.record.epoch
-            )));
-        }
+        revision_verdict(&epoch.record, epoch.floor, revision)?;
         if let Ok(mut hw) = self.high_water.lock() {
             if epoch.record.epoch > hw.0 {
                 *hw = (epoch.record.epoch, revision);
@@ -138,6 +168,7 @@ impl EpochCache {
                 },
                 record,
                 mod_revision: kv.mod_revision(),
+                skip_cluster_id: self.bugs.has(Bug::SealWithoutClusterId),
             })
         });
         self.set(epoch.clone());
@@ -253,4 +284,50 @@ pub async fn advance(store: &Store, from: u16) -> Result<EpochRecord, ArbiterErr
         ));
     }
     Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> EpochRecord {
+        EpochRecord {
+            epoch: 3,
+            cluster_id: EpochRecord::cluster_id_hex(0xcdf8_1819_4e3a_8c32),
+        }
+    }
+
+    #[test]
+    fn cluster_id_table() {
+        let cases: [(Option<u64>, bool); 4] = [
+            (Some(0xcdf8_1819_4e3a_8c32), true),
+            (Some(0xcdf8_1819_4e3a_8c33), false), // a restored cluster's new ID
+            (Some(0), false),
+            (None, false), // no header: nothing proves it is the same store
+        ];
+        for (header, serves) in cases {
+            let r = cluster_id_verdict(&record(), header);
+            assert_eq!(r.is_ok(), serves, "{header:?}");
+            if let Err(e) = r {
+                assert!(matches!(e, ArbiterError::Sealed(_)), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn revision_floor_table() {
+        for (floor, revision, serves) in [
+            (0, 1, true),     // a fresh arbiter has no floor
+            (100, 100, true), // the same revision again (a read after a write)
+            (100, 250, true),
+            (100, 99, false), // the store went back: restored with the same ID
+            (100, 0, false),
+        ] {
+            assert_eq!(
+                revision_verdict(&record(), floor, revision).is_ok(),
+                serves,
+                "floor {floor}, revision {revision}"
+            );
+        }
+    }
 }

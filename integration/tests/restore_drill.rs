@@ -13,6 +13,7 @@ use lock_arbiter::proto::lock_client::LockClient;
 use lock_arbiter::remote::reason_of;
 use lock_config::Reason;
 use lock_config::proto::v1::*;
+use lock_integration::arbiter::Arbiter;
 use lock_integration::paths::dep;
 use lock_integration::pki::OPERATOR;
 use lock_integration::stack::lockctl;
@@ -21,6 +22,35 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 type Client = LockClient<Channel>;
+
+/// Straight to the arbiter at `addr`, playing the edge (Envoy's SVID, the operator's
+/// identity in the edge headers).
+fn direct(stack: &Stack, addr: std::net::SocketAddr) -> Client {
+    let channel =
+        lock_integration::arbiter_channel(addr, Some(&stack.pki.edge_svid()), &stack.pki.bundle())
+            .unwrap();
+    LockClient::new(channel)
+}
+
+/// As [`try_grant`], straight to an arbiter: the request carries the edge's headers.
+async fn try_grant_direct(c: &mut Client, key: &str) -> Result<u64, tonic::Status> {
+    let req = as_from_edge(
+        OpenSessionRequest { key: key.into() },
+        Some(key),
+        Some(OPERATOR),
+    );
+    let s = c.open_session(req).await?.into_inner().session_id;
+    let req = as_from_edge(
+        AcquireRequest {
+            key: key.into(),
+            session_id: s,
+            wait_millis: 0,
+        },
+        Some(key),
+        Some(OPERATOR),
+    );
+    Ok(c.acquire(req).await?.into_inner().token)
+}
 
 /// Takes `n` grants on fresh keys (each under a fresh session) and returns the tokens.
 async fn grants(c: &mut Client, tag: &str, n: usize) -> Vec<u64> {
@@ -153,10 +183,44 @@ async fn project_restore_seals_until_epoch_advance() {
         "the project's restore mints a new cluster ID"
     );
 
-    // Every arbiter is sealed: it will not grant on the restored cluster.
-    for _ in 0..4 {
-        sealed(try_grant(&mut ops, "pay/ledger/sealed").await);
+    // Every arbiter is sealed: it will not grant on the restored cluster. Through Envoy, and
+    // each arbiter asked directly (ring hash sends one key to one arbiter).
+    sealed(try_grant(&mut ops, "pay/ledger/sealed").await);
+    for a in &stack.arbiters {
+        sealed(try_grant_direct(&mut direct(&stack, a.addr), "pay/ledger/sealed").await);
     }
+    // Those arbiters saw revisions after the snapshot, so their revision floor alone could
+    // seal them. A freshly started arbiter has no floor: only the cluster-ID check can.
+    let registry = lock_integration::paths::dev_registry();
+    let fresh = Arbiter::start(
+        &stack.dir,
+        "arbiter-fresh",
+        &stack.etcd_urls(),
+        &registry,
+        &stack.pki,
+    )
+    .unwrap();
+    sealed(try_grant_direct(&mut direct(&stack, fresh.addr), "pay/ledger/sealed").await);
+    // The same fresh arbiter with the cluster-ID compare switched off (debug-only bug)
+    // serves the restored store, and its token does not exceed one issued before the
+    // restore: the check above is what stands between a restore and a repeated token.
+    let unchecked = Arbiter::start_with(
+        &stack.dir,
+        "arbiter-unchecked",
+        &stack.etcd_urls(),
+        &registry,
+        &stack.pki,
+        &["--inject-bug", "seal-without-cluster-id"],
+    )
+    .unwrap();
+    let t = try_grant_direct(&mut direct(&stack, unchecked.addr), "pay/ledger/unchecked")
+        .await
+        .expect("without the cluster-ID check a fresh arbiter serves the restored store");
+    assert!(
+        t <= max_before,
+        "and hands out a token not above one issued before"
+    );
+    drop((fresh, unchecked));
     let mut etcd = stack.etcd_client().await.unwrap();
     assert_eq!(
         etcd.get("/l/pay/ledger/sealed", None)
@@ -251,36 +315,9 @@ async fn naive_restore_keeps_the_cluster_id_and_only_the_revision_guard_sees_it(
         &stack.pki,
     )
     .unwrap();
-    let mut direct = LockClient::new(
-        lock_integration::arbiter_channel(
-            fresh.addr,
-            Some(&stack.pki.edge_svid()),
-            &stack.pki.bundle(),
-        )
-        .unwrap(),
-    );
-    let key = "pay/ledger/naive";
-    let req = as_from_edge(
-        OpenSessionRequest { key: key.into() },
-        Some(key),
-        Some(OPERATOR),
-    );
-    let s = direct
-        .open_session(req)
+    let t = try_grant_direct(&mut direct(&stack, fresh.addr), "pay/ledger/naive")
         .await
-        .unwrap()
-        .into_inner()
-        .session_id;
-    let req = as_from_edge(
-        AcquireRequest {
-            key: key.into(),
-            session_id: s,
-            wait_millis: 0,
-        },
-        Some(key),
-        Some(OPERATOR),
-    );
-    let t = direct.acquire(req).await.unwrap().into_inner().token;
+        .unwrap();
     assert!(
         t <= max_before,
         "the unguarded case: a token not larger than one issued before"

@@ -95,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
     #[cfg(debug_assertions)]
     {
         engine.bugs = lock_arbiter::bugs::Bugs::new(args.inject_bug.clone());
+        engine.epoch.bugs = engine.bugs.clone();
     }
     if !engine.bugs.is_empty() {
         tracing::warn!(bugs = ?engine.bugs, "DELIBERATE BUGS INJECTED: this arbiter is unsafe, for the release gate only");
