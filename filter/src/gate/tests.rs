@@ -492,9 +492,7 @@ mod fuzz {
 }
 
 fn switched(switch: &str) -> Rc<CompiledFilterConfig> {
-    let mut c = filter_config();
-    c.unsafe_test_switches = vec![switch.into()];
-    Rc::new(c.compile().unwrap())
+    Rc::new(filter_config_with(&[switch]).compile().unwrap())
 }
 
 #[test]
