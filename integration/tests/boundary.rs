@@ -447,142 +447,160 @@ async fn the_peer_check_switched_off_is_caught() {
 #[tokio::test]
 async fn hostile_frames_through_the_edge_forge_nothing() {
     let s = scene(&[], &[]).await;
-    let mut c = s.edge(&s.ledger).await;
+    assert_clean("hostile frames", s.probe_hostile_frames().await);
+}
 
-    let key = "pay/ledger/split";
-    let body = grpc_frame(&OpenSessionRequest { key: key.into() }.encode_to_vec());
-    for cut in 1..body.len() {
-        let reply = c
-            .call(
-                "OpenSession",
-                &[],
-                &[
-                    Part::Data(body[..cut].to_vec()),
-                    Part::Data(body[cut..].to_vec()),
-                    Part::Trailers(vec![("x-lock-identity".into(), OPERATOR.into())]),
-                ],
-            )
+/// The same frames with the filter's trailer handling and the arbiter's header rule both
+/// off: the forged trailers on the split messages and on CloseSession go through, and the
+/// probe sees them.
+#[tokio::test]
+async fn hostile_frames_with_layers_1_and_2_off_are_caught() {
+    let s = scene(&["ignore-trailers"], &["edge-headers-from-metadata"]).await;
+    assert_caught(
+        "hostile frames, layers 1 and 2 off",
+        s.probe_hostile_frames().await,
+    );
+}
+
+impl Scene {
+    /// Sends the hostile shapes as the ledger workload; returns every answer that breaks
+    /// the rules and everything forged in etcd.
+    async fn probe_hostile_frames(&self) -> Vec<String> {
+        let mut wrong = Vec::new();
+        let mut c = self.edge(&self.ledger).await;
+        let key = "pay/ledger/split";
+        let body = grpc_frame(&OpenSessionRequest { key: key.into() }.encode_to_vec());
+        for cut in 1..body.len() {
+            let parts = [
+                Part::Data(body[..cut].to_vec()),
+                Part::Data(body[cut..].to_vec()),
+                Part::Trailers(vec![("x-lock-identity".into(), OPERATOR.into())]),
+            ];
+            let reply = c.call("OpenSession", &[], &parts).await.unwrap();
+            if !reply.ok() {
+                wrong.push(format!("split at {cut}: {reply:?}"));
+            }
+        }
+
+        // Two messages in one unary call: only the first, the one the edge decided, counts.
+        let opened = c
+            .call("OpenSession", &[], &[Part::Data(body.clone()), Part::End])
             .await
             .unwrap();
-        assert!(reply.ok(), "split at {cut}: {reply:?}");
-    }
+        let Ok(session) = opened.decode::<OpenSessionResponse>() else {
+            wrong.push(format!("plain OpenSession: {opened:?}"));
+            return wrong;
+        };
+        let session = session.session_id;
+        let acq = |k: &str| {
+            grpc_frame(
+                &AcquireRequest {
+                    key: k.into(),
+                    session_id: session,
+                    wait_millis: 0,
+                }
+                .encode_to_vec(),
+            )
+        };
+        let mut two = acq("pay/ledger/first");
+        two.extend(acq("orders/second"));
+        let reply = c
+            .call("Acquire", &[], &[Part::Data(two), Part::End])
+            .await
+            .unwrap();
+        let mut etcd = self.stack.etcd_client().await.unwrap();
+        let first = etcd.get("/l/pay/ledger/first", None).await.unwrap();
+        match reply.decode::<AcquireResponse>() {
+            Ok(g)
+                if first.kvs().first().map(|kv| kv.mod_revision())
+                    == FencingToken::from_u64(g.token)
+                        .ok()
+                        .map(|t| t.revision() as i64) => {}
+            _ => wrong.push(format!(
+                "two messages: not a grant of the first key: {reply:?}"
+            )),
+        }
 
-    // Two messages in one unary call: only the first, the one the edge decided, counts.
-    let session = c
-        .call("OpenSession", &[], &[Part::Data(body.clone()), Part::End])
-        .await
-        .unwrap()
-        .decode::<OpenSessionResponse>()
-        .unwrap()
-        .session_id;
-    let acq = |k: &str| {
-        grpc_frame(
-            &AcquireRequest {
-                key: k.into(),
-                session_id: session,
-                wait_millis: 0,
+        // A complete message followed by part of another.
+        let mut partial = acq("pay/ledger/partial");
+        partial.extend(&acq("orders/partial")[..7]);
+        let _ = c
+            .call("Acquire", &[], &[Part::Data(partial), Part::End])
+            .await
+            .unwrap();
+
+        // Hand-made protobuf: field 1 (key) twice. Protobuf keeps the last value; the
+        // filter and the arbiter decode with the same rule, so the edge judges the key that
+        // is used.
+        let twice = |a: &str, b: &str| {
+            let mut m = Vec::new();
+            for k in [a, b] {
+                m.push(0x0a);
+                m.push(u8::try_from(k.len()).unwrap());
+                m.extend_from_slice(k.as_bytes());
             }
-            .encode_to_vec(),
-        )
-    };
-    let mut two = acq("pay/ledger/first");
-    two.extend(acq("orders/second"));
-    let reply = c
-        .call("Acquire", &[], &[Part::Data(two), Part::End])
-        .await
-        .unwrap();
-    let g = reply.decode::<AcquireResponse>().unwrap();
-    let t = FencingToken::from_u64(g.token).unwrap();
-    let mut etcd = s.stack.etcd_client().await.unwrap();
-    let first = etcd.get("/l/pay/ledger/first", None).await.unwrap();
-    assert_eq!(first.kvs()[0].mod_revision(), t.revision() as i64);
-
-    // A complete message followed by part of another.
-    let mut partial = acq("pay/ledger/partial");
-    partial.extend(&acq("orders/partial")[..7]);
-    let _ = c
-        .call("Acquire", &[], &[Part::Data(partial), Part::End])
-        .await
-        .unwrap();
-
-    // Hand-made protobuf: field 1 (key) twice. Protobuf keeps the last value; the filter
-    // and the arbiter decode with the same rule, so the edge judges the key that is used.
-    let twice = |a: &str, b: &str| {
-        let mut m = Vec::new();
-        for k in [a, b] {
-            m.push(0x0a);
-            m.push(u8::try_from(k.len()).unwrap());
-            m.extend_from_slice(k.as_bytes());
+            m.extend([0x10]); // field 2 (session_id), varint
+            let mut v = u64::try_from(session).unwrap();
+            while v >= 0x80 {
+                m.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            m.push(v as u8);
+            grpc_frame(&m)
+        };
+        for (a, b, granted) in [
+            ("pay/ledger/a", "orders/hidden", false),
+            ("orders/hidden", "pay/ledger/last", true),
+        ] {
+            let parts = [Part::Data(twice(a, b)), Part::End];
+            let reply = c.call("Acquire", &[], &parts).await.unwrap();
+            let right = if granted {
+                reply.ok()
+            } else {
+                reply.reason == Some(Reason::NotGranted)
+            };
+            if !right {
+                wrong.push(format!("key field twice ({a}, {b}): {reply:?}"));
+            }
         }
-        m.extend([0x10]); // field 2 (session_id), varint
-        let mut v = u64::try_from(session).unwrap();
-        while v >= 0x80 {
-            m.push((v as u8) | 0x80);
-            v >>= 7;
+        if etcd.get("/l/pay/ledger/last", None).await.unwrap().count() != 1 {
+            wrong.push("the last key field was not the one granted".into());
         }
-        m.push(v as u8);
-        grpc_frame(&m)
-    };
-    let reply = c
-        .call(
-            "Acquire",
-            &[],
-            &[
-                Part::Data(twice("pay/ledger/a", "orders/hidden")),
-                Part::End,
-            ],
-        )
-        .await
-        .unwrap();
-    assert_eq!(reply.reason, Some(Reason::NotGranted), "{reply:?}");
-    let reply = c
-        .call(
-            "Acquire",
-            &[],
-            &[
-                Part::Data(twice("orders/hidden", "pay/ledger/last")),
-                Part::End,
-            ],
-        )
-        .await
-        .unwrap();
-    assert!(reply.ok(), "{reply:?}");
-    assert!(
-        etcd.get("/l/pay/ledger/last", None).await.unwrap().count() == 1,
-        "the last key field was granted"
-    );
 
-    // Pseudo-headers (and an edge header) in trailers, written frame by frame: HTTP/2
-    // forbids pseudo-headers there, and Envoy's codec tears the connection down. (The
-    // CloseSession stream was already admitted on its headers, which carry all it needs;
-    // its upstream stream is reset with it, never completed, so the victim's session
-    // survives, which `forgeries` checks.)
-    for trailer in [
-        (":path", "/lock.v1.Lock/CloseSession"),
-        (":authority", "other"),
-        ("x-lock-identity", OPERATOR),
-    ] {
-        let body = grpc_frame(
+        // Pseudo-headers (and an edge header) in trailers, written frame by frame: HTTP/2
+        // forbids pseudo-headers there, and Envoy's codec tears the connection down. (The
+        // CloseSession stream was already admitted on its headers, which carry all it
+        // needs; its upstream stream is reset with it, never completed, so the victim's
+        // session survives, which `forgeries` checks.)
+        let close = grpc_frame(
             &CloseSessionRequest {
-                session_id: s.victim_session,
+                session_id: self.victim_session,
             }
             .encode_to_vec(),
         );
-        let out = send_raw_frames(
-            s.stack.envoy.listen,
-            &s.ledger,
-            "CloseSession",
-            &[],
-            &body,
-            &[trailer],
-        )
-        .await
-        .unwrap();
-        if trailer.0.starts_with(':') {
-            assert!(out.refused(), "{trailer:?}: {out:?}");
+        for trailer in [
+            (":path", "/lock.v1.Lock/CloseSession"),
+            (":authority", "other"),
+            ("x-lock-identity", OPERATOR),
+        ] {
+            let listen = self.stack.envoy.listen;
+            let out = send_raw_frames(
+                listen,
+                &self.ledger,
+                "CloseSession",
+                &[],
+                &close,
+                &[trailer],
+            )
+            .await
+            .unwrap();
+            if trailer.0.starts_with(':') && !out.refused() {
+                wrong.push(format!("{trailer:?} in trailers was served: {out:?}"));
+            }
         }
+        wrong.extend(self.forgeries().await);
+        wrong
     }
-    assert_clean("hostile frames", s.forgeries().await);
 }
 
 /// Certificates with zero, one or two URI SANs, or a foreign trust domain, through the
