@@ -8,12 +8,12 @@
 //! transaction, which also requires its own entry to still exist. Entries with a lower
 //! create revision cannot appear later, so a waiter that is first stays first.
 
-use crate::engine::{Attempt, Engine, Grant, MAX_WAIT, QueueEntry};
 use crate::error::ArbiterError;
+use crate::grant::{Attempt, Grant, Granter, QueuePlace};
 use crate::layout::{QUEUE_PREFIX, holder_key, lease_hex};
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
-use crate::store::Store;
+use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
@@ -25,44 +25,45 @@ fn queue_prefix(key: &LockKey) -> String {
 }
 
 /// Durable waiters of `key`.
-pub async fn waiters(store: &Store, key: &LockKey) -> Result<usize, ArbiterError> {
-    let mut kv = store.kv();
-    let resp = store
-        .bounded(kv.get(
-            queue_prefix(key),
+pub async fn waiters(sealed: &Sealed, key: &LockKey) -> Result<usize, ArbiterError> {
+    let resp = sealed
+        .range(
+            &queue_prefix(key),
             Some(GetOptions::new().with_prefix().with_count_only()),
-        ))
+        )
         .await?;
     Ok(usize::try_from(resp.count()).unwrap_or(0))
 }
 
+/// Grants `key` to the session, waiting up to `wait` in the key's durable queue.
 pub async fn acquire(
-    engine: &Engine,
+    granter: &Granter<'_>,
     session: &Session,
     key: &LockKey,
     class: &ResolvedClass<'_>,
     wait: Duration,
 ) -> Result<Grant, ArbiterError> {
+    let store = granter.store;
     let prefix = queue_prefix(key);
     // A retried Acquire whose first answer was lost gets its grant back rather than a
     // refusal or a place behind waiters for its own key (found by the release gate).
-    if let Some(g) = engine.held_by(session, key, class).await? {
+    if let Some(g) = granter.held_by(session, key, class).await? {
         return Ok(g);
     }
     if wait.is_zero() {
         // A caller that will not wait must not overtake those who do.
-        if waiters(&engine.store, key).await? > 0 {
+        if waiters(&store.sealed().await?, key).await? > 0 {
             return Err(ArbiterError::Held);
         }
-        return match engine.attempt_queued(session, key, class, None).await? {
+        return match granter.attempt(session, key, class, None).await? {
             Attempt::Granted(g) => Ok(g),
             Attempt::Held { .. } => Err(ArbiterError::Held),
         };
     }
-    let deadline = Instant::now() + wait.min(MAX_WAIT);
-    let mut entry = enqueue(&engine.store, session, &prefix).await?;
+    let deadline = Instant::now() + wait;
+    let mut entry = enqueue(store, session, &prefix).await?;
     let _leave = LeaveOnDrop {
-        store: engine.store.clone(),
+        store: store.clone(),
         key: entry.key.clone(),
     };
     let hkey = holder_key(key);
@@ -70,31 +71,25 @@ pub async fn acquire(
         if Instant::now() >= deadline {
             return Err(ArbiterError::HeldDeadline);
         }
-        let (predecessor, seen_at) =
-            predecessor(&engine.store, &prefix, entry.create_revision).await?;
+        let (predecessor, seen_at) = predecessor(store, &prefix, entry.create_revision).await?;
         let wake = match predecessor {
-            Some(p) => release_watch::wait(&engine.store, &p, seen_at + 1, deadline).await,
+            Some(p) => release_watch::wait(store, &p, seen_at + 1, deadline).await,
             // First in line. A predecessor that just left was usually granted: read the
             // holder (a range, not a transaction) and watch it rather than attempt a grant
             // that cannot succeed, so each release still costs one grant attempt.
-            None => match held_at(&engine.store, &hkey).await? {
-                Some(revision) => {
-                    release_watch::wait(&engine.store, &hkey, revision + 1, deadline).await
-                }
-                None => match engine
-                    .attempt_queued(session, key, class, Some(&entry))
-                    .await
-                {
+            None => match held_at(store, &hkey).await? {
+                Some(revision) => release_watch::wait(store, &hkey, revision + 1, deadline).await,
+                None => match granter.attempt(session, key, class, Some(&entry)).await {
                     Ok(Attempt::Granted(g)) => return Ok(g),
                     Ok(Attempt::Held { revision }) => {
-                        release_watch::wait(&engine.store, &hkey, revision + 1, deadline).await
+                        release_watch::wait(store, &hkey, revision + 1, deadline).await
                     }
                     // The key is free but the transaction keeps failing: our entry is gone.
                     // An epoch advance deletes every durable waiter (found by the release
                     // gate: the waiter answered HELD for a free key). Take a place again;
                     // the advance emptied the queue, so order restarts from here.
-                    Err(ArbiterError::Held) if !entry_exists(&engine.store, &entry).await? => {
-                        entry = enqueue(&engine.store, session, &prefix).await?;
+                    Err(ArbiterError::Held) if !entry_exists(store, &entry).await? => {
+                        entry = enqueue(store, session, &prefix).await?;
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -121,7 +116,7 @@ async fn enqueue(
     store: &Store,
     session: &Session,
     prefix: &str,
-) -> Result<QueueEntry, ArbiterError> {
+) -> Result<QueuePlace, ArbiterError> {
     let key = format!("{prefix}{}", lease_hex(session.lease));
     let txn = Txn::new()
         .when(vec![Compare::create_revision(
@@ -135,7 +130,7 @@ async fn enqueue(
             Some(PutOptions::new().with_lease(session.lease)),
         )])
         .or_else(vec![TxnOp::get(key.as_str(), None)]);
-    let resp = store.txn(txn).await?;
+    let resp = store.sealed().await?.txn(txn).await?;
     let create_revision = if resp.succeeded() {
         resp.header().map_or(0, |h| h.revision())
     } else {
@@ -149,7 +144,7 @@ async fn enqueue(
     if create_revision == 0 {
         return Err(ArbiterError::SessionNotFound);
     }
-    Ok(QueueEntry {
+    Ok(QueuePlace {
         key,
         create_revision,
     })
@@ -167,8 +162,7 @@ async fn predecessor(
         .with_sort(SortTarget::Create, SortOrder::Descend)
         .with_limit(1)
         .with_keys_only();
-    let mut kv = store.kv();
-    let resp = store.bounded(kv.get(prefix, Some(opts))).await?;
+    let resp = store.sealed().await?.range(prefix, Some(opts)).await?;
     let seen_at = resp.header().map_or(0, |h| h.revision());
     let pred = resp
         .kvs()
@@ -178,8 +172,8 @@ async fn predecessor(
 }
 
 /// Whether this waiter's entry is still the one it created.
-async fn entry_exists(store: &Store, entry: &QueueEntry) -> Result<bool, ArbiterError> {
-    let resp = store.get(&entry.key).await?;
+async fn entry_exists(store: &Store, entry: &QueuePlace) -> Result<bool, ArbiterError> {
+    let resp = store.sealed().await?.get(&entry.key).await?;
     Ok(resp
         .kvs()
         .first()
@@ -188,7 +182,7 @@ async fn entry_exists(store: &Store, entry: &QueueEntry) -> Result<bool, Arbiter
 
 /// The revision at which `hkey` was read held, or None when it is free.
 async fn held_at(store: &Store, hkey: &str) -> Result<Option<i64>, ArbiterError> {
-    let resp = store.get(hkey).await?;
+    let resp = store.sealed().await?.get(hkey).await?;
     Ok(resp
         .kvs()
         .first()
@@ -207,8 +201,9 @@ impl Drop for LeaveOnDrop {
         let (store, key) = (self.store.clone(), std::mem::take(&mut self.key));
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                let mut kv = store.kv();
-                let _ = store.bounded(kv.delete(key, None)).await;
+                if let Ok(sealed) = store.sealed().await {
+                    let _ = sealed.delete(&key).await;
+                }
             });
         }
     }

@@ -6,8 +6,8 @@
 
 use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
+use crate::etcd::Etcd;
 use crate::layout::{EPOCH_KEY, EpochRecord, decode, encode};
-use crate::store::Store;
 use etcd_client::{Compare, CompareOp, ResponseHeader, Txn, TxnOp};
 use std::sync::RwLock;
 
@@ -84,10 +84,17 @@ pub struct EpochCache {
     /// (epoch number, highest revision seen under it).
     high_water: std::sync::Mutex<(u16, i64)>,
     /// Deliberate bugs (debug builds only; see `bugs.rs`).
-    pub bugs: Bugs,
+    bugs: Bugs,
 }
 
 impl EpochCache {
+    pub fn new(bugs: Bugs) -> Self {
+        Self {
+            bugs,
+            ..Self::default()
+        }
+    }
+
     /// The seal and the revision guard, on one response header.
     /// A failed check forgets the cached epoch, so the next request re-reads the record
     /// (and serves again once an epoch advance has bound it to the store).
@@ -121,12 +128,7 @@ impl EpochCache {
         Ok(())
     }
 
-    /// Forgets the cached epoch so the next request re-reads it (after a SEALED answer).
-    pub fn invalidate(&self) {
-        self.set(None);
-    }
-
-    pub fn get(&self) -> Option<Epoch> {
+    fn get(&self) -> Option<Epoch> {
         self.current.read().ok().and_then(|g| g.clone())
     }
 
@@ -137,7 +139,7 @@ impl EpochCache {
     }
 
     /// The cached epoch (or a fresh read), with the revision floor as of now.
-    pub async fn current(&self, store: &Store) -> Result<Epoch, ArbiterError> {
+    pub async fn current(&self, store: &Etcd) -> Result<Epoch, ArbiterError> {
         match self.get() {
             Some(mut e) => {
                 e.floor = self.floor(e.record.epoch);
@@ -155,7 +157,7 @@ impl EpochCache {
     }
 
     /// Re-reads the epoch record and checks the seal on the read itself.
-    pub async fn refresh(&self, store: &Store) -> Result<Epoch, ArbiterError> {
+    pub async fn refresh(&self, store: &Etcd) -> Result<Epoch, ArbiterError> {
         // Taken before the read: the read's revision may not be below it.
         let floors = self.high_water.lock().map_or((0, 0), |hw| *hw);
         let resp = store.get(EPOCH_KEY).await?;
@@ -182,7 +184,7 @@ impl EpochCache {
 
 /// `lockctl epoch init`: creates epoch 1 bound to the current cluster ID, if absent.
 /// Returns the record now in the store and whether this call created it.
-pub async fn init(store: &Store) -> Result<(EpochRecord, bool), ArbiterError> {
+pub async fn init(store: &Etcd) -> Result<(EpochRecord, bool), ArbiterError> {
     // The cluster ID comes from the header of a read; the Txn's own header confirms it.
     let probe = store.get(EPOCH_KEY).await?;
     if let Some(kv) = probe.kvs().first() {
@@ -224,7 +226,7 @@ pub async fn init(store: &Store) -> Result<(EpochRecord, bool), ArbiterError> {
 /// `lockctl epoch advance`: one transaction that compares the epoch record is still epoch
 /// `from` (unchanged since read), puts epoch `from + 1` bound to the cluster ID the store
 /// reports now, and deletes every hold (`/l/`) and durable waiter (`/q/`) (ADR-03).
-pub async fn advance(store: &Store, from: u16) -> Result<EpochRecord, ArbiterError> {
+pub async fn advance(store: &Etcd, from: u16) -> Result<EpochRecord, ArbiterError> {
     let resp = store.get(EPOCH_KEY).await?;
     let kv = resp
         .kvs()

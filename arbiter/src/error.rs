@@ -38,6 +38,8 @@ pub enum ArbiterError {
         "store is out of space (etcd NOSPACE alarm): no new grants until an operator frees space"
     )]
     StoreFull,
+    #[error("at most {limit} sessions may be renewed on one KeepAlive stream")]
+    StreamFull { limit: usize },
     #[error("store error: {0}")]
     Store(String),
 }
@@ -59,6 +61,7 @@ impl ArbiterError {
             ArbiterError::Sealed(_) => Reason::Sealed,
             ArbiterError::NoQuorum => Reason::NoQuorum,
             ArbiterError::StoreFull => Reason::StoreFull,
+            ArbiterError::StreamFull { .. } => Reason::StreamFull,
             ArbiterError::Store(_) => Reason::Internal,
         }
     }
@@ -69,6 +72,9 @@ impl ArbiterError {
                 ("class".to_owned(), class.clone()),
                 ("ttl_seconds".to_owned(), ttl_seconds.to_string()),
             ]),
+            ArbiterError::StreamFull { limit } => {
+                HashMap::from([("limit".to_owned(), limit.to_string())])
+            }
             _ => HashMap::new(),
         }
     }

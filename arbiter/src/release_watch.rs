@@ -21,14 +21,16 @@ pub async fn wait(store: &Store, holder_key: &str, from_revision: i64, deadline:
     let opts = WatchOptions::new()
         .with_start_revision(from_revision)
         .with_filters([WatchFilterType::NoPut]);
-    let mut watches = store.watch_client();
-    let mut stream = match timeout_at(deadline, watches.watch(holder_key, Some(opts))).await {
+    // The watch comes from the sealed store: a response from another cluster breaks it, and
+    // the grant attempt that follows answers SEALED.
+    let opened = async { store.sealed().await?.watch(holder_key, opts).await };
+    let mut stream = match timeout_at(deadline, opened).await {
         Err(_) => return Wake::Deadline,
         Ok(Err(_)) => return Wake::Broken,
         Ok(Ok(s)) => s,
     };
     loop {
-        match timeout_at(deadline, stream.message()).await {
+        match timeout_at(deadline, stream.next()).await {
             Err(_) => return Wake::Deadline,
             Ok(Ok(Some(resp))) => {
                 if resp.canceled() {

@@ -38,7 +38,7 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let service = LockServer::with_interceptor(
         LockService::new(engine.clone(), arbiter_id),
-        edge::intercept(engine.bugs.clone()),
+        edge::intercept(engine.bugs().clone()),
     );
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))

@@ -34,7 +34,7 @@ impl LockService {
     }
 
     fn edge<T>(&self, req: &Request<T>) -> EdgeContext {
-        EdgeContext::of(req, &self.engine.bugs)
+        EdgeContext::of(req, self.engine.bugs())
     }
 
     fn reply<T>(&self, msg: T) -> Response<T> {
@@ -81,12 +81,9 @@ impl Lock for LockService {
         req: Request<CloseSessionRequest>,
     ) -> Result<Response<CloseSessionResponse>, Status> {
         let who = self.edge(&req).identity()?;
-        let engine = &self.engine;
-        let session = engine
-            .sessions
-            .owned(&engine.store, req.get_ref().session_id, &who)
+        self.engine
+            .close_session(&who, req.get_ref().session_id)
             .await?;
-        engine.sessions.close(&engine.store, &session).await?;
         Ok(self.reply(CloseSessionResponse {}))
     }
 

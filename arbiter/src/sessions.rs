@@ -3,9 +3,10 @@
 
 use crate::error::ArbiterError;
 use crate::layout::{SessionRecord, decode, encode, session_key};
-use crate::store::Store;
+use crate::store::{Sealed, SealedKeeper, Store};
 use dashmap::DashMap;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -20,28 +21,17 @@ pub struct Session {
 /// once-in-a-lifetime event; more than one in a row means something else is wrong).
 const LEASE_ID_ATTEMPTS: usize = 4;
 
+/// Sessions one KeepAlive stream may renew: a process has one session per TTL, so a handful.
+pub const MAX_SESSIONS_PER_STREAM: usize = 16;
+
 /// A session id the caller cannot guess: etcd's own lease ids are nearly sequential
 /// (issue 13 found a victim's session in four guesses), so the arbiter picks a random
 /// positive 63-bit id and asks etcd for exactly that one. Ownership is still checked on
 /// every use (`/s/<lease>`); randomness only stops the enumeration.
-async fn grant_random_lease(
-    store: &Store,
-    leases: &mut etcd_client::LeaseClient,
-    ttl_seconds: u32,
-) -> Result<i64, ArbiterError> {
+async fn grant_random_lease(sealed: &Sealed, ttl_seconds: u32) -> Result<i64, ArbiterError> {
     for _ in 0..LEASE_ID_ATTEMPTS {
-        let id = random_lease_id();
-        let options = etcd_client::LeaseGrantOptions::new().with_id(id);
-        match store
-            .raw_bounded(leases.grant(i64::from(ttl_seconds), Some(options)))
-            .await
-        {
-            Ok(Ok(r)) => return Ok(r.id()),
-            // etcd's ErrGRPCLeaseExist: that id is taken; draw another.
-            Ok(Err(etcd_client::Error::GRpcStatus(s)))
-                if s.code() == tonic::Code::FailedPrecondition => {}
-            Ok(Err(e)) => return Err(e.into()),
-            Err(e) => return Err(e),
+        if let Some(lease) = sealed.grant_lease(ttl_seconds, random_lease_id()).await? {
+            return Ok(lease);
         }
     }
     Err(ArbiterError::Store("no free random lease id".into()))
@@ -66,8 +56,8 @@ impl Sessions {
         spiffe_id: &str,
         ttl_seconds: u32,
     ) -> Result<Session, ArbiterError> {
-        let mut leases = store.lease();
-        let lease = grant_random_lease(store, &mut leases, ttl_seconds).await?;
+        let sealed = store.sealed().await?;
+        let lease = grant_random_lease(&sealed, ttl_seconds).await?;
         let record = SessionRecord {
             spiffe_id: spiffe_id.to_owned(),
             ttl_seconds,
@@ -84,16 +74,16 @@ impl Sessions {
                 encode(&record),
                 Some(PutOptions::new().with_lease(lease)),
             )]);
-        let bound = match store.txn(txn).await {
+        let bound = match sealed.txn(txn).await {
             Ok(r) if r.succeeded() => r.header().map(|h| h.revision()),
             Ok(_) => None,
             Err(e) => {
-                let _ = store.bounded(leases.revoke(lease)).await;
+                let _ = sealed.revoke(lease).await;
                 return Err(e);
             }
         };
         let Some(create_revision) = bound else {
-            let _ = store.bounded(leases.revoke(lease)).await;
+            let _ = sealed.revoke(lease).await;
             return Err(ArbiterError::Store("session key already existed".into()));
         };
         let session = Session {
@@ -117,7 +107,7 @@ impl Sessions {
         let session = match self.known.get(&lease).map(|s| s.clone()) {
             Some(s) => s,
             None => {
-                let resp = store.get(&session_key(lease)).await?;
+                let resp = store.sealed().await?.get(&session_key(lease)).await?;
                 let kv = resp.kvs().first().ok_or(ArbiterError::SessionNotFound)?;
                 let rec =
                     decode::<SessionRecord>(kv.value()).ok_or(ArbiterError::SessionNotFound)?;
@@ -145,15 +135,54 @@ impl Sessions {
 
     /// Revokes the lease: etcd deletes every key attached to it in one committed entry.
     pub async fn close(&self, store: &Store, session: &Session) -> Result<(), ArbiterError> {
-        let mut leases = store.lease();
-        let r = store.bounded(leases.revoke(session.lease)).await;
+        let revoked = store.sealed().await?.revoke(session.lease).await;
         self.forget(session.lease);
-        match r {
-            Ok(_) => Ok(()),
-            Err(ArbiterError::Store(m)) if m.contains("lease not found") => {
-                Err(ArbiterError::SessionNotFound)
-            }
-            Err(e) => Err(e),
+        match revoked? {
+            true => Ok(()),
+            false => Err(ArbiterError::SessionNotFound),
         }
     }
+
+    /// Renews `lease` for `spiffe_id` through `keepers`, the etcd keepalive streams of one
+    /// client stream. Returns the lease's remaining TTL.
+    pub async fn renew(
+        &self,
+        store: &Store,
+        lease: i64,
+        spiffe_id: &str,
+        keepers: &mut Keepers,
+    ) -> Result<i64, ArbiterError> {
+        self.owned(store, lease, spiffe_id).await?;
+        if !keepers.0.contains_key(&lease) {
+            if keepers.0.len() >= MAX_SESSIONS_PER_STREAM {
+                return Err(ArbiterError::StreamFull {
+                    limit: MAX_SESSIONS_PER_STREAM,
+                });
+            }
+            let keeper = store.sealed().await?.keep_alive(lease).await?;
+            keepers.0.insert(lease, keeper);
+        }
+        let renewed = match keepers.0.get_mut(&lease) {
+            Some(keeper) => keeper.renew().await,
+            None => Err(ArbiterError::Store("keeper vanished".into())),
+        };
+        let resp = match renewed {
+            Ok(r) => r,
+            Err(e) => {
+                // A broken etcd stream is reopened on the next request.
+                keepers.0.remove(&lease);
+                return Err(e);
+            }
+        };
+        if resp.ttl() <= 0 {
+            keepers.0.remove(&lease);
+            self.forget(lease);
+            return Err(ArbiterError::SessionNotFound);
+        }
+        Ok(resp.ttl())
+    }
 }
+
+/// The etcd keepalive streams one client KeepAlive stream has opened, by lease.
+#[derive(Default)]
+pub struct Keepers(HashMap<i64, SealedKeeper>);

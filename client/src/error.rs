@@ -33,6 +33,8 @@ pub enum LockError {
     SessionExpired,
     #[error("class {class} needs a session with a {ttl_seconds} s TTL")]
     WrongSessionTtl { class: String, ttl_seconds: u32 },
+    #[error("too many sessions on one KeepAlive stream: {0}")]
+    StreamFull(String),
     #[error("the hold was fenced: its session could not be renewed in time")]
     Fenced,
     #[error("cannot reach the lock service: {0}")]
@@ -84,6 +86,7 @@ impl LockError {
                 class: meta("class"),
                 ttl_seconds: meta("ttl_seconds").parse().unwrap_or(0),
             },
+            Some(Reason::StreamFull) => LockError::StreamFull(status.message().to_owned()),
             Some(Reason::Internal) | None => LockError::Other {
                 code: status.code(),
                 message: status.message().to_owned(),

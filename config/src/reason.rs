@@ -45,6 +45,9 @@ pub enum Reason {
     /// etcd raised its NOSPACE alarm: no new grants or sessions (closed); releases,
     /// renewals and reads still work. An addition to DESIGN 4.4.
     StoreFull,
+    /// A KeepAlive stream asked to renew more sessions than one stream may carry
+    /// (RESOURCE_EXHAUSTED; metadata `limit`). An addition to DESIGN 4.4.
+    StreamFull,
     /// A method the edge does not know how to authorise (fail closed).
     UnknownMethod,
     Internal,
@@ -68,6 +71,7 @@ impl Reason {
             Reason::Sealed => "SEALED",
             Reason::NoQuorum => "NO_QUORUM",
             Reason::StoreFull => "STORE_FULL",
+            Reason::StreamFull => "STREAM_FULL",
             Reason::UnknownMethod => "UNKNOWN_METHOD",
             Reason::Internal => "INTERNAL",
         }
@@ -77,7 +81,7 @@ impl Reason {
         match self {
             Reason::Unauthenticated => GrpcCode::Unauthenticated,
             Reason::NotGranted => GrpcCode::PermissionDenied,
-            Reason::RateLimited => GrpcCode::ResourceExhausted,
+            Reason::RateLimited | Reason::StreamFull => GrpcCode::ResourceExhausted,
             Reason::RegionRedirect
             | Reason::LeakedHold
             | Reason::StaleToken
@@ -98,7 +102,7 @@ impl Reason {
     }
 }
 
-const ALL: [Reason; 17] = [
+const ALL: [Reason; 18] = [
     Reason::Unauthenticated,
     Reason::NotGranted,
     Reason::RateLimited,
@@ -114,6 +118,7 @@ const ALL: [Reason; 17] = [
     Reason::Sealed,
     Reason::NoQuorum,
     Reason::StoreFull,
+    Reason::StreamFull,
     Reason::UnknownMethod,
     Reason::Internal,
 ];

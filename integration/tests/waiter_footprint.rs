@@ -21,7 +21,7 @@ const MAX_FUTURE_BYTES: usize = 4096;
 async fn a_waiting_acquire_keeps_a_small_future() {
     let dir = tempfile::tempdir().unwrap();
     let etcd = Etcd::start(dir.path(), "footprint").unwrap();
-    let store = lock_arbiter::store::Store::connect(
+    let store = lock_arbiter::Etcd::connect(
         std::slice::from_ref(&etcd.client_url),
         Duration::from_secs(5),
     )
@@ -29,7 +29,7 @@ async fn a_waiting_acquire_keeps_a_small_future() {
     .unwrap();
     let registry = write_test_registry(dir.path()).unwrap();
     let registry = Arc::new(lock_arbiter::registry_files::load(&registry).unwrap());
-    let engine = Arc::new(Engine::new(store, registry));
+    let engine = Arc::new(Engine::new(store, registry, Default::default()));
     let key = LockKey::parse("pay/bench/footprint").unwrap();
 
     // Futures are measured, never polled.

@@ -3,9 +3,10 @@
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use lock_arbiter::bugs::Bugs;
 use lock_arbiter::peer_tls::{PeerPolicy, PeerTls, TlsFiles};
 use lock_arbiter::server::Transport;
-use lock_arbiter::{Engine, Store, registry_files, server};
+use lock_arbiter::{Engine, Etcd, registry_files, server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -87,21 +88,21 @@ async fn main() -> anyhow::Result<()> {
     let transport = transport(&args)?;
     let registry = registry_files::load(&args.registry)
         .with_context(|| format!("loading registry {}", args.registry.display()))?;
-    let store = Store::connect(&args.etcd, Duration::from_millis(args.store_timeout_ms))
+    let etcd = Etcd::connect(&args.etcd, Duration::from_millis(args.store_timeout_ms))
         .await
         .context("connecting to etcd")?;
-    #[allow(unused_mut)]
-    let mut engine = Engine::new(store, Arc::new(registry));
     #[cfg(debug_assertions)]
-    {
-        engine.bugs = lock_arbiter::bugs::Bugs::new(args.inject_bug.clone());
-        engine.epoch.bugs = engine.bugs.clone();
+    let bugs = Bugs::new(args.inject_bug.clone());
+    #[cfg(not(debug_assertions))]
+    let bugs = Bugs::default();
+    if !bugs.is_empty() {
+        tracing::warn!(
+            ?bugs,
+            "DELIBERATE BUGS INJECTED: this arbiter is unsafe, for the release gate only"
+        );
     }
-    if !engine.bugs.is_empty() {
-        tracing::warn!(bugs = ?engine.bugs, "DELIBERATE BUGS INJECTED: this arbiter is unsafe, for the release gate only");
-    }
-    let engine = Arc::new(engine);
-    if let Err(e) = engine.epoch.refresh(&engine.store).await {
+    let engine = Arc::new(Engine::new(etcd, Arc::new(registry), bugs));
+    if let Err(e) = engine.check_epoch().await {
         // Not fatal: the arbiter serves refusals (SEALED) until the epoch exists.
         tracing::warn!(error = %e, "epoch not usable yet");
     }

@@ -1,14 +1,14 @@
 //! Commands that work on files or talk to etcd directly (operators only).
 
 use crate::Failure;
-use lock_arbiter::{ArbiterError, Store, epoch, registry_files};
+use lock_arbiter::{ArbiterError, Etcd, epoch, registry_files};
 use lock_config::FilterConfig;
 use lock_config::registry::Enforcement;
 use std::path::Path;
 use std::time::Duration;
 
-async fn connect(etcd: &[String]) -> Result<Store, Failure> {
-    Store::connect(etcd, Duration::from_secs(5))
+async fn connect(etcd: &[String]) -> Result<Etcd, Failure> {
+    Etcd::connect(etcd, Duration::from_secs(5))
         .await
         .map_err(|e| Failure::unreachable(format!("etcd: {e}")))
 }
@@ -254,7 +254,7 @@ pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Fai
     Ok(())
 }
 
-async fn holds_by_class(store: &Store) -> Result<std::collections::HashMap<String, u64>, Failure> {
+async fn holds_by_class(store: &Etcd) -> Result<std::collections::HashMap<String, u64>, Failure> {
     let mut kv = store.kv();
     let resp = store
         .bounded(kv.get(

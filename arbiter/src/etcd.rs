@@ -1,0 +1,120 @@
+//! The raw etcd connection, with a bound on every call: a store that does not answer within
+//! the timeout is NO_QUORUM (closed posture, ADR-04), never a hang.
+//!
+//! Nothing here checks the seal. Request paths never use [`Etcd`] directly: they go through
+//! [`crate::store::Store`], whose every response has passed it. Direct users are the epoch
+//! module (it reads the record the seal is made of) and operator commands that must work on
+//! a sealed store (`lockctl epoch advance`, `lockctl stats`).
+
+use crate::error::ArbiterError;
+use etcd_client::{
+    Client, ConnectOptions, GetOptions, GetResponse, KvClient, LeaseClient, LeaseGrantOptions,
+    LeaseGrantResponse, Txn, TxnResponse, WatchClient,
+};
+use std::future::Future;
+use std::time::Duration;
+use tonic::Code;
+
+#[derive(Clone)]
+pub struct Etcd {
+    client: Client,
+    timeout: Duration,
+}
+
+/// What a request for one particular lease id got.
+pub enum LeaseGrant {
+    Granted(LeaseGrantResponse),
+    /// etcd's `ErrGRPCLeaseExist` (FAILED_PRECONDITION): that id is taken.
+    IdTaken,
+}
+
+impl Etcd {
+    pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self, ArbiterError> {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout)
+            .with_keep_alive(Duration::from_secs(5), timeout);
+        let client = bounded(timeout, Client::connect(endpoints, Some(opts))).await?;
+        Ok(Self { client, timeout })
+    }
+
+    pub fn kv(&self) -> KvClient {
+        self.client.kv_client()
+    }
+
+    pub fn lease(&self) -> LeaseClient {
+        self.client.lease_client()
+    }
+
+    pub fn watch_client(&self) -> WatchClient {
+        self.client.watch_client()
+    }
+
+    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, ArbiterError> {
+        let mut kv = self.kv();
+        self.bounded(kv.txn(txn)).await
+    }
+
+    /// A linearizable read of one key.
+    pub async fn get(&self, key: &str) -> Result<GetResponse, ArbiterError> {
+        self.range(key, None).await
+    }
+
+    /// A linearizable read with options (a prefix, a count, a sort).
+    pub async fn range(
+        &self,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<GetResponse, ArbiterError> {
+        let mut kv = self.kv();
+        self.bounded(kv.get(key, options)).await
+    }
+
+    /// Asks for a lease with exactly `id`; a taken id is told apart by its status code.
+    pub async fn grant_lease(&self, ttl_seconds: u32, id: i64) -> Result<LeaseGrant, ArbiterError> {
+        let mut leases = self.lease();
+        let options = LeaseGrantOptions::new().with_id(id);
+        match tokio::time::timeout(
+            self.timeout,
+            leases.grant(i64::from(ttl_seconds), Some(options)),
+        )
+        .await
+        {
+            Err(_) => Err(ArbiterError::NoQuorum),
+            Ok(Ok(r)) => Ok(LeaseGrant::Granted(r)),
+            Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::FailedPrecondition => {
+                Ok(LeaseGrant::IdTaken)
+            }
+            Ok(Err(e)) => Err(e.into()),
+        }
+    }
+
+    /// Revokes a lease (etcd deletes every key on it in one committed entry). Ok(false):
+    /// no such lease (etcd's `ErrGRPCLeaseNotFound`, NOT_FOUND), told apart by its code.
+    pub async fn revoke(&self, lease: i64) -> Result<bool, ArbiterError> {
+        let mut leases = self.lease();
+        match tokio::time::timeout(self.timeout, leases.revoke(lease)).await {
+            Err(_) => Err(ArbiterError::NoQuorum),
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::NotFound => Ok(false),
+            Ok(Err(e)) => Err(e.into()),
+        }
+    }
+
+    pub async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, ArbiterError> {
+        bounded(self.timeout, fut).await
+    }
+}
+
+async fn bounded<T>(
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, ArbiterError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r.map_err(ArbiterError::from),
+        Err(_) => Err(ArbiterError::NoQuorum),
+    }
+}

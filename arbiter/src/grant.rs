@@ -1,0 +1,466 @@
+//! The grant: one etcd transaction (DESIGN 4.2), and the pure verdict on what it returned.
+//!
+//! Compare `/sys/epoch` unchanged AND `/l/<key>` absent AND the session still bound (AND,
+//! for a durable waiter, its queue entry still there) -> put the holder on the session
+//! lease; else read the holder, the epoch record and the session back in the same round
+//! trip, and [`verdict`] decides what the refusal means. The token is
+//! `epoch << 48 | revision` of the committing transaction; the store has checked the seal
+//! on its header before the verdict is made. FIFO waiting (`fifo.rs`) and durable waiting
+//! (`durable.rs`) both sit on [`Granter::attempt`], as etcd's v3lock sits on its Mutex.
+
+use crate::bugs::{Bug, Bugs};
+use crate::epoch::Epoch;
+use crate::error::ArbiterError;
+use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
+use crate::sessions::{Session, Sessions};
+use crate::store::{Sealed, Store};
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lock_config::registry::ResolvedClass;
+use lock_config::{FencingToken, LockKey};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Attempts per request when the epoch record moved or the key was released between the
+/// compare and the classification read; bounded so a flapping store cannot spin a request.
+pub const MAX_ATTEMPTS: usize = 3;
+
+/// A successful grant.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub token: FencingToken,
+    /// The holder key's create revision (= the token's revision).
+    pub revision: i64,
+    pub class: String,
+    pub ttl_seconds: u32,
+}
+
+/// One grant attempt's result for a caller that may wait.
+pub enum Attempt {
+    Granted(Grant),
+    /// Held by another session; the key was seen held at this revision (watch after it).
+    Held {
+        revision: i64,
+    },
+}
+
+/// A durable waiter's place `/q/<key>/<lease>`: the grant also requires it to still exist
+/// (by its create revision) and deletes it in the same transaction.
+#[derive(Debug, Clone)]
+pub struct QueuePlace {
+    pub key: String,
+    pub create_revision: i64,
+}
+
+// ---- the verdict, on plain data -------------------------------------------------------
+
+/// Who asks: the session the grant would be attached to, and the epoch it compared.
+#[derive(Debug, Clone)]
+pub struct Claimant<'a> {
+    pub lease_hex: &'a str,
+    pub spiffe_id: &'a str,
+    pub session_create_revision: i64,
+    pub epoch_mod_revision: i64,
+}
+
+/// A holder record as read from `/l/<key>` (None fields: not decodable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderSeen {
+    pub session: Option<String>,
+    pub spiffe_id: Option<String>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+}
+
+/// What the transaction returned, reduced to what the verdict needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnSeen {
+    /// The compares held: the holder was written at `revision`.
+    Committed { revision: i64 },
+    /// The compares failed; the else branch read these back at revision `read_at`.
+    Refused {
+        epoch_mod_revision: Option<i64>,
+        session_create_revision: Option<i64>,
+        holder: Option<HolderSeen>,
+        read_at: Option<i64>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Granted at `revision`: just now, or earlier to this very session (a retried Acquire
+    /// whose first answer was lost gets the same grant back).
+    Granted { revision: i64 },
+    /// Another session holds it; it was seen held at revision `at`.
+    Held { at: i64 },
+    /// This identity holds it under another session (ADR-13).
+    LeakedHold,
+    /// The session's binding is gone: it expired or was closed.
+    SessionGone,
+    /// The epoch record moved since it was cached: re-read it and try again.
+    EpochMoved,
+    /// Released between the compare and the read: try again.
+    ReleasedMeanwhile,
+}
+
+/// What a transaction's answer means (ADR-13). The order matters: an epoch that moved
+/// explains every other failed compare; a session that is gone can hold nothing.
+pub fn verdict(claimant: &Claimant<'_>, seen: &TxnSeen) -> Verdict {
+    match seen {
+        TxnSeen::Committed { revision } => Verdict::Granted {
+            revision: *revision,
+        },
+        TxnSeen::Refused {
+            epoch_mod_revision,
+            session_create_revision,
+            holder,
+            read_at,
+        } => {
+            if *epoch_mod_revision != Some(claimant.epoch_mod_revision) {
+                return Verdict::EpochMoved;
+            }
+            if *session_create_revision != Some(claimant.session_create_revision) {
+                return Verdict::SessionGone;
+            }
+            match holder {
+                None => Verdict::ReleasedMeanwhile,
+                Some(h) => holder_verdict(claimant, h, read_at.unwrap_or(h.mod_revision)),
+            }
+        }
+    }
+}
+
+/// Who holds the key decides: this session (the grant exists), this identity under
+/// another session (a leak), anyone else (held, seen at `read_at`). An undecodable record
+/// is someone else's.
+pub fn holder_verdict(claimant: &Claimant<'_>, holder: &HolderSeen, read_at: i64) -> Verdict {
+    if holder.session.as_deref() == Some(claimant.lease_hex) {
+        Verdict::Granted {
+            revision: holder.create_revision,
+        }
+    } else if holder.spiffe_id.as_deref() == Some(claimant.spiffe_id) {
+        Verdict::LeakedHold
+    } else {
+        Verdict::Held { at: read_at }
+    }
+}
+
+/// A holder key-value as plain data.
+pub fn holder_seen(kv: &KeyValue) -> HolderSeen {
+    let record = decode::<Holder>(kv.value());
+    HolderSeen {
+        session: record.as_ref().map(|h| h.session.clone()),
+        spiffe_id: record.map(|h| h.spiffe_id),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+    }
+}
+
+/// The token for a grant at `revision` in `epoch`.
+pub fn mint(
+    epoch: &Epoch,
+    revision: i64,
+    class: &ResolvedClass<'_>,
+) -> Result<Grant, ArbiterError> {
+    let unsigned =
+        u64::try_from(revision).map_err(|_| ArbiterError::Store("bad revision".into()))?;
+    let token = FencingToken::pack(epoch.record.epoch, unsigned)
+        .map_err(|e| ArbiterError::Store(format!("cannot mint token: {e}")))?;
+    Ok(Grant {
+        token,
+        revision,
+        class: class.name.to_owned(),
+        ttl_seconds: class.ttl_seconds,
+    })
+}
+
+// ---- the transaction (I/O) -------------------------------------------------------------
+
+/// What a grant needs: the sealed store and the session cache, nothing else of the engine.
+pub struct Granter<'a> {
+    pub store: &'a Store,
+    pub sessions: &'a Sessions,
+    pub bugs: &'a Bugs,
+}
+
+impl Granter<'_> {
+    /// One grant attempt, retried (bounded) when the epoch moved or the key was released
+    /// between compare and read. With `queued`, the grant also consumes that queue place.
+    pub async fn attempt(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+        queued: Option<&QueuePlace>,
+    ) -> Result<Attempt, ArbiterError> {
+        let mut sealed = self.store.sealed().await?;
+        for attempt in 0..MAX_ATTEMPTS {
+            match self.try_grant(&sealed, session, key, class, queued).await {
+                Ok(Verdict::Granted { revision }) => {
+                    return mint(sealed.epoch(), revision, class).map(Attempt::Granted);
+                }
+                Ok(Verdict::Held { at }) => return Ok(Attempt::Held { revision: at }),
+                Ok(Verdict::LeakedHold) => return Err(ArbiterError::LeakedHold),
+                Ok(Verdict::SessionGone) => {
+                    self.sessions.forget(session.lease);
+                    return Err(ArbiterError::SessionNotFound);
+                }
+                Ok(Verdict::EpochMoved) => sealed = self.store.resealed().await?,
+                Ok(Verdict::ReleasedMeanwhile) => sealed = self.store.sealed().await?,
+                Err(e) => sealed = reseal_once(self.store, e, attempt).await?,
+            }
+        }
+        Err(ArbiterError::Held)
+    }
+
+    /// The grant `session` already holds on `key`, if any (one linearizable read). Held by
+    /// the same identity under another session: LEAKED_HOLD at once (ADR-13), whether or
+    /// not others are queued — a queue must not turn a leak into a wait that ends HELD.
+    pub async fn held_by(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+    ) -> Result<Option<Grant>, ArbiterError> {
+        let sealed = self.store.sealed().await?;
+        let resp = sealed.get(&holder_key(key)).await?;
+        let Some(kv) = resp.kvs().first() else {
+            return Ok(None);
+        };
+        let lease = lease_hex(session.lease);
+        let claimant = claimant(&sealed, session, &lease);
+        match holder_verdict(&claimant, &holder_seen(kv), kv.mod_revision()) {
+            Verdict::Granted { revision } => mint(sealed.epoch(), revision, class).map(Some),
+            Verdict::LeakedHold => Err(ArbiterError::LeakedHold),
+            _ => Ok(None),
+        }
+    }
+
+    async fn try_grant(
+        &self,
+        sealed: &Sealed,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+        queued: Option<&QueuePlace>,
+    ) -> Result<Verdict, ArbiterError> {
+        let hkey = holder_key(key);
+        let skey = session_key(session.lease);
+        let lease = lease_hex(session.lease);
+        let claimant = claimant(sealed, session, &lease);
+        let holder = Holder {
+            spiffe_id: session.spiffe_id.clone(),
+            session: lease.clone(),
+            class: class.name.to_owned(),
+            acquired_at_ms: now_ms(),
+        };
+        let mut compares = vec![
+            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, claimant.epoch_mod_revision),
+            Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
+            Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+        ];
+        if self.bugs.has(Bug::GrantWithoutEpochCompare) {
+            compares.remove(0);
+        }
+        let mut success = vec![TxnOp::put(
+            hkey.as_str(),
+            encode(&holder),
+            Some(PutOptions::new().with_lease(session.lease)),
+        )];
+        if let Some(q) = queued {
+            compares.push(Compare::create_revision(
+                q.key.as_str(),
+                CompareOp::Equal,
+                q.create_revision,
+            ));
+            success.push(TxnOp::delete(q.key.as_str(), None));
+        }
+        let txn = Txn::new().when(compares).and_then(success).or_else(vec![
+            TxnOp::get(hkey.as_str(), None),
+            TxnOp::get(EPOCH_KEY, None),
+            TxnOp::get(skey.as_str(), None),
+        ]);
+        let resp = match sealed.txn_creating(txn, &hkey).await {
+            Ok(r) => r,
+            // The outcome is unknown: the transaction may have committed. Read back before
+            // answering so a committed grant is reported, not orphaned.
+            Err(ArbiterError::NoQuorum) => {
+                let back = sealed.get(&hkey).await?;
+                return match back.kvs().first().map(holder_seen) {
+                    Some(h) if h.session.as_deref() == Some(lease.as_str()) => {
+                        Ok(Verdict::Granted {
+                            revision: h.create_revision,
+                        })
+                    }
+                    // Not granted to us: it did not commit (or the session expired).
+                    _ => Err(ArbiterError::NoQuorum),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        let read_at = resp.header().map(|h| h.revision());
+        let seen = if resp.succeeded() {
+            TxnSeen::Committed {
+                revision: read_at.unwrap_or(0),
+            }
+        } else {
+            let ops = resp.op_responses();
+            let got = |i: usize| -> Option<&KeyValue> {
+                match ops.get(i) {
+                    Some(TxnOpResponse::Get(g)) => g.kvs().first(),
+                    _ => None,
+                }
+            };
+            TxnSeen::Refused {
+                holder: got(0).map(holder_seen),
+                epoch_mod_revision: got(1).map(KeyValue::mod_revision),
+                session_create_revision: got(2).map(KeyValue::create_revision),
+                read_at,
+            }
+        };
+        Ok(verdict(&claimant, &seen))
+    }
+}
+
+fn claimant<'a>(sealed: &Sealed, session: &'a Session, lease_hex: &'a str) -> Claimant<'a> {
+    Claimant {
+        lease_hex,
+        spiffe_id: &session.spiffe_id,
+        session_create_revision: session.create_revision,
+        epoch_mod_revision: sealed.epoch().mod_revision,
+    }
+}
+
+/// A SEALED answer may come from a cached epoch record that an epoch advance has replaced:
+/// on the first attempt, re-read the record (which checks the seal again) and let the
+/// caller retry; any other error, or a second SEALED, is the answer.
+pub async fn reseal_once(
+    store: &Store,
+    e: ArbiterError,
+    attempt: usize,
+) -> Result<Sealed, ArbiterError> {
+    match e {
+        ArbiterError::Sealed(_) if attempt == 0 => store.resealed().await,
+        e => Err(e),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: &str = "spiffe://example.org/ns/pay/sa/a";
+    const OTHER: &str = "spiffe://example.org/ns/pay/sa/b";
+
+    fn me() -> Claimant<'static> {
+        Claimant {
+            lease_hex: "7a",
+            spiffe_id: ME,
+            session_create_revision: 40,
+            epoch_mod_revision: 5,
+        }
+    }
+
+    fn holder(session: &str, id: &str, create: i64) -> Option<HolderSeen> {
+        Some(HolderSeen {
+            session: Some(session.into()),
+            spiffe_id: Some(id.into()),
+            create_revision: create,
+            mod_revision: create,
+        })
+    }
+
+    fn refused(epoch: Option<i64>, session: Option<i64>, h: Option<HolderSeen>) -> TxnSeen {
+        TxnSeen::Refused {
+            epoch_mod_revision: epoch,
+            session_create_revision: session,
+            holder: h,
+            read_at: Some(90),
+        }
+    }
+
+    #[test]
+    fn verdict_table() {
+        let undecodable = Some(HolderSeen {
+            session: None,
+            spiffe_id: None,
+            create_revision: 60,
+            mod_revision: 60,
+        });
+        let cases: Vec<(&str, TxnSeen, Verdict)> = vec![
+            (
+                "committed",
+                TxnSeen::Committed { revision: 77 },
+                Verdict::Granted { revision: 77 },
+            ),
+            (
+                "held by another identity",
+                refused(Some(5), Some(40), holder("9", OTHER, 60)),
+                Verdict::Held { at: 90 },
+            ),
+            (
+                "held by this session: the same grant again",
+                refused(Some(5), Some(40), holder("7a", ME, 60)),
+                Verdict::Granted { revision: 60 },
+            ),
+            (
+                "held by this identity, another session",
+                refused(Some(5), Some(40), holder("9", ME, 60)),
+                Verdict::LeakedHold,
+            ),
+            (
+                "undecodable holder is someone else's",
+                refused(Some(5), Some(40), undecodable),
+                Verdict::Held { at: 90 },
+            ),
+            (
+                "released between compare and read",
+                refused(Some(5), Some(40), None),
+                Verdict::ReleasedMeanwhile,
+            ),
+            (
+                "session expired",
+                refused(Some(5), None, holder("9", OTHER, 60)),
+                Verdict::SessionGone,
+            ),
+            (
+                "session re-created under the same id",
+                refused(Some(5), Some(41), None),
+                Verdict::SessionGone,
+            ),
+            (
+                "epoch advanced",
+                refused(Some(6), Some(40), holder("9", OTHER, 60)),
+                Verdict::EpochMoved,
+            ),
+            (
+                "epoch record deleted",
+                refused(None, Some(40), None),
+                Verdict::EpochMoved,
+            ),
+            (
+                "epoch moved explains a gone session too",
+                refused(Some(6), None, None),
+                Verdict::EpochMoved,
+            ),
+        ];
+        for (name, seen, want) in cases {
+            assert_eq!(verdict(&me(), &seen), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn held_without_a_header_watches_from_the_holder_write() {
+        let seen = TxnSeen::Refused {
+            epoch_mod_revision: Some(5),
+            session_create_revision: Some(40),
+            holder: holder("9", OTHER, 60),
+            read_at: None,
+        };
+        assert_eq!(verdict(&me(), &seen), Verdict::Held { at: 60 });
+    }
+}
