@@ -1,10 +1,9 @@
 //! Arbiter errors and their one mapping to gRPC statuses with `google.rpc.ErrorInfo`
 //! (DESIGN 4.4). Messages never contain a token.
 
-use lock_config::{ERROR_DOMAIN, GrpcCode, KeyError, Reason};
-use std::collections::HashMap;
+use lock_config::status_details::encode_status;
+use lock_config::{GrpcCode, KeyError, Reason};
 use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt as _};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArbiterError {
@@ -66,16 +65,14 @@ impl ArbiterError {
         }
     }
 
-    fn metadata(&self) -> HashMap<String, String> {
+    fn metadata(&self) -> Vec<(&'static str, String)> {
         match self {
-            ArbiterError::WrongSessionTtl { class, ttl_seconds } => HashMap::from([
-                ("class".to_owned(), class.clone()),
-                ("ttl_seconds".to_owned(), ttl_seconds.to_string()),
-            ]),
-            ArbiterError::StreamFull { limit } => {
-                HashMap::from([("limit".to_owned(), limit.to_string())])
-            }
-            _ => HashMap::new(),
+            ArbiterError::WrongSessionTtl { class, ttl_seconds } => vec![
+                ("class", class.clone()),
+                ("ttl_seconds", ttl_seconds.to_string()),
+            ],
+            ArbiterError::StreamFull { limit } => vec![("limit", limit.to_string())],
+            _ => Vec::new(),
         }
     }
 }
@@ -99,8 +96,11 @@ fn code(c: GrpcCode) -> Code {
 impl From<ArbiterError> for Status {
     fn from(e: ArbiterError) -> Status {
         let reason = e.reason();
-        let details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, e.metadata());
-        Status::with_error_details(code(reason.code()), e.to_string(), details)
+        let message = e.to_string();
+        let metadata = e.metadata();
+        let pairs: Vec<(&str, &str)> = metadata.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let details = encode_status(reason, &message, &pairs);
+        Status::with_details(code(reason.code()), message, details.into())
     }
 }
 
@@ -167,7 +167,7 @@ mod tests {
         }
         .into();
         assert_eq!(s.code(), Code::FailedPrecondition);
-        let info = s.get_details_error_info().unwrap();
+        let info = lock_config::status_details::decode_error_info(s.details()).unwrap();
         assert_eq!(info.reason, "WRONG_SESSION_TTL");
         assert_eq!(info.domain, "lock.v1");
         assert_eq!(info.metadata["ttl_seconds"], "60");

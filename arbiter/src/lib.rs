@@ -19,7 +19,6 @@ pub mod queue;
 pub mod registry_files;
 pub mod release;
 pub mod release_watch;
-pub mod remote;
 pub mod server;
 pub mod service;
 pub mod sessions;

@@ -1,9 +1,9 @@
 //! Typed errors: every refusal of DESIGN 4.4 as a variant a caller can match on. The one
 //! mapping from wire statuses is [`LockError::from_status`]. Messages never carry a token.
 
-use lock_config::{ERROR_DOMAIN, Reason};
+use lock_config::Reason;
+use lock_config::status_details::{Refusal, refusal_of};
 use std::time::Duration;
-use tonic_types::StatusExt as _;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LockError {
@@ -46,10 +46,7 @@ pub enum LockError {
 impl LockError {
     /// The one place wire statuses become typed errors.
     pub fn from_status(status: &tonic::Status) -> Self {
-        let info = status
-            .get_details_error_info()
-            .filter(|i| i.domain == ERROR_DOMAIN);
-        let Some(info) = info else {
+        let Some(info) = refusal(status) else {
             return match status.code() {
                 tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
                     LockError::Unavailable(status.message().to_owned())
@@ -61,33 +58,31 @@ impl LockError {
             };
         };
         let meta = |k: &str| info.metadata.get(k).cloned().unwrap_or_default();
-        match Reason::from_wire(&info.reason) {
-            Some(Reason::Held | Reason::HeldDeadline) => LockError::Held,
-            Some(Reason::LeakedHold) => LockError::LeakedHold,
-            Some(Reason::RegionRedirect) => LockError::RegionRedirect {
+        match info.reason {
+            Reason::Held | Reason::HeldDeadline => LockError::Held,
+            Reason::LeakedHold => LockError::LeakedHold,
+            Reason::RegionRedirect => LockError::RegionRedirect {
                 region: meta("region"),
             },
-            Some(Reason::RateLimited) => LockError::RateLimited {
+            Reason::RateLimited => LockError::RateLimited {
                 retry_after: Duration::from_millis(meta("retry_after_ms").parse().unwrap_or(1000)),
             },
-            Some(Reason::Sealed) => LockError::Sealed,
-            Some(Reason::NoQuorum) => LockError::NoQuorum,
-            Some(Reason::StoreFull) => LockError::StoreFull,
-            Some(Reason::NotGranted) => LockError::NotGranted,
-            Some(Reason::Unauthenticated) => {
-                LockError::Unauthenticated(status.message().to_owned())
-            }
-            Some(Reason::InvalidKey | Reason::MalformedRequest | Reason::UnknownMethod) => {
+            Reason::Sealed => LockError::Sealed,
+            Reason::NoQuorum => LockError::NoQuorum,
+            Reason::StoreFull => LockError::StoreFull,
+            Reason::NotGranted => LockError::NotGranted,
+            Reason::Unauthenticated => LockError::Unauthenticated(status.message().to_owned()),
+            Reason::InvalidKey | Reason::MalformedRequest | Reason::UnknownMethod => {
                 LockError::InvalidRequest(status.message().to_owned())
             }
-            Some(Reason::StaleToken) => LockError::StaleToken,
-            Some(Reason::SessionExpired) => LockError::SessionExpired,
-            Some(Reason::WrongSessionTtl) => LockError::WrongSessionTtl {
+            Reason::StaleToken => LockError::StaleToken,
+            Reason::SessionExpired => LockError::SessionExpired,
+            Reason::WrongSessionTtl => LockError::WrongSessionTtl {
                 class: meta("class"),
                 ttl_seconds: meta("ttl_seconds").parse().unwrap_or(0),
             },
-            Some(Reason::StreamFull) => LockError::StreamFull(status.message().to_owned()),
-            Some(Reason::Internal) | None => LockError::Other {
+            Reason::StreamFull => LockError::StreamFull(status.message().to_owned()),
+            Reason::Internal => LockError::Other {
                 code: status.code(),
                 message: status.message().to_owned(),
             },
@@ -101,6 +96,12 @@ impl LockError {
             LockError::NoQuorum | LockError::Unavailable(_) | LockError::RateLimited { .. }
         )
     }
+}
+
+/// The contract refusal a status carries (reason and metadata), if any: for callers that
+/// speak lock.v1 through the raw stubs ([`crate::stub`]) rather than [`crate::LockClient`].
+pub fn refusal(status: &tonic::Status) -> Option<Refusal> {
+    refusal_of(status.code() as i32, status.details())
 }
 
 impl From<tonic::Status> for LockError {

@@ -41,11 +41,14 @@ mod connect;
 mod error;
 mod hold;
 pub mod liveness;
-mod proto;
+pub mod proto;
 mod session;
+pub mod stub;
 
 pub use client::LockClient;
 pub use connect::Config;
-pub use error::LockError;
+pub use error::{LockError, refusal};
 pub use hold::Hold;
 pub use lock_config::FencingToken;
+pub use lock_config::Reason;
+pub use lock_config::status_details::Refusal;

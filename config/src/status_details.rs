@@ -1,6 +1,7 @@
-//! Encodes a refusal as `grpc-status-details-bin`: a `google.rpc.Status` holding one
-//! `google.rpc.ErrorInfo`. The arbiter uses tonic-types for the same bytes; the filter
-//! (wasm, no tonic) uses this.
+//! The refusal on the wire, in one place: `grpc-status-details-bin` is a `google.rpc.Status`
+//! holding one `google.rpc.ErrorInfo` (DESIGN 4.4). The filter (wasm, no tonic) and the
+//! arbiter encode with [`encode_status`]; the client, lockctl and the tests decode with
+//! [`refusal_of`]. No tonic here: the filter links this crate.
 
 use crate::proto::google::rpc::{Any, ErrorInfo, Status};
 use crate::reason::{ERROR_DOMAIN, Reason};
@@ -50,6 +51,31 @@ pub fn decode_error_info(status_bytes: &[u8]) -> Option<ErrorInfo> {
         .and_then(|a| ErrorInfo::decode(a.value.as_slice()).ok())
 }
 
+/// A refusal of this service as the caller sees it: the contract reason and its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: Reason,
+    pub metadata: HashMap<String, String>,
+}
+
+/// The refusal carried by a gRPC status (its numeric `code` and its binary details), if it
+/// has an ErrorInfo of this service's domain with a reason of the contract. HELD under
+/// DEADLINE_EXCEEDED is the waited-and-still-held variant.
+pub fn refusal_of(code: i32, status_bytes: &[u8]) -> Option<Refusal> {
+    let info = decode_error_info(status_bytes)?;
+    if info.domain != ERROR_DOMAIN {
+        return None;
+    }
+    let mut reason = Reason::from_wire(&info.reason)?;
+    if reason == Reason::Held && code == crate::reason::GrpcCode::DeadlineExceeded as i32 {
+        reason = Reason::HeldDeadline;
+    }
+    Some(Refusal {
+        reason,
+        metadata: info.metadata,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +94,31 @@ mod tests {
             info.metadata.get("region").map(String::as_str),
             Some("eu-2")
         );
+    }
+
+    #[test]
+    fn refusal_of_reads_the_contract_only() {
+        let held = encode_status(Reason::Held, "held", &[]);
+        let r = refusal_of(10, &held).unwrap();
+        assert_eq!(r.reason, Reason::Held);
+        // The same reason under DEADLINE_EXCEEDED: it waited and it is still held.
+        assert_eq!(refusal_of(4, &held).unwrap().reason, Reason::HeldDeadline);
+        let foreign = Status {
+            code: 10,
+            message: String::new(),
+            details: vec![Any {
+                type_url: ERROR_INFO_TYPE_URL.to_owned(),
+                value: ErrorInfo {
+                    reason: "HELD".into(),
+                    domain: "other.example".into(),
+                    metadata: HashMap::new(),
+                }
+                .encode_to_vec(),
+            }],
+        }
+        .encode_to_vec();
+        assert_eq!(refusal_of(10, &foreign), None);
+        assert_eq!(refusal_of(10, b"not protobuf at all \xff"), None);
+        assert_eq!(refusal_of(10, &[]), None);
     }
 }

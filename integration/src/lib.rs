@@ -104,7 +104,7 @@ pub fn answered_by<T>(resp: &tonic::Response<T>) -> Option<String> {
 
 /// Opens a session for `key`'s class through `client`.
 pub async fn open_session(
-    client: &mut lock_arbiter::proto::lock_client::LockClient<tonic::transport::Channel>,
+    client: &mut lock_client::proto::lock_client::LockClient<tonic::transport::Channel>,
     key: &str,
 ) -> anyhow::Result<i64> {
     let req = lock_config::proto::v1::OpenSessionRequest { key: key.into() };
@@ -119,7 +119,7 @@ pub type Renewals = (
 
 /// Opens a KeepAlive stream through `client`.
 pub async fn renewals(
-    client: &mut lock_arbiter::proto::lock_client::LockClient<tonic::transport::Channel>,
+    client: &mut lock_client::proto::lock_client::LockClient<tonic::transport::Channel>,
 ) -> anyhow::Result<Renewals> {
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     let replies = client
@@ -127,4 +127,14 @@ pub async fn renewals(
         .await?
         .into_inner();
     Ok((tx, replies))
+}
+
+/// The contract reason and metadata of a refusal (via the client library's one decoder).
+pub fn reason_of(
+    status: &tonic::Status,
+) -> Option<(
+    lock_config::Reason,
+    std::collections::HashMap<String, String>,
+)> {
+    lock_client::refusal(status).map(|r| (r.reason, r.metadata))
 }

@@ -18,7 +18,7 @@
 //! The attacker is the ledger workload (granted `pay/ledger` only); the victim is the
 //! operator identity, which holds `orders/victim` on a session of its own.
 
-use lock_arbiter::proto::lock_client::LockClient;
+use lock_client::proto::lock_client::LockClient;
 use lock_config::edge_headers::encode_key;
 use lock_config::proto::v1::*;
 use lock_config::{FencingToken, Reason};

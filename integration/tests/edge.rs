@@ -2,13 +2,13 @@
 //! limits shared by worker threads, grants pushed live by ECDS (and a refused push),
 //! metrics on Envoy's stats endpoint, affinity over three arbiters, cross-prefix refusals.
 
-use lock_arbiter::proto::lock_client::LockClient;
-use lock_arbiter::remote::reason_of;
+use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::*;
 use lock_config::{KeyPrefix, LockKey, Reason};
 use lock_integration::paths::{dev_registry, filter_wasm};
 use lock_integration::pki::{LEDGER, OPERATOR, ORDERS, TRUST_DOMAIN};
 use lock_integration::process::eventually;
+use lock_integration::reason_of;
 use lock_integration::registry::{FAST_PREFIX, LIMITED, waiter_id, write_test_registry};
 use lock_integration::stack::lockctl;
 use lock_integration::{Stack, StackOptions};

@@ -2,11 +2,11 @@
 //! NO_QUORUM within the arbiter's store timeout (never a hang) and no grant is made; after
 //! the members return, grants resume.
 
-use lock_arbiter::remote::reason_of;
 use lock_config::Reason;
 use lock_config::proto::v1::*;
 use lock_integration::pki::LEDGER;
 use lock_integration::process::{eventually, patience};
+use lock_integration::reason_of;
 use lock_integration::{Stack, StackOptions, open_session, renewals};
 use std::time::{Duration, Instant};
 

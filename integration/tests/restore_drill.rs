@@ -9,13 +9,13 @@
 //!    after the restore has no memory and would issue tokens that were issued before. That
 //!    is the documented limit (README, "Restores").
 
-use lock_arbiter::proto::lock_client::LockClient;
-use lock_arbiter::remote::reason_of;
+use lock_client::proto::lock_client::LockClient;
 use lock_config::Reason;
 use lock_config::proto::v1::*;
 use lock_integration::arbiter::Arbiter;
 use lock_integration::paths::dep;
 use lock_integration::pki::OPERATOR;
+use lock_integration::reason_of;
 use lock_integration::stack::lockctl;
 use lock_integration::{Stack, StackOptions, as_from_edge};
 use tonic::Code;

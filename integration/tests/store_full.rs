@@ -1,10 +1,10 @@
 //! An etcd NOSPACE alarm fails grants closed (STORE_FULL) while releases, renewals and
 //! reads keep working, so holders can finish and let go.
 
-use lock_arbiter::remote::reason_of;
 use lock_config::Reason;
 use lock_config::proto::v1::*;
 use lock_integration::pki::LEDGER;
+use lock_integration::reason_of;
 use lock_integration::{Stack, StackOptions, open_session, renewals};
 
 #[tokio::test]

@@ -1,11 +1,11 @@
 //! Issue 3: waiting in FIFO order, one grant attempt per release, deadlines, cancellation,
 //! session expiry, ValidateToken and Inspect — through Envoy, on real etcd.
 
-use lock_arbiter::proto::lock_client::LockClient;
-use lock_arbiter::remote::reason_of;
+use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::*;
 use lock_config::{FencingToken, Reason};
 use lock_integration::process::eventually;
+use lock_integration::reason_of;
 use lock_integration::registry::{FAST_PREFIX, waiter_id, write_test_registry};
 use lock_integration::{Stack, StackOptions};
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,11 @@
 //! Issue 2's end-to-end checks, through real Envoy (with the built wasm), two real arbiters
 //! and real etcd, with dev SVIDs.
 
-use lock_arbiter::proto::lock_client::LockClient;
-use lock_arbiter::remote::reason_of;
+use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::*;
 use lock_config::{FencingToken, Reason};
 use lock_integration::pki::{LEDGER, OPERATOR, ORDERS};
+use lock_integration::reason_of;
 use lock_integration::{Stack, StackOptions, answered_by, as_from_edge, raw};
 use std::collections::{HashMap, HashSet};
 use tonic::transport::Channel;
@@ -233,12 +233,12 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
 
     // No client certificate at all: Envoy's listener refuses the TLS handshake.
     let svid = stack.pki.files("ledger");
-    let no_cert = lock_arbiter::remote::Svid {
+    let no_cert = lock_client::stub::Svid {
         cert: None,
         key: None,
         ca: &svid.ca,
     };
-    match lock_arbiter::remote::connect(&stack.endpoint(), &no_cert, "localhost").await {
+    match lock_client::stub::connect(&stack.endpoint(), &no_cert, "localhost").await {
         Err(_) => {}
         Ok(mut c) => {
             let r = c

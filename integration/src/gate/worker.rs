@@ -5,8 +5,8 @@
 
 use super::history::{Event, Kind, Phase, Recorder, mono_ns};
 use super::register::RegisterClient;
-use lock_arbiter::proto::lock_client::LockClient;
-use lock_arbiter::remote::{self, Svid};
+use lock_client::proto::lock_client::LockClient;
+use lock_client::stub::{self as remote, Svid};
 use lock_config::proto::v1::{
     AcquireRequest, KeepAliveRequest, OpenSessionRequest, ReleaseRequest,
 };
@@ -140,7 +140,7 @@ fn classify<T>(
     match r {
         Err(_) => Outcome::Unknown("timeout".into()),
         Ok(Ok(resp)) => Outcome::Ok(resp.into_inner()),
-        Ok(Err(status)) => match remote::reason_of(&status) {
+        Ok(Err(status)) => match crate::reason_of(&status) {
             // NO_QUORUM may follow a transaction that committed (README "Errors").
             Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
             // A wait that ran out: the wire reason is HELD, but the wait may also have
@@ -512,7 +512,7 @@ async fn renew(
                     dead.store(true, Ordering::SeqCst);
                 }
                 Ok(Err(status)) => {
-                    let why = remote::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
+                    let why = crate::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
                     if why.as_deref() == Some("SESSION_EXPIRED") {
                         rec.record(&event(op, Phase::Fail, why));
                         dead.store(true, Ordering::SeqCst);

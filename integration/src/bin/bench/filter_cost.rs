@@ -4,7 +4,7 @@
 //! falls on both; the median of each side's p50 is reported.
 
 use super::{Cell, Env, Op, measure_ops};
-use lock_arbiter::remote::{self, Svid};
+use lock_client::stub::{self as remote, Svid};
 use lock_integration::envoy::{Envoy, EnvoyConfig};
 use lock_integration::pki::OPERATOR;
 use std::time::Duration;

@@ -123,7 +123,7 @@ enum Waiter {
         name: String,
     },
     Arbiter {
-        c: lock_arbiter::proto::lock_client::LockClient<tonic::transport::Channel>,
+        c: lock_client::proto::lock_client::LockClient<tonic::transport::Channel>,
         key: String,
         session: i64,
         identity: Option<String>,

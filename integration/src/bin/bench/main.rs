@@ -22,7 +22,7 @@ mod scale;
 use anyhow::Context as _;
 use clap::Parser;
 use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
-use lock_arbiter::proto::lock_client::LockClient;
+use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
 use lock_integration::pki::OPERATOR;
 use lock_integration::postgres::{Postgres, connect};

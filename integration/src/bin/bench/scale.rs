@@ -14,7 +14,7 @@
 
 use super::Env;
 use anyhow::Context as _;
-use lock_arbiter::proto::lock_client::LockClient;
+use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::{
     AcquireRequest, CloseSessionRequest, InspectRequest, KeepAliveRequest, OpenSessionRequest,
     ReleaseRequest,

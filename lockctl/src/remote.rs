@@ -1,13 +1,12 @@
 //! Commands that talk to the service through Envoy with the workload's SVID.
 
 use crate::{Conn, Failure};
-use lock_arbiter::proto::lock_client::LockClient;
-use lock_arbiter::remote::{self, ConnectError, Svid};
+use lock_client::proto::lock_client::LockClient;
+use lock_client::stub::{self, ConnectError, Svid};
 use lock_config::proto::v1::{
     AcquireRequest, InspectRequest, OpenSessionRequest, ReleaseRequest, ValidateTokenRequest,
 };
 use tonic::transport::Channel;
-use tonic_types::StatusExt as _;
 
 async fn connect(conn: &Conn) -> Result<LockClient<Channel>, Failure> {
     let svid = Svid {
@@ -15,7 +14,7 @@ async fn connect(conn: &Conn) -> Result<LockClient<Channel>, Failure> {
         key: Some(&conn.svid_key),
         ca: &conn.ca,
     };
-    remote::connect(&conn.endpoint, &svid, &conn.server_name)
+    stub::connect(&conn.endpoint, &svid, &conn.server_name)
         .await
         .map_err(|e| match e {
             ConnectError::Connect { .. } => Failure::unreachable(e.to_string()),
@@ -25,22 +24,22 @@ async fn connect(conn: &Conn) -> Result<LockClient<Channel>, Failure> {
 
 /// Prints a refusal as `REASON (code): message [k=v ...]`.
 fn refused(status: tonic::Status) -> Failure {
-    let (reason, meta) = match status.get_details_error_info() {
-        Some(info) => {
-            let mut meta: Vec<_> = info
+    let code = status.code();
+    let (reason, meta) = match lock_client::refusal(&status) {
+        Some(r) => {
+            let mut meta: Vec<_> = r
                 .metadata
                 .into_iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             meta.sort();
-            (info.reason, meta.join(" "))
+            (r.reason.as_str(), meta.join(" "))
         }
-        None => ("UNKNOWN".to_owned(), String::new()),
+        None if matches!(code, tonic::Code::Unavailable | tonic::Code::Unknown) => {
+            return Failure::unreachable(format!("{code:?}: {}", status.message()));
+        }
+        None => ("UNKNOWN", String::new()),
     };
-    let code = status.code();
-    if reason == "UNKNOWN" && matches!(code, tonic::Code::Unavailable | tonic::Code::Unknown) {
-        return Failure::unreachable(format!("{code:?}: {}", status.message()));
-    }
     Failure::refused(
         format!("{reason} ({code:?}): {} {meta}", status.message())
             .trim_end()

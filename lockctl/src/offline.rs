@@ -255,12 +255,11 @@ pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Fai
 }
 
 async fn holds_by_class(store: &Etcd) -> Result<std::collections::HashMap<String, u64>, Failure> {
-    let mut kv = store.kv();
     let resp = store
-        .bounded(kv.get(
+        .range(
             lock_arbiter::layout::HOLDER_PREFIX,
             Some(etcd_client::GetOptions::new().with_prefix()),
-        ))
+        )
         .await
         .map_err(|e| Failure::unreachable(e.to_string()))?;
     let mut by_class = std::collections::HashMap::new();

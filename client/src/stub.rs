@@ -1,11 +1,10 @@
-//! Client side of lock.v1 for `lockctl` and the test harness: a TLS channel to Envoy
-//! presenting the workload's X.509-SVID, and refusals decoded into their contract reason.
+//! The raw lock.v1 stubs over a TLS channel presenting the workload's X.509-SVID: for
+//! `lockctl`, the test harness and the benches, which speak the protocol call by call.
+//! Applications use [`crate::LockClient`] (sessions, keepalives, fencing) instead.
 
 use crate::proto::lock_client::LockClient;
-use lock_config::Reason;
 use std::path::Path;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
-use tonic_types::StatusExt as _;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -61,19 +60,4 @@ pub async fn connect(
             source,
         })?;
     Ok(LockClient::new(channel))
-}
-
-/// The contract reason and metadata of a refusal, if it carries an ErrorInfo of lock.v1.
-pub fn reason_of(
-    status: &tonic::Status,
-) -> Option<(Reason, std::collections::HashMap<String, String>)> {
-    let info = status.get_details_error_info()?;
-    if info.domain != lock_config::ERROR_DOMAIN {
-        return None;
-    }
-    let mut reason = Reason::from_wire(&info.reason)?;
-    if reason == Reason::Held && status.code() == tonic::Code::DeadlineExceeded {
-        reason = Reason::HeldDeadline;
-    }
-    Some((reason, info.metadata))
 }
