@@ -4,7 +4,7 @@
 //! /sys/epoch                 EpochRecord {epoch, cluster_id}
 //! /l/<namespace>/<path>      Holder {spiffe_id, session, class, acquired_at_ms}  on the session lease
 //! /s/<lease-hex>             SessionRecord {spiffe_id, ttl_seconds}             on the session lease
-//! /q/<namespace>/<path>/...  durable waiters (later)
+//! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! ```
 //!
 //! `/s/` is an addition to DESIGN 4.2: it binds a session (etcd lease) to the identity that

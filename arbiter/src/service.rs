@@ -10,16 +10,13 @@ use crate::error::ArbiterError;
 use crate::keepalive;
 use crate::proto::lock_server::Lock;
 use lock_config::FencingToken;
+use lock_config::edge_headers::ARBITER_HEADER;
 use lock_config::proto::v1::*;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
-
-/// Names the arbiter that answered (affinity is checked with it; strip it at the edge in
-/// production if topology must not be visible).
-pub const ARBITER_HEADER: &str = "x-lock-arbiter";
 
 pub struct LockService {
     engine: Arc<Engine>,

@@ -6,8 +6,7 @@ use crate::key::{KeyPrefix, LockKey, trie_key};
 use radix_trie::Trie;
 use std::collections::HashMap;
 
-/// What a matching grant carries: the index of the grant (for per-grant budgets) and the
-/// prefix that matched (longest).
+/// What a matching grant carries: the index of the grant, which keys its rate budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantMatch {
     pub grant: usize,

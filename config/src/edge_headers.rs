@@ -14,6 +14,9 @@
 pub const KEY_HEADER: &str = "x-lock-key";
 /// The caller's SPIFFE ID, from the verified peer certificate.
 pub const IDENTITY_HEADER: &str = "x-lock-identity";
+/// A reply header naming the arbiter that answered (affinity is checked with it; the
+/// production Envoy config strips it if topology must not be visible).
+pub const ARBITER_HEADER: &str = "x-lock-arbiter";
 /// Every header with this prefix is the edge's to set: a client's is removed or refused.
 pub const EDGE_HEADER_PREFIX: &str = "x-lock-";
 

@@ -137,10 +137,8 @@ impl FilterConfig {
                 .map_err(|e| invalid(format!("trustDomains[{i}]"), e.to_string()))?;
         }
         for (ns, region) in &self.namespaces {
-            KeyPrefix::parse(ns)
-                .ok()
-                .filter(|p| !p.as_str().contains('/'))
-                .ok_or_else(|| invalid(format!("namespaces.{ns}"), "not a DNS label"))?;
+            crate::key::validate_namespace(ns)
+                .map_err(|e| invalid(format!("namespaces.{ns}"), e.to_string()))?;
             if region.trim().is_empty() {
                 return Err(invalid(
                     format!("namespaces.{ns}"),
@@ -176,8 +174,8 @@ impl FilterConfig {
                 prefixes.push(prefix);
             }
             for (field, rate) in [("rate", g.rate), ("defaultRate", self.default_rate)] {
-                if rate.is_some_and(|r| r.per_second == 0 || r.burst == 0) {
-                    return Err(invalid(format!("grants[{i}].{field}"), "must be > 0"));
+                if rate.is_some_and(|r| !r.is_valid()) {
+                    return Err(invalid(format!("grants[{i}].{field}"), RateBudget::RULE));
                 }
             }
             rates.push(g.rate.or(self.default_rate));

@@ -141,7 +141,9 @@ pub fn trie_key(s: &str) -> String {
     k
 }
 
-fn validate_namespace(ns: &str) -> Result<(), KeyError> {
+/// A namespace name (a DNS label): the one rule, used for keys, prefixes, the registry's
+/// Namespace documents and the filter's namespace table.
+pub fn validate_namespace(ns: &str) -> Result<(), KeyError> {
     let b = ns.as_bytes();
     let ok_len = (1..=MAX_NAMESPACE_LEN).contains(&b.len());
     let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();

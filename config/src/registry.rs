@@ -2,14 +2,18 @@
 //! Kubernetes resources they become. Parse, then validate every cross-document rule in one
 //! function, then freeze into an immutable [`Registry`].
 
+mod date;
 mod documents;
+mod errors;
 mod validate;
 
 pub use documents::{
     API_VERSION, Document, Enforcement, Fairness, LockClassSpec, LockGrantSpec, NamespaceSpec,
     PauseTestResultSpec, Purpose, QuorumPosture, RateBudget, Tier,
 };
-pub use validate::{Date, Registry, RegistryError, RegistryErrors, ResolvedClass};
+pub use date::Date;
+pub use errors::{RegistryError, RegistryErrors};
+pub use validate::{Registry, ResolvedClass};
 
 /// Default session TTL of a class that does not set one (ADR-11).
 pub const DEFAULT_TTL_SECONDS: u32 = 15;

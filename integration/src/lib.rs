@@ -97,7 +97,7 @@ pub fn arbiter_channel(
 /// The arbiter that answered (its `x-lock-arbiter` reply header).
 pub fn answered_by<T>(resp: &tonic::Response<T>) -> Option<String> {
     resp.metadata()
-        .get("x-lock-arbiter")
+        .get(lock_config::edge_headers::ARBITER_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
 }

@@ -147,6 +147,16 @@ pub struct RateBudget {
     pub burst: u32,
 }
 
+impl RateBudget {
+    /// The one rule for a budget (the registry and the filter config both check it): a
+    /// zero rate or burst would refuse every request, which is never what was meant.
+    pub fn is_valid(&self) -> bool {
+        self.per_second > 0 && self.burst > 0
+    }
+
+    pub const RULE: &'static str = "perSecond and burst must be > 0";
+}
+
 /// Which key prefixes one SPIFFE ID (exact match) may lock (ADR-19).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
