@@ -1,12 +1,14 @@
 //! Process harness for end-to-end tests and `make run`: real etcd, real arbiters, real
 //! Envoy with the built filter, dev SVIDs. Random loopback ports, temp folders, readiness
 //! waits bounded in time, cleanup on drop.
+//!
+//! The tools built on it live beside it, each its own crate: the release gate
+//! (`integration/gate`), the benchmarks (`integration/bench`) and the pause-test kit
+//! (`integration/pause-test`).
 
 pub mod arbiter;
 pub mod envoy;
 pub mod etcd;
-pub mod fence;
-pub mod gate;
 pub mod h2raw;
 pub mod netlab;
 pub mod paths;
@@ -14,7 +16,6 @@ pub mod pki;
 pub mod postgres;
 pub mod process;
 pub mod raw;
-pub mod redis;
 pub mod registry;
 pub mod stack;
 

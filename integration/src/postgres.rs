@@ -105,12 +105,3 @@ impl Postgres {
         )
     }
 }
-
-/// Connects (the connection task runs on the current runtime).
-pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(client)
-}

@@ -7,7 +7,7 @@
 //! itself could not run.
 
 use clap::{Parser, Subcommand};
-use lock_integration::gate::{self, GateOptions, faults::Fault};
+use lock_gate::{self, GateOptions, faults::Fault};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -78,7 +78,7 @@ fn main() -> std::process::ExitCode {
             let r = std::fs::read_to_string(&plan)
                 .map_err(anyhow::Error::from)
                 .and_then(|s| Ok(serde_json::from_str(&s)?))
-                .and_then(|p| rt.block_on(gate::worker::run(p)));
+                .and_then(|p| rt.block_on(lock_gate::worker::run(p)));
             match r {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
@@ -87,7 +87,7 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
-        Cmd::Check { dir, steps } => match gate::check_history(&dir, steps) {
+        Cmd::Check { dir, steps } => match lock_gate::check_history(&dir, steps) {
             Ok(report) => {
                 print!("{}", report.summary());
                 if report.passed() {
@@ -126,7 +126,7 @@ fn main() -> std::process::ExitCode {
             if !faults.is_empty() {
                 opts.faults = faults;
             }
-            match rt.block_on(gate::run(&opts)) {
+            match rt.block_on(lock_gate::run(&opts)) {
                 Ok(report) => {
                     print!("{}", report.summary());
                     if report.passed() {

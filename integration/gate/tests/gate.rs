@@ -3,7 +3,7 @@
 //! long version.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use lock_integration::gate::{self, GateOptions, GateReport, faults};
+use lock_gate::{GateOptions, GateReport, faults};
 use std::time::Duration;
 
 /// One gate at a time: each brings up three etcd members, two arbiters and Envoy.
@@ -11,7 +11,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 async fn run(opts: GateOptions) -> GateReport {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let report = gate::run(&opts).await.expect("the gate could not run");
+    let report = lock_gate::run(&opts).await.expect("the gate could not run");
     println!("{}", report.summary());
     report
 }

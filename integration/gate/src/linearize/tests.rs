@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::gate::history::Phase;
+use crate::history::Phase;
 
 const K: &str = "pay/gate/k";
 

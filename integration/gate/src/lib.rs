@@ -11,10 +11,10 @@ pub mod register;
 pub mod store_log;
 pub mod worker;
 
-use crate::paths::workspace_bin;
-use crate::process::Proc;
-use crate::registry::{GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, gate_id, write_test_registry};
-use crate::{Stack, StackOptions};
+use lock_integration::paths::workspace_bin;
+use lock_integration::process::Proc;
+use lock_integration::registry::{GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, gate_id, write_test_registry};
+use lock_integration::{Stack, StackOptions};
 use faults::{Fault, Injected};
 use history::{Event, Kind, Phase, Recorder, mono_ns};
 use std::collections::BTreeMap;
@@ -170,9 +170,9 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
     .await?;
     let register = register::Register::start().await?;
     let pg = if opts.postgres {
-        let pg = crate::postgres::Postgres::start(&dir.join("pg"))?;
-        let db = crate::postgres::connect(&pg.url()).await?;
-        crate::fence::create_schema(&db).await?;
+        let pg = lock_integration::postgres::Postgres::start(&dir.join("pg"))?;
+        let db = lock_pause_test::connect(&pg.url()).await?;
+        lock_pause_test::fence::create_schema(&db).await?;
         Some(pg)
     } else {
         None

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::gate::history::{Event, Phase, operations};
-use crate::gate::store_log::{StoreEvent, StoreTruth};
+use crate::history::{Event, Phase, operations};
+use crate::store_log::{StoreEvent, StoreTruth};
 
 const K: &str = "pay/gate/k";
 

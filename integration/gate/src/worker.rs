@@ -140,7 +140,7 @@ fn classify<T>(
     match r {
         Err(_) => Outcome::Unknown("timeout".into()),
         Ok(Ok(resp)) => Outcome::Ok(resp.into_inner()),
-        Ok(Err(status)) => match crate::reason_of(&status) {
+        Ok(Err(status)) => match lock_integration::reason_of(&status) {
             // NO_QUORUM may follow a transaction that committed (README "Errors").
             Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
             // A wait that ran out: the wire reason is HELD, but the wait may also have
@@ -166,20 +166,20 @@ impl Client {
         };
         let edge = remote::connect(&plan.endpoint, &svid, "localhost").await?;
         let mut direct = Vec::new();
-        let edge_svid = crate::pki::SvidFiles {
+        let edge_svid = lock_integration::pki::SvidFiles {
             cert: plan.edge_cert.clone(),
             key: plan.edge_key.clone(),
             ca: c.ca.clone(),
         };
         for a in &plan.arbiters {
-            direct.push(LockClient::new(crate::arbiter_channel(
+            direct.push(LockClient::new(lock_integration::arbiter_channel(
                 *a,
                 Some(&edge_svid),
                 &c.ca,
             )?));
         }
         let pg = match &plan.postgres {
-            Some(url) => Some(crate::postgres::connect(url).await?),
+            Some(url) => Some(lock_pause_test::connect(url).await?),
             None => None,
         };
         Ok(Self {
@@ -258,7 +258,7 @@ impl Client {
         if via == "edge" {
             tonic::Request::new(msg)
         } else {
-            crate::as_from_edge(msg, Some(key), Some(&self.spiffe_id))
+            lock_integration::as_from_edge(msg, Some(key), Some(&self.spiffe_id))
         }
     }
 
@@ -421,7 +421,7 @@ impl Client {
         let value = format!("client {}", self.id);
         let n = tokio::time::timeout(
             CALL_TIMEOUT,
-            db.execute(crate::fence::REFERENCE_WRITE, &[&id, &value, &fence]),
+            db.execute(lock_pause_test::fence::REFERENCE_WRITE, &[&id, &value, &fence]),
         )
         .await??;
         Ok(n == 1)
@@ -512,7 +512,7 @@ async fn renew(
                     dead.store(true, Ordering::SeqCst);
                 }
                 Ok(Err(status)) => {
-                    let why = crate::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
+                    let why = lock_integration::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
                     if why.as_deref() == Some("SESSION_EXPIRED") {
                         rec.record(&event(op, Phase::Fail, why));
                         dead.store(true, Ordering::SeqCst);

@@ -169,7 +169,7 @@ impl Waiter {
                 }
             }
             HotSystem::Postgres => {
-                let db = lock_integration::postgres::connect(&env.pg.url()).await?;
+                let db = lock_pause_test::connect(&env.pg.url()).await?;
                 Waiter::Postgres { db }
             }
         })

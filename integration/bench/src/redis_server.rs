@@ -1,13 +1,14 @@
 //! A real Redis (Debian's redis-server) on loopback, for benchmarks. Default durability:
 //! no fsync (how Redis locks are usually run); etcd keeps its fsync on.
 
-use crate::process::{Proc, free_port, patience};
+use lock_integration::process::{Proc, free_port, patience};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
 pub struct Redis {
-    pub proc: Proc,
+    /// Kept for its drop: the server stops with the bench.
+    _proc: Proc,
     pub addr: SocketAddr,
 }
 
@@ -31,7 +32,7 @@ impl Redis {
         let mut proc = Proc::spawn("redis", cmd, dir)?;
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
         proc.wait_for_port(addr, patience())?;
-        Ok(Self { proc, addr })
+        Ok(Self { _proc: proc, addr })
     }
 
     pub fn url(&self) -> String {

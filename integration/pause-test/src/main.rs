@@ -21,8 +21,8 @@
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
-use lock_integration::fence::{self, Fence};
-use lock_integration::postgres::connect;
+use lock_pause_test::connect;
+use lock_pause_test::fence::{self, Fence};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! peers by blackhole routes in the members' network namespaces, Envoy restarted, and the
 //! operator's epoch advance.
 
-use crate::process::Proc;
-use crate::stack::{Stack, lockctl};
+use lock_integration::process::Proc;
+use lock_integration::stack::{Stack, lockctl};
 use std::str::FromStr;
 use std::time::Duration;
 
