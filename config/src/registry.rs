@@ -7,11 +7,11 @@ mod documents;
 mod errors;
 mod validate;
 
+pub use date::Date;
 pub use documents::{
     API_VERSION, Document, Enforcement, Fairness, LockClassSpec, LockGrantSpec, NamespaceSpec,
     PauseTestResultSpec, Purpose, QuorumPosture, RateBudget, Tier,
 };
-pub use date::Date;
 pub use errors::{RegistryError, RegistryErrors};
 pub use validate::{Registry, ResolvedClass};
 

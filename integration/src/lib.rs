@@ -21,6 +21,9 @@ pub mod stack;
 
 pub use stack::{Stack, StackOptions};
 
+/// The raw lock.v1 stub over a channel, as the tests and tools drive it call by call.
+pub type Client = lock_client::proto::lock_client::LockClient<tonic::transport::Channel>;
+
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -70,6 +73,16 @@ pub fn as_from_edge<T>(msg: T, key: Option<&str>, identity: Option<&str>) -> ton
         }
     }
     r
+}
+
+/// A request for either route: through Envoy (`direct_as` None: the filter sets the edge's
+/// headers) or straight to an arbiter as `direct_as` (the caller sets them, as the filter
+/// would). The gate and the benches drive both routes with one code path.
+pub fn routed<T>(msg: T, key: &str, direct_as: Option<&str>) -> tonic::Request<T> {
+    match direct_as {
+        Some(identity) => as_from_edge(msg, Some(key), Some(identity)),
+        None => tonic::Request::new(msg),
+    }
 }
 
 /// A lazy mutual-TLS channel straight to the arbiter at `addr`, verifying its SVID (DNS

@@ -74,6 +74,38 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// A stack on the test registry (`registry.rs`), written to a temp folder kept with it.
+    pub async fn with_test_registry() -> anyhow::Result<(Self, tempfile::TempDir)> {
+        let reg = tempfile::tempdir()?;
+        let registry = crate::registry::write_test_registry(reg.path())?;
+        let stack = Self::start(StackOptions {
+            registry,
+            ..Default::default()
+        })
+        .await?;
+        Ok((stack, reg))
+    }
+
+    /// The operator's `lockctl epoch advance --from FROM` on this stack's etcd. Its output,
+    /// for a caller that tells outcomes apart (exit 3: unreachable, outcome unknown).
+    pub fn epoch_advance(&self, from: u16) -> anyhow::Result<Output> {
+        let from = from.to_string();
+        let urls = self.etcd_urls();
+        lockctl(&["epoch", "advance", "--etcd", &urls, "--from", &from], &[])
+    }
+
+    /// As [`Stack::epoch_advance`], which must succeed.
+    pub fn advance_epoch(&self, from: u16) -> anyhow::Result<()> {
+        let out = self.epoch_advance(from)?;
+        if !out.status.success() {
+            bail!(
+                "lockctl epoch advance --from {from} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
         let (tmp, dir) = match &opts.keep_dir {
             Some(d) => {

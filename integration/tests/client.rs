@@ -2,26 +2,12 @@
 //! errors, and `lockctl run`.
 
 use lock_client::LockError;
+use lock_integration::Stack;
 use lock_integration::process::eventually;
-use lock_integration::registry::{FAST_PREFIX, FAST_TTL, waiter_id, write_test_registry};
-use lock_integration::{Stack, StackOptions};
+use lock_integration::registry::{FAST_PREFIX, FAST_TTL, waiter_id};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-async fn stack() -> (Stack, tempfile::TempDir) {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = write_test_registry(reg.path()).unwrap();
-    (
-        Stack::start(StackOptions {
-            registry,
-            ..Default::default()
-        })
-        .await
-        .unwrap(),
-        reg,
-    )
-}
 
 fn no_fence() -> impl Fn() + Send + Sync + 'static {
     || {}
@@ -29,7 +15,7 @@ fn no_fence() -> impl Fn() + Send + Sync + 'static {
 
 #[tokio::test]
 async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let client = stack.lock_client(&waiter_id(0)).unwrap();
     let mut holds = vec![
         client
@@ -85,7 +71,7 @@ async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
 
 #[tokio::test]
 async fn drain_at_first_failure_and_fence_before_the_lease_expires() {
-    let (mut stack, _reg) = stack().await;
+    let (mut stack, _reg) = Stack::with_test_registry().await.unwrap();
     let client = stack.lock_client(&waiter_id(1)).unwrap();
     let fenced_at = Arc::new(Mutex::new(None::<Instant>));
     let f = fenced_at.clone();
@@ -145,7 +131,7 @@ async fn drain_at_first_failure_and_fence_before_the_lease_expires() {
 
 #[tokio::test]
 async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let client = stack.lock_client(&waiter_id(2)).unwrap();
     // Warm up: the session exists before counting.
     let warm = client
@@ -228,7 +214,7 @@ async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
 
 #[tokio::test]
 async fn lockctl_run_serialises_commands_and_kills_a_fenced_one() {
-    let (mut stack, _reg) = stack().await;
+    let (mut stack, _reg) = Stack::with_test_registry().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("intervals");
     let key = format!("{FAST_PREFIX}/run");

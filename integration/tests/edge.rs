@@ -2,7 +2,6 @@
 //! limits shared by worker threads, grants pushed live by ECDS (and a refused push),
 //! metrics on Envoy's stats endpoint, affinity over three arbiters, cross-prefix refusals.
 
-use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::*;
 use lock_config::{KeyPrefix, LockKey, Reason};
 use lock_integration::paths::{dev_registry, filter_wasm};
@@ -14,9 +13,8 @@ use lock_integration::stack::lockctl;
 use lock_integration::{Stack, StackOptions};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
-use tonic::transport::Channel;
 
-type Client = LockClient<Channel>;
+use lock_integration::Client;
 
 async fn inspect(c: &mut Client, key: &str) -> Result<InspectResponse, tonic::Status> {
     c.inspect(InspectRequest { key: key.into() })
@@ -55,14 +53,7 @@ fn stat(stack: &Stack, name: &str) -> u64 {
 
 #[tokio::test]
 async fn rate_limit_holds_across_workers_and_spares_other_identities() {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(StackOptions {
-        registry,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAST_PREFIX}/r");
     // Four connections of the limited identity: Envoy spreads connections over its two
     // worker threads, so the bucket must be shared to hold.

@@ -8,28 +8,14 @@
 
 use lock_client::LockError;
 use lock_config::proto::v1::InspectRequest;
+use lock_integration::Stack;
 use lock_integration::pki::SvidFiles;
 use lock_integration::process::eventually;
-use lock_integration::registry::{
-    FAIR_PREFIX, FAST_PREFIX, SLOW_PREFIX, SLOW_TTL, waiter_id, write_test_registry,
-};
-use lock_integration::{Stack, StackOptions};
+use lock_integration::registry::{FAIR_PREFIX, FAST_PREFIX, SLOW_PREFIX, SLOW_TTL, waiter_id};
 use rustix::process::{Pid, Signal};
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
-
-async fn stack() -> (Stack, tempfile::TempDir) {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(StackOptions {
-        registry,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    (stack, reg)
-}
 
 fn svid(stack: &Stack, i: usize) -> SvidFiles {
     stack
@@ -123,7 +109,7 @@ async fn sessions_of(stack: &Stack, identity: &str) -> usize {
 
 #[tokio::test]
 async fn every_way_out_hands_the_key_to_the_waiter_well_before_the_ttl() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let bound = Duration::from_secs(5);
     assert!(bound < Duration::from_secs(u64::from(SLOW_TTL)));
@@ -228,7 +214,7 @@ async fn every_way_out_hands_the_key_to_the_waiter_well_before_the_ttl() {
 /// included, within the grace, and lockctl exits only once the group is gone.
 #[tokio::test]
 async fn a_fenced_hold_stops_the_grandchildren_too() {
-    let (mut stack, _reg) = stack().await;
+    let (mut stack, _reg) = Stack::with_test_registry().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (gpid, writes) = (dir.path().join("gpid"), dir.path().join("writes"));
     let key = format!("{FAST_PREFIX}/grandchild");
@@ -290,7 +276,7 @@ async fn a_fenced_hold_stops_the_grandchildren_too() {
 /// with it (the hold lapses at the TTL).
 #[tokio::test]
 async fn killing_lockctl_kills_the_command_and_its_group() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (pid, gpid) = (dir.path().join("pid"), dir.path().join("gpid"));
     let script = format!(
@@ -325,7 +311,7 @@ async fn killing_lockctl_kills_the_command_and_its_group() {
 /// another identity is queued for the key, on the in-memory and the durable queue.
 #[tokio::test]
 async fn the_same_identity_gets_leaked_hold_whatever_the_queue() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     for prefix in [FAST_PREFIX, FAIR_PREFIX] {
         let key = format!("{prefix}/leak");
         let owner = stack.lock_client(&waiter_id(5)).unwrap();

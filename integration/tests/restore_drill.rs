@@ -19,9 +19,8 @@ use lock_integration::reason_of;
 use lock_integration::stack::lockctl;
 use lock_integration::{Stack, StackOptions, as_from_edge};
 use tonic::Code;
-use tonic::transport::Channel;
 
-type Client = LockClient<Channel>;
+use lock_integration::Client;
 
 /// Straight to the arbiter at `addr`, playing the edge (Envoy's SVID, the operator's
 /// identity in the edge headers).
@@ -123,26 +122,6 @@ async fn history_with_snapshot(stack: &Stack, c: &mut Client) -> (std::path::Pat
     (snap, max)
 }
 
-fn advance(stack: &Stack, from: &str) {
-    let out = lockctl(
-        &[
-            "epoch",
-            "advance",
-            "--etcd",
-            &stack.etcd.client_url,
-            "--from",
-            from,
-        ],
-        &[],
-    )
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test]
 async fn project_restore_seals_until_epoch_advance() {
     let mut stack = Stack::start(StackOptions::default()).await.unwrap();
@@ -231,7 +210,7 @@ async fn project_restore_seals_until_epoch_advance() {
         0
     );
 
-    advance(&stack, "1");
+    stack.advance_epoch(1).unwrap();
     // Restored holds are gone; every new token is larger than every token before.
     assert_eq!(
         etcd.get("/l/", Some(etcd_client::GetOptions::new().with_prefix()))
@@ -249,18 +228,7 @@ async fn project_restore_seals_until_epoch_advance() {
         assert_eq!(t >> 48, 2);
     }
     // Advancing twice from the same epoch is refused.
-    let out = lockctl(
-        &[
-            "epoch",
-            "advance",
-            "--etcd",
-            &stack.etcd.client_url,
-            "--from",
-            "1",
-        ],
-        &[],
-    )
-    .unwrap();
+    let out = stack.epoch_advance(1).unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -324,7 +292,7 @@ async fn naive_restore_keeps_the_cluster_id_and_only_the_revision_guard_sees_it(
     );
 
     // The epoch advance repairs it for everyone.
-    advance(&stack, "1");
+    stack.advance_epoch(1).unwrap();
     for t in grants(&mut ops, "post", 3).await {
         assert!(t > max_before);
     }

@@ -1,31 +1,17 @@
 //! Issue 3: waiting in FIFO order, one grant attempt per release, deadlines, cancellation,
 //! session expiry, ValidateToken and Inspect — through Envoy, on real etcd.
 
-use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::*;
 use lock_config::{FencingToken, Reason};
+use lock_integration::Stack;
 use lock_integration::process::eventually;
 use lock_integration::reason_of;
-use lock_integration::registry::{FAST_PREFIX, waiter_id, write_test_registry};
-use lock_integration::{Stack, StackOptions};
+use lock_integration::registry::{FAST_PREFIX, waiter_id};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::Code;
-use tonic::transport::Channel;
 
-type Client = LockClient<Channel>;
-
-async fn stack() -> (Stack, tempfile::TempDir) {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(StackOptions {
-        registry,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    (stack, reg)
-}
+use lock_integration::Client;
 
 async fn waiter(stack: &Stack, i: usize) -> (Client, i64) {
     let mut c = stack.workload(&waiter_id(i)).await.unwrap();
@@ -102,7 +88,7 @@ async fn until_waiters(c: &mut Client, key: &str, n: u32) {
 
 #[tokio::test]
 async fn waiters_are_granted_in_arrival_order_with_one_attempt_per_release() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAST_PREFIX}/fifo");
     let (mut holder, hs) = waiter(&stack, 0).await;
     let _ka = keep_alive(holder.clone(), hs);
@@ -168,7 +154,7 @@ async fn waiters_are_granted_in_arrival_order_with_one_attempt_per_release() {
 
 #[tokio::test]
 async fn deadline_and_cancellation_leave_the_queue() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAST_PREFIX}/dl");
     let (mut holder, hs) = waiter(&stack, 0).await;
     let _ka = keep_alive(holder.clone(), hs);
@@ -194,7 +180,7 @@ async fn deadline_and_cancellation_leave_the_queue() {
 
 #[tokio::test]
 async fn session_expiry_releases_every_hold_and_the_waiter_gets_a_larger_token() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let (mut holder, hs) = waiter(&stack, 0).await; // never kept alive: expires after 5 s
     let a = acquire(&mut holder, &format!("{FAST_PREFIX}/a"), hs, 0)
         .await
@@ -245,7 +231,7 @@ async fn session_expiry_releases_every_hold_and_the_waiter_gets_a_larger_token()
 
 #[tokio::test]
 async fn validate_token_and_inspect() {
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAST_PREFIX}/v");
     let (mut w0, s0) = waiter(&stack, 0).await;
     let _ka = keep_alive(w0.clone(), s0);
@@ -294,7 +280,7 @@ async fn validate_token_and_inspect() {
 #[tokio::test]
 async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
     use lock_integration::registry::FAIR_PREFIX;
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAIR_PREFIX}/k");
     let (mut holder, hs) = waiter(&stack, 0).await;
     let _ka0 = keep_alive(holder.clone(), hs);
@@ -361,7 +347,7 @@ async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
 #[tokio::test]
 async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
     use lock_integration::registry::FAIR_PREFIX;
-    let (mut stack, _reg) = stack().await;
+    let (mut stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAIR_PREFIX}/restart");
     let (mut holder, hs) = waiter(&stack, 0).await;
     let _ka0 = keep_alive(holder.clone(), hs);
@@ -440,7 +426,7 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
 #[tokio::test]
 async fn a_durable_waiter_outlives_an_epoch_advance() {
     use lock_integration::registry::FAIR_PREFIX;
-    let (stack, _reg) = stack().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAIR_PREFIX}/advance");
     let (mut holder, hs) = waiter(&stack, 0).await;
     let _ka0 = keep_alive(holder.clone(), hs);
@@ -451,23 +437,7 @@ async fn a_durable_waiter_outlives_an_epoch_advance() {
     let waiting = tokio::spawn(async move { acquire(&mut c, &k, s, 30_000).await });
     until_waiters(&mut holder, &key, 1).await;
 
-    let out = lock_integration::stack::lockctl(
-        &[
-            "epoch",
-            "advance",
-            "--etcd",
-            &stack.etcd_urls(),
-            "--from",
-            "1",
-        ],
-        &[],
-    )
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stack.advance_epoch(1).unwrap();
     let granted = tokio::time::timeout(Duration::from_secs(20), waiting)
         .await
         .unwrap()

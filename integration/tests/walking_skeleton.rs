@@ -1,7 +1,6 @@
 //! Issue 2's end-to-end checks, through real Envoy (with the built wasm), two real arbiters
 //! and real etcd, with dev SVIDs.
 
-use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::*;
 use lock_config::{FencingToken, Reason};
 use lock_integration::pki::{LEDGER, OPERATOR, ORDERS};
@@ -11,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
-type Client = LockClient<Channel>;
+use lock_integration::Client;
 
 async fn stack() -> Stack {
     Stack::start(StackOptions::default())

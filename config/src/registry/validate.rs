@@ -1,14 +1,14 @@
 //! Registry validation: the one function used by `lockctl registry check`, by the arbiter at
 //! load and (for the grant part, through the compiled filter configuration) by the filter.
 
+use super::date::Date;
 use super::documents::*;
+use super::errors::{RegistryError, RegistryErrors};
 use super::{ADVISORY_TTL_FLOOR, DEFAULT_TTL_SECONDS, Source, TTL_RANGE};
 use crate::identity::SpiffeId;
 use crate::key::{KeyPrefix, LockKey, trie_key};
 use radix_trie::Trie;
 use std::collections::BTreeMap;
-use super::date::Date;
-use super::errors::{RegistryError, RegistryErrors};
 
 /// A grant after merging every LockGrant document of one SPIFFE ID.
 #[derive(Debug, Clone)]

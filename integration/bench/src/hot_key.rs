@@ -263,8 +263,5 @@ impl Waiter {
 
 /// Straight to the arbiter the bench sets the edge's headers; through Envoy the filter does.
 fn request<T>(msg: T, key: &str, identity: Option<&str>) -> tonic::Request<T> {
-    match identity {
-        Some(id) => lock_integration::as_from_edge(msg, Some(key), Some(id)),
-        None => tonic::Request::new(msg),
-    }
+    lock_integration::routed(msg, key, identity)
 }

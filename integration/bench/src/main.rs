@@ -16,10 +16,11 @@
 mod chart;
 mod filter_cost;
 mod hot_key;
-mod renewal;
 mod redis_server;
+mod renewal;
 mod scale;
 
+use crate::redis_server::Redis;
 use anyhow::Context as _;
 use clap::Parser;
 use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
@@ -27,10 +28,9 @@ use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
 use lock_integration::pki::OPERATOR;
 use lock_integration::postgres::Postgres;
-use lock_pause_test::connect;
-use crate::redis_server::Redis;
 use lock_integration::registry::write_test_registry;
 use lock_integration::{Stack, StackOptions};
+use lock_pause_test::connect;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -548,11 +548,7 @@ enum Op {
 
 /// Through Envoy the edge sets the headers; straight to the arbiter the bench does.
 fn with_headers<T>(msg: T, key: &str, direct: bool) -> tonic::Request<T> {
-    if direct {
-        lock_integration::as_from_edge(msg, Some(key), Some(OPERATOR))
-    } else {
-        tonic::Request::new(msg)
-    }
+    lock_integration::routed(msg, key, direct.then_some(OPERATOR))
 }
 
 impl Op {

@@ -4,7 +4,7 @@
 //! operator's epoch advance.
 
 use lock_integration::process::Proc;
-use lock_integration::stack::{Stack, lockctl};
+use lock_integration::stack::Stack;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -151,12 +151,9 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
             "envoy".into()
         }
         Fault::EpochAdvance => {
-            let urls = t.stack.etcd_urls();
-            let from = t.epoch.to_string();
+            let from = *t.epoch;
             (t.record)(super::history::Phase::Invoke, None);
-            let out = tokio::task::block_in_place(|| {
-                lockctl(&["epoch", "advance", "--etcd", &urls, "--from", &from], &[])
-            })?;
+            let out = tokio::task::block_in_place(|| t.stack.epoch_advance(from))?;
             if out.status.success() {
                 *t.epoch += 1;
                 (t.record)(super::history::Phase::Ok, None);

@@ -11,12 +11,14 @@ pub mod register;
 pub mod store_log;
 pub mod worker;
 
-use lock_integration::paths::workspace_bin;
-use lock_integration::process::Proc;
-use lock_integration::registry::{GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, gate_id, write_test_registry};
-use lock_integration::{Stack, StackOptions};
 use faults::{Fault, Injected};
 use history::{Event, Kind, Phase, Recorder, mono_ns};
+use lock_integration::paths::workspace_bin;
+use lock_integration::process::Proc;
+use lock_integration::registry::{
+    GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, gate_id, write_test_registry,
+};
+use lock_integration::{Stack, StackOptions};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;

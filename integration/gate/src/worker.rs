@@ -255,11 +255,8 @@ impl Client {
 
     /// A request as Envoy would forward it, for the direct route.
     fn request<T>(&self, msg: T, key: &str, via: &str) -> tonic::Request<T> {
-        if via == "edge" {
-            tonic::Request::new(msg)
-        } else {
-            lock_integration::as_from_edge(msg, Some(key), Some(&self.spiffe_id))
-        }
+        let direct_as = (via != "edge").then_some(self.spiffe_id.as_str());
+        lock_integration::routed(msg, key, direct_as)
     }
 
     fn done(&self) -> bool {
@@ -421,7 +418,10 @@ impl Client {
         let value = format!("client {}", self.id);
         let n = tokio::time::timeout(
             CALL_TIMEOUT,
-            db.execute(lock_pause_test::fence::REFERENCE_WRITE, &[&id, &value, &fence]),
+            db.execute(
+                lock_pause_test::fence::REFERENCE_WRITE,
+                &[&id, &value, &fence],
+            ),
         )
         .await??;
         Ok(n == 1)
@@ -512,7 +512,8 @@ async fn renew(
                     dead.store(true, Ordering::SeqCst);
                 }
                 Ok(Err(status)) => {
-                    let why = lock_integration::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
+                    let why =
+                        lock_integration::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
                     if why.as_deref() == Some("SESSION_EXPIRED") {
                         rec.record(&event(op, Phase::Fail, why));
                         dead.store(true, Ordering::SeqCst);

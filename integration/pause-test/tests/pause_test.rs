@@ -2,11 +2,11 @@
 //! against two deliberately broken fences, which it must fail; the registry accepts
 //! `enforcement: fenced` only with the kit's result.
 
+use lock_integration::Stack;
 use lock_integration::paths::{dev_registry, workspace_bin};
 use lock_integration::postgres::Postgres;
-use lock_integration::registry::{FAST_PREFIX, waiter_id, write_test_registry};
+use lock_integration::registry::{FAST_PREFIX, waiter_id};
 use lock_integration::stack::lockctl;
-use lock_integration::{Stack, StackOptions};
 use std::process::Command;
 
 struct Kit {
@@ -16,14 +16,7 @@ struct Kit {
 }
 
 async fn kit() -> Kit {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(StackOptions {
-        registry,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let (stack, reg) = Stack::with_test_registry().await.unwrap();
     let pg = Postgres::start(&stack.dir).unwrap();
     Kit {
         stack,
