@@ -55,7 +55,7 @@ unit: deps ## Unit and property tests (no processes)
 	$(CARGO) test --workspace --lib --bins
 
 e2e: build ## End-to-end tests against real etcd, arbiters and Envoy
-	$(CARGO) test -p lock-integration --tests
+	$(CARGO) test -p lock-integration -p lock-gate -p lock-pause-test --tests
 
 test: deps lint build ## Everything: lint, unit, property and end-to-end tests
 	$(CARGO) test --workspace --no-fail-fast

@@ -51,9 +51,12 @@ pub async fn acquire(
         return Ok(g);
     }
     if wait.is_zero() {
-        // A caller that will not wait must not overtake those who do.
-        if waiters(&store.sealed().await?, key).await? > 0 {
-            return Err(ArbiterError::Held);
+        // A caller that will not wait must not overtake those who do: refused while anyone
+        // is queued, even in the moment the key is free between two holders, and said so
+        // (the release gate's model must not read it as "held").
+        let queued = waiters(&store.sealed().await?, key).await?;
+        if queued > 0 {
+            return Err(ArbiterError::Queued { waiters: queued });
         }
         return match granter.attempt(session, key, class, None).await? {
             Attempt::Granted(g) => Ok(g),

@@ -19,6 +19,10 @@ pub enum ArbiterError {
     MalformedToken,
     #[error("held by another session")]
     Held,
+    #[error(
+        "{waiters} waiter(s) queued for this key (fairness: durable): a caller that will not wait does not overtake them"
+    )]
+    Queued { waiters: usize },
     #[error("still held by another session when the wait deadline passed")]
     HeldDeadline,
     #[error("held by the same identity under another session (leaked hold?)")]
@@ -51,7 +55,7 @@ impl ArbiterError {
                 Reason::MalformedRequest
             }
             ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
-            ArbiterError::Held => Reason::Held,
+            ArbiterError::Held | ArbiterError::Queued { .. } => Reason::Held,
             ArbiterError::HeldDeadline => Reason::HeldDeadline,
             ArbiterError::LeakedHold => Reason::LeakedHold,
             ArbiterError::StaleToken => Reason::StaleToken,
@@ -72,6 +76,7 @@ impl ArbiterError {
                 ("ttl_seconds", ttl_seconds.to_string()),
             ],
             ArbiterError::StreamFull { limit } => vec![("limit", limit.to_string())],
+            ArbiterError::Queued { waiters } => vec![("waiters", waiters.to_string())],
             _ => Vec::new(),
         }
     }

@@ -5,16 +5,17 @@
 
 use super::history::{Event, Kind, Phase, Recorder, mono_ns};
 use super::register::RegisterClient;
+
+mod plan;
+mod renewals;
+
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::{self as remote, Svid};
-use lock_config::proto::v1::{
-    AcquireRequest, KeepAliveRequest, OpenSessionRequest, ReleaseRequest,
-};
+use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
+pub use plan::{ClientPlan, KeyPlan, WorkerPlan};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use renewals::{Session, renew};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,66 +25,6 @@ use tonic::transport::Channel;
 pub const KEEPALIVE_CLIENT: u32 = 10_000;
 /// Bound on a call's answer beyond its own wait.
 const CALL_TIMEOUT: Duration = Duration::from_secs(4);
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClientPlan {
-    pub id: u32,
-    pub spiffe_id: String,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub ca: PathBuf,
-}
-
-/// What one worker process does, written by the gate as JSON.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WorkerPlan {
-    pub clients: Vec<ClientPlan>,
-    /// Envoy's listener (https).
-    pub endpoint: String,
-    /// Arbiters' own addresses, for the share of calls sent straight to a chosen arbiter
-    /// (keys then meet more than one arbiter, as when the ring changes).
-    pub arbiters: Vec<SocketAddr>,
-    /// Envoy's SVID: the direct calls play the edge, which the arbiters admit.
-    pub edge_cert: PathBuf,
-    pub edge_key: PathBuf,
-    pub direct_percent: u32,
-    pub keys: KeyPlan,
-    /// CLOCK_MONOTONIC ns: the run's origin (key generations count from it) and its end.
-    pub origin: u64,
-    pub until: u64,
-    pub max_ops_per_client: u64,
-    pub register: SocketAddr,
-    pub postgres: Option<String>,
-    pub history: PathBuf,
-    pub seed: u64,
-    /// Share of releases followed by a re-grant and a replay of the old release.
-    pub replay_percent: u32,
-}
-
-/// Keys rotate: generation `g` (every `generation_ms`) uses `<prefix>/<run>/g<g>/k<i>`, so
-/// every key's history is short and starts from a free key.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct KeyPlan {
-    pub fifo_prefix: String,
-    pub durable_prefix: String,
-    pub run: String,
-    pub per_generation: u32,
-    pub generation_ms: u64,
-    pub durable_percent: u32,
-}
-
-impl KeyPlan {
-    fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
-        let g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
-        let i = rng.random_range(0..self.per_generation.max(1));
-        let prefix = if rng.random_range(0..100) < self.durable_percent {
-            &self.durable_prefix
-        } else {
-            &self.fifo_prefix
-        };
-        format!("{prefix}/{}/g{g}/k{i}", self.run)
-    }
-}
 
 /// Runs every client of the plan until its end; returns when all have stopped.
 pub async fn run(plan: WorkerPlan) -> anyhow::Result<()> {
@@ -115,18 +56,6 @@ struct Client {
     ops: u64,
 }
 
-struct Session {
-    id: i64,
-    /// Set when a renewal says the session is gone; the keepalive task stops.
-    dead: Arc<AtomicBool>,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.dead.store(true, Ordering::SeqCst);
-    }
-}
-
 /// A call's outcome as the history records it.
 enum Outcome<T> {
     Ok(T),
@@ -146,6 +75,11 @@ fn classify<T>(
             // A wait that ran out: the wire reason is HELD, but the wait may also have
             // ended on a slow store; recorded apart so the checks can tell.
             Some((lock_config::Reason::HeldDeadline, _)) => Outcome::Fail("HELD_DEADLINE".into()),
+            // Refused because durable waiters are queued: the key may be free at that moment
+            // (FIFO), which the fenced-mutex model does not represent; recorded apart.
+            Some((lock_config::Reason::Held, meta)) if meta.contains_key("waiters") => {
+                Outcome::Fail("HELD_QUEUED".into())
+            }
             Some((r, _)) => Outcome::Fail(r.as_str().into()),
             None => Outcome::Unknown(format!("{:?}", status.code())),
         },
@@ -453,81 +387,4 @@ fn record_id(key: &str) -> i64 {
         h = h.wrapping_mul(0x100000001b3);
     }
     (h >> 1) as i64
-}
-
-/// The session's KeepAlive stream, renewing every `every`, each renewal recorded as an
-/// operation of client `id`. Reopens a broken stream; stops when the session is gone.
-async fn renew(
-    mut edge: LockClient<Channel>,
-    rec: Arc<Recorder>,
-    id: u32,
-    session: i64,
-    every: Duration,
-    dead: Arc<AtomicBool>,
-) {
-    let mut op = 0u64;
-    let event = |op: u64, ph: Phase, why: Option<String>| Event {
-        c: id,
-        op,
-        t: mono_ns(),
-        ph,
-        f: Kind::KeepAlive,
-        key: None,
-        session: Some(session),
-        token: None,
-        why,
-        via: Some("edge".into()),
-    };
-    while !dead.load(Ordering::SeqCst) {
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let stream = tokio::time::timeout(
-            CALL_TIMEOUT,
-            edge.keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)),
-        )
-        .await;
-        let mut replies = match stream {
-            Ok(Ok(r)) => r.into_inner(),
-            _ => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        while !dead.load(Ordering::SeqCst) {
-            op += 1;
-            rec.record(&event(op, Phase::Invoke, None));
-            if tx
-                .send(KeepAliveRequest {
-                    session_id: session,
-                })
-                .await
-                .is_err()
-            {
-                rec.record(&event(op, Phase::Info, Some("stream closed".into())));
-                break;
-            }
-            match tokio::time::timeout(CALL_TIMEOUT, replies.message()).await {
-                Ok(Ok(Some(r))) if r.ttl_seconds > 0 => rec.record(&event(op, Phase::Ok, None)),
-                Ok(Ok(Some(_))) => {
-                    rec.record(&event(op, Phase::Fail, Some("SESSION_EXPIRED".into())));
-                    dead.store(true, Ordering::SeqCst);
-                }
-                Ok(Err(status)) => {
-                    let why =
-                        lock_integration::reason_of(&status).map(|(r, _)| r.as_str().to_owned());
-                    if why.as_deref() == Some("SESSION_EXPIRED") {
-                        rec.record(&event(op, Phase::Fail, why));
-                        dead.store(true, Ordering::SeqCst);
-                    } else {
-                        rec.record(&event(op, Phase::Info, why));
-                    }
-                    break;
-                }
-                _ => {
-                    rec.record(&event(op, Phase::Info, Some("stream broken".into())));
-                    break;
-                }
-            }
-            tokio::time::sleep(every).await;
-        }
-    }
 }

@@ -1,0 +1,114 @@
+//! The grant verdict, case by case.
+
+use super::*;
+
+const ME: &str = "spiffe://example.org/ns/pay/sa/a";
+const OTHER: &str = "spiffe://example.org/ns/pay/sa/b";
+
+fn me() -> Claimant<'static> {
+    Claimant {
+        lease_hex: "7a",
+        spiffe_id: ME,
+        session_create_revision: 40,
+        epoch_mod_revision: 5,
+    }
+}
+
+fn holder(session: &str, id: &str, create: i64) -> Option<HolderSeen> {
+    Some(HolderSeen {
+        session: Some(session.into()),
+        spiffe_id: Some(id.into()),
+        create_revision: create,
+        mod_revision: create,
+    })
+}
+
+fn refused(epoch: Option<i64>, session: Option<i64>, h: Option<HolderSeen>) -> TxnSeen {
+    TxnSeen::Refused {
+        epoch_mod_revision: epoch,
+        session_create_revision: session,
+        holder: h,
+        read_at: Some(90),
+    }
+}
+
+#[test]
+fn verdict_table() {
+    let undecodable = Some(HolderSeen {
+        session: None,
+        spiffe_id: None,
+        create_revision: 60,
+        mod_revision: 60,
+    });
+    let cases: Vec<(&str, TxnSeen, Verdict)> = vec![
+        (
+            "committed",
+            TxnSeen::Committed { revision: 77 },
+            Verdict::Granted { revision: 77 },
+        ),
+        (
+            "held by another identity",
+            refused(Some(5), Some(40), holder("9", OTHER, 60)),
+            Verdict::Held { at: 90 },
+        ),
+        (
+            "held by this session: the same grant again",
+            refused(Some(5), Some(40), holder("7a", ME, 60)),
+            Verdict::Granted { revision: 60 },
+        ),
+        (
+            "held by this identity, another session",
+            refused(Some(5), Some(40), holder("9", ME, 60)),
+            Verdict::LeakedHold,
+        ),
+        (
+            "undecodable holder is someone else's",
+            refused(Some(5), Some(40), undecodable),
+            Verdict::Held { at: 90 },
+        ),
+        (
+            "released between compare and read",
+            refused(Some(5), Some(40), None),
+            Verdict::ReleasedMeanwhile,
+        ),
+        (
+            "session expired",
+            refused(Some(5), None, holder("9", OTHER, 60)),
+            Verdict::SessionGone,
+        ),
+        (
+            "session re-created under the same id",
+            refused(Some(5), Some(41), None),
+            Verdict::SessionGone,
+        ),
+        (
+            "epoch advanced",
+            refused(Some(6), Some(40), holder("9", OTHER, 60)),
+            Verdict::EpochMoved,
+        ),
+        (
+            "epoch record deleted",
+            refused(None, Some(40), None),
+            Verdict::EpochMoved,
+        ),
+        (
+            "epoch moved explains a gone session too",
+            refused(Some(6), None, None),
+            Verdict::EpochMoved,
+        ),
+    ];
+    for (name, seen, want) in cases {
+        assert_eq!(verdict(&me(), &seen), want, "{name}");
+    }
+}
+
+#[test]
+fn held_without_a_header_watches_from_the_holder_write() {
+    let seen = TxnSeen::Refused {
+        epoch_mod_revision: Some(5),
+        session_create_revision: Some(40),
+        holder: holder("9", OTHER, 60),
+        read_at: None,
+    };
+    assert_eq!(verdict(&me(), &seen), Verdict::Held { at: 60 });
+}

@@ -1,0 +1,68 @@
+//! What a worker process is told to do, written by the gate as JSON.
+
+use crate::history::mono_ns;
+use rand::Rng as _;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientPlan {
+    pub id: u32,
+    pub spiffe_id: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// What one worker process does, written by the gate as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerPlan {
+    pub clients: Vec<ClientPlan>,
+    /// Envoy's listener (https).
+    pub endpoint: String,
+    /// Arbiters' own addresses, for the share of calls sent straight to a chosen arbiter
+    /// (keys then meet more than one arbiter, as when the ring changes).
+    pub arbiters: Vec<SocketAddr>,
+    /// Envoy's SVID: the direct calls play the edge, which the arbiters admit.
+    pub edge_cert: PathBuf,
+    pub edge_key: PathBuf,
+    pub direct_percent: u32,
+    pub keys: KeyPlan,
+    /// CLOCK_MONOTONIC ns: the run's origin (key generations count from it) and its end.
+    pub origin: u64,
+    pub until: u64,
+    pub max_ops_per_client: u64,
+    pub register: SocketAddr,
+    pub postgres: Option<String>,
+    pub history: PathBuf,
+    pub seed: u64,
+    /// Share of releases followed by a re-grant and a replay of the old release.
+    pub replay_percent: u32,
+}
+
+/// Keys rotate: generation `g` (every `generation_ms`) uses `<prefix>/<run>/g<g>/k<i>`, so
+/// every key's history is short and starts from a free key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeyPlan {
+    pub fifo_prefix: String,
+    pub durable_prefix: String,
+    pub run: String,
+    pub per_generation: u32,
+    pub generation_ms: u64,
+    pub durable_percent: u32,
+}
+
+impl KeyPlan {
+    pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
+        let g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
+        let i = rng.random_range(0..self.per_generation.max(1));
+        let prefix = if rng.random_range(0..100) < self.durable_percent {
+            &self.durable_prefix
+        } else {
+            &self.fifo_prefix
+        };
+        format!("{prefix}/{}/g{g}/k{i}", self.run)
+    }
+}
