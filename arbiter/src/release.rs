@@ -15,10 +15,28 @@ use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 use lock_config::FencingToken;
 
 /// One release transaction's outcome.
+#[derive(Debug, PartialEq, Eq)]
 enum Released {
     Done,
     /// The epoch record moved since it was cached: re-read it and retry.
     EpochMoved,
+}
+
+/// What a release transaction's answer means: committed, or (its compares failed) the
+/// epoch record moved — every compare may have failed for that, so retry — or, with the
+/// epoch unchanged, the holder is not this token's grant (released, expired, re-granted).
+fn release_verdict(
+    committed: bool,
+    epoch_seen: Option<i64>,
+    epoch_compared: i64,
+) -> Result<Released, ArbiterError> {
+    if committed {
+        Ok(Released::Done)
+    } else if epoch_seen == Some(epoch_compared) {
+        Err(ArbiterError::StaleToken)
+    } else {
+        Ok(Released::EpochMoved)
+    }
 }
 
 pub struct Releaser<'a> {
@@ -96,17 +114,34 @@ impl Releaser<'_> {
             .and_then(vec![TxnOp::delete(hkey, None)])
             .or_else(vec![TxnOp::get(EPOCH_KEY, None)]);
         let resp = sealed.txn(txn).await?;
-        if resp.succeeded() {
-            return Ok(Released::Done);
-        }
-        let epoch_now = match resp.op_responses().first() {
+        let epoch_seen = match resp.op_responses().first() {
             Some(TxnOpResponse::Get(g)) => g.kvs().first().map(KeyValue::mod_revision),
             _ => None,
         };
-        if epoch_now == Some(epoch.mod_revision) {
-            Err(ArbiterError::StaleToken)
-        } else {
-            Ok(Released::EpochMoved)
+        release_verdict(resp.succeeded(), epoch_seen, epoch.mod_revision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_verdict_table() {
+        let cases = [
+            // (committed, epoch record's mod revision read back, compared, verdict)
+            (true, None, 5, Ok(Released::Done)),
+            (false, Some(5), 5, Err("stale")), // same epoch: not this token's grant
+            (false, Some(9), 5, Ok(Released::EpochMoved)), // advanced: retry
+            (false, None, 5, Ok(Released::EpochMoved)), // record gone: re-read it
+        ];
+        for (committed, seen, compared, want) in cases {
+            let got = release_verdict(committed, seen, compared);
+            match (got, want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, w),
+                (Err(ArbiterError::StaleToken), Err(_)) => {}
+                (g, w) => panic!("{committed} {seen:?} {compared}: got {g:?}, want {w:?}"),
+            }
         }
     }
 }

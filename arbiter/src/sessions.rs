@@ -186,3 +186,16 @@ impl Sessions {
 /// The etcd keepalive streams one client KeepAlive stream has opened, by lease.
 #[derive(Default)]
 pub struct Keepers(HashMap<i64, SealedKeeper>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_lease_ids_are_positive_and_never_zero() {
+        // Zero asks etcd to choose (a guessable id); negative ids are refused by etcd.
+        for _ in 0..10_000 {
+            assert!(random_lease_id() > 0);
+        }
+    }
+}
