@@ -138,6 +138,28 @@ impl Envoy {
         Ok(text)
     }
 
+    /// Every counter whose name matches `regex` (Envoy's own filter syntax), by name.
+    pub fn stats_matching(&self, regex: &str) -> anyhow::Result<Vec<(String, u64)>> {
+        let body = crate::admin_get(self.admin, &format!("/stats?filter={regex}"))?;
+        Ok(body
+            .lines()
+            .filter_map(|l| {
+                let (name, v) = l.split_once(": ")?;
+                Some((name.to_owned(), v.trim().parse().ok()?))
+            })
+            .collect())
+    }
+
+    /// Connections accepted by each of Envoy's worker threads on the lock.v1 listener.
+    pub fn connections_per_worker(&self) -> anyhow::Result<Vec<u64>> {
+        let stats = self.stats_matching(r"^listener\..*\.worker_[0-9]+\.downstream_cx_total$")?;
+        Ok(stats
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with("listener.admin"))
+            .map(|(_, n)| n)
+            .collect())
+    }
+
     /// One stat from the admin endpoint, e.g. `cluster.arbiters.upstream_rq_total`.
     pub fn stat(&self, name: &str) -> anyhow::Result<Option<u64>> {
         let body = crate::admin_get(self.admin, &format!("/stats?filter=^{name}$"))?;

@@ -42,6 +42,11 @@ pub fn gate_id(i: usize) -> String {
 
 /// An identity with a small rate budget: burst 3, then 1 request per second.
 pub const LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/limited";
+/// An identity with a deep bucket refilled slowly: burst [`DEEP_BURST`], then 1 per second.
+/// A kept bucket and a fresh one differ by the burst for [`DEEP_BURST`] seconds after it is
+/// emptied, so a test can tell them apart however long a reload takes within that.
+pub const DEEP_LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/deep-limited";
+pub const DEEP_BURST: u32 = 60;
 
 /// Writes the test registry into `dir` and returns its path.
 pub fn write_test_registry(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -119,6 +124,14 @@ spec:
   spiffeId: {LIMITED}
   prefixes: [{FAST_PREFIX}]
   rate: {{perSecond: 1, burst: 3}}
+---
+apiVersion: lock.dev/v1alpha1
+kind: LockGrant
+metadata: {{name: test-deep-limited}}
+spec:
+  spiffeId: {DEEP_LIMITED}
+  prefixes: [{FAST_PREFIX}]
+  rate: {{perSecond: 1, burst: {DEEP_BURST}}}
 "
     ));
     for (name, prefix, fairness, ttl) in [

@@ -69,8 +69,18 @@ async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
     }
 }
 
-#[tokio::test]
-async fn drain_at_first_failure_and_fence_before_the_lease_expires() {
+/// How the edge fails under a holder.
+#[derive(Debug, Clone, Copy)]
+enum EdgeFailure {
+    /// Envoy killed: renewals are refused at once (connection refused).
+    Killed,
+    /// Envoy frozen (SIGSTOP): the connection stays open and renewals hang unanswered, as
+    /// with a blackholed or stalled edge.
+    Frozen,
+}
+
+/// Drain at the first failed renewal, fence at least 500 ms before etcd deletes the hold.
+async fn drain_then_fence(failure: EdgeFailure) {
     let (mut stack, _reg) = Stack::with_test_registry().await.unwrap();
     let client = stack.lock_client(&waiter_id(1)).unwrap();
     let fenced_at = Arc::new(Mutex::new(None::<Instant>));
@@ -99,8 +109,11 @@ async fn drain_at_first_failure_and_fence_before_the_lease_expires() {
         }
     });
 
-    // The holder's keepalives are blocked: the edge goes away.
-    stack.envoy.proc.kill();
+    // The holder's keepalives are blocked: the edge goes away, or hangs.
+    match failure {
+        EdgeFailure::Killed => stack.envoy.proc.kill(),
+        EdgeFailure::Frozen => stack.envoy.proc.signal("STOP").unwrap(),
+    }
     let drained_at = eventually(Duration::from_secs(u64::from(FAST_TTL)), || async {
         anyhow::ensure!(!hold.can_start(), "still can_start");
         Ok(Instant::now())
@@ -111,22 +124,37 @@ async fn drain_at_first_failure_and_fence_before_the_lease_expires() {
         .await
         .unwrap()
         .unwrap();
+    if let EdgeFailure::Frozen = failure {
+        stack.envoy.proc.signal("CONT").unwrap();
+    }
     let fenced_at = fenced_at.lock().unwrap().expect("on_fence ran");
+    let margin = deleted_at.saturating_duration_since(fenced_at);
     eprintln!(
-        "drained {:?} before the fence; fenced {:?} before etcd deleted the hold",
+        "{failure:?}: drained {:?} before the fence; fenced {margin:?} before etcd deleted the hold",
         fenced_at - drained_at,
-        deleted_at - fenced_at
     );
     assert!(
         drained_at <= fenced_at,
         "can_start turned false before the fence"
     );
+    // The client fences at (last renewal sent) + TTL - 1 s; etcd deletes at (last renewal
+    // applied) + TTL. Half the designed second is the margin required.
     assert!(
-        fenced_at < deleted_at,
-        "on_fence before the server-side lease expired"
+        fenced_at + Duration::from_millis(500) <= deleted_at,
+        "{failure:?}: fenced only {margin:?} before the server-side expiry"
     );
     assert!(hold.is_fenced() && hold.remaining_ttl() == Duration::ZERO);
     assert_eq!(hold.release().await, Err(LockError::Fenced));
+}
+
+#[tokio::test]
+async fn drain_at_first_failure_and_fence_before_the_lease_expires() {
+    drain_then_fence(EdgeFailure::Killed).await;
+}
+
+#[tokio::test]
+async fn a_hung_edge_fences_the_holder_before_the_lease_expires() {
+    drain_then_fence(EdgeFailure::Frozen).await;
 }
 
 #[tokio::test]
@@ -218,9 +246,22 @@ async fn lockctl_run_serialises_commands_and_kills_a_fenced_one() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("intervals");
     let key = format!("{FAST_PREFIX}/run");
+    // Whichever command holds first waits (bounded) until lockctl inspect, run inside it
+    // with the same identity files, counts the other one queued: contention is proven, not
+    // left to the two happening to run one after the other.
+    let lockctl = lock_integration::paths::workspace_bin("lockctl").unwrap();
     let script = format!(
-        "echo start $(date +%s%N) >> {log}; sleep 1; echo end $(date +%s%N) >> {log}; test -n \"$LOCK_TOKEN\"",
-        log = log.display()
+        "echo start $(date +%s%N) >> {log}; \
+         if mkdir {first} 2>/dev/null; then \
+           for i in $(seq 100); do \
+             if {lockctl} inspect {key} | grep -q 'waiters=1'; then echo queued 0 >> {log}; break; fi; \
+             sleep 0.1; \
+           done; \
+         fi; \
+         sleep 1; echo end $(date +%s%N) >> {log}; test -n \"$LOCK_TOKEN\"",
+        log = log.display(),
+        first = dir.path().join("first").display(),
+        lockctl = lockctl.display(),
     );
     let mut children = Vec::new();
     for i in 4..6 {
@@ -247,10 +288,15 @@ async fn lockctl_run_serialises_commands_and_kills_a_fenced_one() {
     let kinds: Vec<&str> = stamps.iter().map(|(w, _)| w.as_str()).collect();
     assert_eq!(
         kinds,
-        ["start", "end", "start", "end"],
-        "never at the same time: {text}"
+        ["start", "queued", "end", "start", "end"],
+        "the second waited in the queue, and never ran at the same time: {text}"
     );
-    assert!(stamps.windows(2).all(|w| w[0].1 <= w[1].1));
+    let times: Vec<u128> = stamps
+        .iter()
+        .filter(|(w, _)| w != "queued")
+        .map(|(_, t)| *t)
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]));
 
     // A command whose hold is fenced is stopped and lockctl says so (exit 4).
     let pidfile = dir.path().join("pid");

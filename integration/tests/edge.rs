@@ -55,12 +55,33 @@ fn stat(stack: &Stack, name: &str) -> u64 {
 async fn rate_limit_holds_across_workers_and_spares_other_identities() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAST_PREFIX}/r");
-    // Four connections of the limited identity: Envoy spreads connections over its two
-    // worker threads, so the bucket must be shared to hold.
+    // Connections of the limited identity, opened until Envoy's two worker threads have
+    // each accepted some (counted by Envoy per worker): the bucket must be shared to hold.
+    let before = stack.envoy.connections_per_worker().unwrap();
     let mut limited = Vec::new();
-    for _ in 0..4 {
+    while limited.len() < 16 {
         limited.push(stack.workload(LIMITED).await.unwrap());
+        let now = stack.envoy.connections_per_worker().unwrap();
+        let spread = now
+            .iter()
+            .zip(before.iter().chain(std::iter::repeat(&0)))
+            .filter(|(n, b)| n > b)
+            .count();
+        if limited.len() >= 4 && spread >= 2 {
+            break;
+        }
     }
+    let now = stack.envoy.connections_per_worker().unwrap();
+    assert!(
+        now.len() >= 2
+            && now
+                .iter()
+                .zip(before.iter().chain(std::iter::repeat(&0)))
+                .filter(|(n, b)| n > b)
+                .count()
+                >= 2,
+        "the limited identity's connections never reached both worker threads: {before:?} -> {now:?}"
+    );
     let mut other = stack.workload(&waiter_id(0)).await.unwrap();
     let started = std::time::Instant::now();
     let (mut ok, mut refused) = (0u64, 0u64);
@@ -83,11 +104,12 @@ async fn rate_limit_holds_across_workers_and_spares_other_identities() {
         assert!(inspect(&mut other, &key).await.is_ok(), "round {round}");
     }
     let elapsed = started.elapsed().as_secs();
+    let sent = 5 * limited.len() as u64;
     assert!(
         ok <= 3 + elapsed + 1,
         "{ok} allowed in {elapsed} s with burst 3 and 1/s"
     );
-    assert!(refused >= 20 - (3 + elapsed + 1), "{refused} refused");
+    assert_eq!(ok + refused, sent);
     assert!(stat(&stack, "wasmcustom.lock_edge.denied.RATE_LIMITED") >= refused);
 }
 
@@ -183,23 +205,41 @@ async fn grants_are_pushed_live_and_a_refused_push_keeps_the_previous_config() {
     );
 }
 
+/// Sends `n` Inspects as fast as they go; how many were admitted.
+async fn admitted_of(c: &mut Client, key: &str, n: u32) -> u32 {
+    let mut ok = 0;
+    for _ in 0..n {
+        match inspect(c, key).await {
+            Ok(_) => ok += 1,
+            Err(s) => assert_eq!(reason_of(&s).map(|r| r.0), Some(Reason::RateLimited)),
+        }
+    }
+    ok
+}
+
+/// A grant push must not refill the buckets. The identity's bucket is deep (60) and refills
+/// at 1/s: emptied, pushed, reloaded, a new connection may then get at most one token per
+/// second since the bucket was emptied, where a fresh bucket would admit 60 at once. A slow
+/// reload only lets more tokens back (counted), so the test gets slower, never red, until
+/// the reload takes longer than the bucket's depth in seconds.
 #[tokio::test]
 async fn rate_buckets_survive_a_grant_push() {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(StackOptions {
-        registry: registry.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut limited = stack.workload(LIMITED).await.unwrap();
+    use lock_integration::registry::{DEEP_BURST, DEEP_LIMITED};
+    let (stack, reg) = Stack::with_test_registry().await.unwrap();
+    let registry = reg.path().join("registry");
+    let mut limited = stack.workload(DEEP_LIMITED).await.unwrap();
     let key = format!("{FAST_PREFIX}/b");
-    let mut refused = false;
-    for _ in 0..8 {
-        refused |= reason(inspect(&mut limited, &key).await) == Some(Reason::RateLimited);
-    }
-    assert!(refused, "bucket exhausted");
+    // Empty the bucket: a full one admits DEEP_BURST, plus what refills meanwhile.
+    let first = admitted_of(&mut limited, &key, DEEP_BURST + 20).await;
+    let emptied = std::time::Instant::now();
+    assert!(
+        first >= DEEP_BURST,
+        "a full bucket admits its burst: {first}"
+    );
+    assert!(
+        first < DEEP_BURST + 20,
+        "the bucket was never emptied: {first}"
+    );
     let reloads = stat(
         &stack,
         "extension_config_discovery.http_filter.lock_edge.config_reload",
@@ -216,11 +256,17 @@ async fn rate_buckets_survive_a_grant_push() {
     })
     .await
     .unwrap();
-    // Immediately after the push the identity is still limited: the bucket was kept.
-    let mut fresh = stack.workload(LIMITED).await.unwrap();
-    assert_eq!(
-        reason(inspect(&mut fresh, &key).await),
-        Some(Reason::RateLimited)
+    // A new connection after the reload: the kept bucket has refilled one per second.
+    let mut fresh = stack.workload(DEEP_LIMITED).await.unwrap();
+    let after = admitted_of(&mut fresh, &key, DEEP_BURST).await;
+    let refill = u32::try_from(emptied.elapsed().as_secs()).unwrap_or(u32::MAX) + 1;
+    assert!(
+        refill < DEEP_BURST / 2,
+        "the reload took {refill} s: too slow to tell a kept bucket from a fresh one"
+    );
+    assert!(
+        after <= refill,
+        "{after} admitted after the push, {refill} s after the bucket was emptied: the push refilled it"
     );
 }
 
@@ -300,4 +346,81 @@ async fn affinity_over_three_arbiters_metrics_and_cross_prefix_matrix() {
         !stats.contains("nope") && !stats.contains("spiffe") && !stats.contains("ledger/"),
         "{stats}"
     );
+}
+
+/// Affinity where it matters: waiting Acquires of one key from several identities, over
+/// three arbiters, all queue at the one arbiter that owns the key (its local waiter count
+/// sees every one of them), for keys owned by each of the three.
+#[tokio::test]
+async fn waiters_from_several_identities_queue_at_the_key_owner() {
+    use lock_integration::registry::SLOW_PREFIX;
+    let reg = tempfile::tempdir().unwrap();
+    let stack = Stack::start(StackOptions {
+        arbiters: 3,
+        registry: write_test_registry(reg.path()).unwrap(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut holder = stack.workload(&waiter_id(0)).await.unwrap();
+    // One key owned by each arbiter.
+    let mut keys: HashMap<String, String> = HashMap::new();
+    for i in 0..200 {
+        let key = format!("{SLOW_PREFIX}/aff{i}");
+        let resp = holder
+            .inspect(InspectRequest { key: key.clone() })
+            .await
+            .unwrap();
+        let owner = lock_integration::answered_by(&resp).unwrap();
+        if !keys.values().any(|o| *o == owner) {
+            keys.insert(key, owner);
+        }
+        if keys.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(keys.len(), 3, "no key found for some arbiter: {keys:?}");
+    let mut waiting = Vec::new();
+    for (key, owner) in &keys {
+        let s = lock_integration::open_session(&mut holder, key)
+            .await
+            .unwrap();
+        holder
+            .acquire(AcquireRequest {
+                key: key.clone(),
+                session_id: s,
+                wait_millis: 0,
+            })
+            .await
+            .unwrap();
+        for w in 1..=3 {
+            let mut c = stack.workload(&waiter_id(w)).await.unwrap();
+            let key = key.clone();
+            waiting.push(tokio::spawn(async move {
+                let s = lock_integration::open_session(&mut c, &key).await.unwrap();
+                c.acquire(AcquireRequest {
+                    key,
+                    session_id: s,
+                    wait_millis: 20_000,
+                })
+                .await
+            }));
+        }
+        let seen = eventually(Duration::from_secs(15), || async {
+            let resp = holder
+                .clone()
+                .inspect(InspectRequest { key: key.clone() })
+                .await?;
+            let by = lock_integration::answered_by(&resp).unwrap_or_default();
+            let n = resp.into_inner().waiters;
+            anyhow::ensure!(n == 3, "{n} of 3 waiters queued at {by}");
+            Ok(by)
+        })
+        .await
+        .unwrap();
+        assert_eq!(&seen, owner, "{key}: waiters counted away from its owner");
+    }
+    for w in waiting {
+        w.abort();
+    }
 }

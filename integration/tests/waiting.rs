@@ -161,7 +161,14 @@ async fn deadline_and_cancellation_leave_the_queue() {
     acquire(&mut holder, &key, hs, 0).await.unwrap();
 
     let (mut w1, s1) = waiter(&stack, 1).await;
+    let asked = std::time::Instant::now();
     let status = acquire(&mut w1, &key, s1, 800).await.unwrap_err();
+    // It waited its whole deadline (a slow machine only makes the wait longer).
+    assert!(
+        asked.elapsed() >= Duration::from_millis(800),
+        "answered after {:?}",
+        asked.elapsed()
+    );
     assert_eq!(status.code(), Code::DeadlineExceeded);
     assert_eq!(reason_of(&status).unwrap().0, Reason::HeldDeadline);
     assert_eq!(inspect(&mut holder, &key).await.waiters, 0);

@@ -148,8 +148,17 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
     acquire(&mut ledger, "pay/ledger/1", s).await.unwrap();
     let so = session(&mut orders, "orders/x").await;
     let mut operator = stack.workload(OPERATOR).await.unwrap();
-    // From here on, every request is refused: etcd's revision must not move.
+    // From here on, every request is refused at the edge: etcd's revision must not move,
+    // and Envoy sends nothing upstream (its own count of requests to the arbiters).
     let before = etcd_revision(&stack).await;
+    let upstream = |stack: &Stack| {
+        stack
+            .envoy
+            .stat("cluster.arbiters.upstream_rq_total")
+            .unwrap()
+            .unwrap_or(0)
+    };
+    let forwarded_before = upstream(&stack);
 
     // No covering grant: PERMISSION_DENIED / NOT_GRANTED, the same reply for a held key, a
     // free key and a key in a namespace that does not exist.
@@ -253,6 +262,11 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
         etcd_revision(&stack).await,
         before,
         "a refused request must not write to etcd"
+    );
+    assert_eq!(
+        upstream(&stack),
+        forwarded_before,
+        "a request refused at the edge must not be forwarded"
     );
     for a in &stack.arbiters {
         assert!(!a.proc.log_text().contains("panicked"), "{} panicked", a.id);

@@ -25,10 +25,17 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// The most a run is extended past its duration to reach `min_faults`.
+pub const MAX_EXTENSION: Duration = Duration::from_secs(180);
+
 #[derive(Debug, Clone)]
 pub struct GateOptions {
-    /// How long the workers run; faults are injected throughout.
+    /// How long the workers run at least; faults are injected throughout.
     pub duration: Duration,
+    /// Faults to inject however slow the machine: the run is extended (by at most
+    /// [`MAX_EXTENSION`]) until this many have been injected, so a slow machine makes the
+    /// gate longer, never short of a fault.
+    pub min_faults: usize,
     pub workers: usize,
     pub clients_per_worker: usize,
     /// Faults, injected in this order, round after round, `fault_gap` apart.
@@ -54,6 +61,7 @@ impl Default for GateOptions {
     fn default() -> Self {
         Self {
             duration: Duration::from_secs(60),
+            min_faults: 0,
             workers: 3,
             clients_per_worker: 3,
             faults: faults::ALL.to_vec(),
@@ -184,7 +192,10 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
     let history_dir = dir.join("history");
     std::fs::create_dir_all(&history_dir)?;
     let origin = mono_ns();
-    let until = origin + u64::try_from(opts.duration.as_nanos())?;
+    // Workers run until told to stop (the stop file), or at the latest `until`.
+    let soft_end = origin + u64::try_from(opts.duration.as_nanos())?;
+    let until = soft_end + u64::try_from(MAX_EXTENSION.as_nanos())?;
+    let stop_file = dir.join("stop");
     let run_id = format!("r{:x}", origin % 0xfffff);
     let mut workers = Vec::new();
     for w in 0..opts.workers {
@@ -219,6 +230,7 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             },
             origin,
             until,
+            stop_file: stop_file.clone(),
             max_ops_per_client: 1_000_000,
             register: register.addr,
             postgres: pg.as_ref().map(|p| p.url()),
@@ -256,14 +268,16 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
         op
     };
 
-    // Faults, round after round, until the workers' end (leaving time for the last).
+    // Faults, round after round, until the run's duration is over (leaving time for the
+    // last) and at least `min_faults` were injected, within the hard end.
     let mut injected = Vec::new();
     let mut epoch = 1u16;
     tokio::time::sleep(opts.fault_gap).await;
     let mut n = 0usize;
     while !opts.faults.is_empty() {
         let fault = opts.faults[n % opts.faults.len()];
-        if mono_ns() + 8_000_000_000 > until {
+        let room = |end: u64| mono_ns() + 8_000_000_000 <= end;
+        if !room(until) || (!room(soft_end) && injected.len() >= opts.min_faults) {
             break;
         }
         let target = faults::Target {
@@ -287,8 +301,11 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
         n += 1;
         tokio::time::sleep(opts.fault_gap).await;
     }
-    // Workers stop on their own at `until`; bound the wait, then stop them.
-    let deadline = Instant::now() + opts.duration + Duration::from_secs(30);
+    // Load for the whole duration, then tell the workers to stop; bound the wait.
+    let left = soft_end.saturating_sub(mono_ns());
+    tokio::time::sleep(Duration::from_nanos(left)).await;
+    std::fs::write(&stop_file, b"stop")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
     for w in &mut workers {
         while w.check_running().is_ok() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;

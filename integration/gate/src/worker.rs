@@ -194,7 +194,9 @@ impl Client {
     }
 
     fn done(&self) -> bool {
-        mono_ns() >= self.plan.until || self.ops >= self.plan.max_ops_per_client
+        mono_ns() >= self.plan.until
+            || self.ops >= self.plan.max_ops_per_client
+            || self.plan.stop_file.exists()
     }
 
     async fn run(mut self) -> anyhow::Result<()> {

@@ -33,6 +33,8 @@ pub struct WorkerPlan {
     /// CLOCK_MONOTONIC ns: the run's origin (key generations count from it) and its end.
     pub origin: u64,
     pub until: u64,
+    /// Created by the gate when the run is over (it may end before `until`).
+    pub stop_file: PathBuf,
     pub max_ops_per_client: u64,
     pub register: SocketAddr,
     pub postgres: Option<String>,
