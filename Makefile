@@ -7,8 +7,10 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e gate bench clean
+.PHONY: help deps build wasm run stop test lint unit e2e gate bench fuzz clean
 
+# `make fuzz`: seconds per fuzz target.
+FUZZ_SECONDS ?= 60
 # `make gate`: how long the workers run under faults, and extra `gate run` flags.
 GATE_SECONDS ?= 120
 GATE_ARGS ?=
@@ -67,6 +69,11 @@ bench: deps ## Side-by-side benchmark (release build): writes bench-results/late
 	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
 	$(CARGO) build --release --workspace
 	target/release/bench --out bench-results
+
+fuzz: ## libFuzzer on the filter's request decoding and config parsing (FUZZ_SECONDS=60 per target)
+	@bash integration/scripts/install-deps.sh fuzz
+	cd filter/fuzz && for t in request_body filter_config; do \
+	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; done
 
 clean: stop ## Remove build output and the run folder (keeps .deps)
 	$(CARGO) clean

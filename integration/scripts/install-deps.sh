@@ -12,6 +12,8 @@
 #   redis         Debian redis-server (benchmark peer)
 #   iproute2      Debian iproute2 (`ip`: the release gate's network namespaces)
 #   node          Debian nodejs (`make bench` runs the authoriser in wasm under V8)
+#   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
+#                 `install-deps.sh fuzz`)
 #
 # Every step checks first and does nothing when its result is already present.
 set -euo pipefail
@@ -137,6 +139,24 @@ install_node() {
   log "node: installing Debian nodejs"
   system_apt_install nodejs
 }
+
+install_fuzz() {
+  # `make fuzz`: libFuzzer through cargo-fuzz, which needs a nightly toolchain
+  # (-Zsanitizer). Not part of `make test`.
+  if ! rustup toolchain list | grep -q '^nightly'; then
+    log "fuzz: installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+  fi
+  if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    log "fuzz: installing cargo-fuzz from crates.io"
+    cargo install cargo-fuzz --locked
+  fi
+}
+
+if [ "${1:-}" = "fuzz" ]; then
+  install_fuzz
+  exit 0
+fi
 
 install_protoc
 install_openssl

@@ -50,10 +50,11 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
     .await
     .unwrap();
 
-    // Bound for "promptly": a grant is one Txn plus one read-back, each capped by the store
-    // timeout; the slack covers process scheduling on a loaded 2-core machine. This guards
-    // against hangs; it is not a latency assertion.
-    let bound = Duration::from_millis(3 * STORE_TIMEOUT_MS) + Duration::from_secs(3);
+    // A hang guard, not a latency assertion: a grant is one Txn plus one read-back, each
+    // capped by the store timeout, so an answer comes within a few store timeouts; without
+    // the cap the call would hang until the test's own timeout. The slack is wide so that a
+    // loaded machine makes this slower, never red.
+    let bound = Duration::from_millis(4 * STORE_TIMEOUT_MS) + Duration::from_secs(10);
     let started = Instant::now();
     let status = ledger
         .acquire(AcquireRequest {
