@@ -152,3 +152,40 @@ pub fn reason_of(
 )> {
     lock_client::refusal(status).map(|r| (r.reason, r.metadata))
 }
+
+/// Acquire `key` on session `session_id`, waiting up to `wait_millis`.
+pub async fn acquire(
+    c: &mut Client,
+    key: &str,
+    session_id: i64,
+    wait_millis: u64,
+) -> Result<lock_config::proto::v1::AcquireResponse, tonic::Status> {
+    let req = lock_config::proto::v1::AcquireRequest {
+        key: key.into(),
+        session_id,
+        wait_millis,
+    };
+    c.acquire(req).await.map(tonic::Response::into_inner)
+}
+
+/// Inspect `key`: its holder and the waiters queued at its arbiter.
+pub async fn inspect(
+    c: &mut Client,
+    key: &str,
+) -> Result<lock_config::proto::v1::InspectResponse, tonic::Status> {
+    let req = lock_config::proto::v1::InspectRequest { key: key.into() };
+    c.inspect(req).await.map(tonic::Response::into_inner)
+}
+
+/// Waits (at most 20 s) until Inspect counts exactly `n` waiters for `key`.
+pub async fn until_waiters(c: &Client, key: &str, n: u32) -> anyhow::Result<()> {
+    process::eventually(std::time::Duration::from_secs(20), || {
+        let mut c = c.clone();
+        async move {
+            let w = inspect(&mut c, key).await?.waiters;
+            anyhow::ensure!(w == n, "{w} waiters for {key}, want {n}");
+            Ok(())
+        }
+    })
+    .await
+}

@@ -14,13 +14,7 @@ use lock_integration::{Stack, StackOptions};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use lock_integration::Client;
-
-async fn inspect(c: &mut Client, key: &str) -> Result<InspectResponse, tonic::Status> {
-    c.inspect(InspectRequest { key: key.into() })
-        .await
-        .map(tonic::Response::into_inner)
-}
+use lock_integration::{Client, inspect};
 
 fn reason(r: Result<InspectResponse, tonic::Status>) -> Option<Reason> {
     r.err().and_then(|s| reason_of(&s).map(|r| r.0))

@@ -7,7 +7,6 @@
 //! second; the TTL they are compared with is 30 s), not performance assertions.
 
 use lock_client::LockError;
-use lock_config::proto::v1::InspectRequest;
 use lock_integration::Stack;
 use lock_integration::pki::SvidFiles;
 use lock_integration::process::eventually;
@@ -46,10 +45,9 @@ fn signal(child: &Child, sig: Signal) {
 /// Waiters queued for `key`, as Inspect reports them.
 async fn waiters(stack: &Stack, key: &str) -> u32 {
     let mut c = stack.workload(&waiter_id(7)).await.unwrap();
-    c.inspect(InspectRequest { key: key.into() })
+    lock_integration::inspect(&mut c, key)
         .await
         .unwrap()
-        .into_inner()
         .waiters
 }
 

@@ -4,14 +4,13 @@
 use lock_config::proto::v1::*;
 use lock_config::{FencingToken, Reason};
 use lock_integration::Stack;
-use lock_integration::process::eventually;
 use lock_integration::reason_of;
 use lock_integration::registry::{FAST_PREFIX, waiter_id};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::Code;
 
-use lock_integration::Client;
+use lock_integration::{Client, acquire, inspect, until_waiters};
 
 async fn waiter(stack: &Stack, i: usize) -> (Client, i64) {
     let mut c = stack.workload(&waiter_id(i)).await.unwrap();
@@ -49,43 +48,6 @@ fn keep_alive(c: Client, session_id: i64) -> tokio::task::JoinHandle<()> {
     })
 }
 
-async fn acquire(
-    c: &mut Client,
-    key: &str,
-    s: i64,
-    wait_ms: u64,
-) -> Result<AcquireResponse, tonic::Status> {
-    c.acquire(AcquireRequest {
-        key: key.into(),
-        session_id: s,
-        wait_millis: wait_ms,
-    })
-    .await
-    .map(tonic::Response::into_inner)
-}
-
-async fn inspect(c: &mut Client, key: &str) -> InspectResponse {
-    c.inspect(InspectRequest { key: key.into() })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn until_waiters(c: &mut Client, key: &str, n: u32) {
-    let key = key.to_owned();
-    eventually(Duration::from_secs(10), || {
-        let mut c = c.clone();
-        let key = key.clone();
-        async move {
-            let w = inspect(&mut c, &key).await.waiters;
-            anyhow::ensure!(w == n, "{w} waiters, want {n}");
-            Ok(())
-        }
-    })
-    .await
-    .unwrap();
-}
-
 #[tokio::test]
 async fn waiters_are_granted_in_arrival_order_with_one_attempt_per_release() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
@@ -116,7 +78,7 @@ async fn waiters_are_granted_in_arrival_order_with_one_attempt_per_release() {
             ka.abort();
         }));
         // Arrival order is the order the arbiter queued them in: wait until it has.
-        until_waiters(&mut holder, &key, i as u32).await;
+        until_waiters(&holder, &key, i as u32).await.unwrap();
     }
     let txns_before = stack.etcd.rpc_count("Txn").unwrap();
     holder
@@ -149,7 +111,7 @@ async fn waiters_are_granted_in_arrival_order_with_one_attempt_per_release() {
         (N + 1 + N) as u64,
         "etcd Txn count: one grant attempt per release"
     );
-    assert_eq!(inspect(&mut holder, &key).await.waiters, 0);
+    assert_eq!(inspect(&mut holder, &key).await.unwrap().waiters, 0);
 }
 
 #[tokio::test]
@@ -171,7 +133,7 @@ async fn deadline_and_cancellation_leave_the_queue() {
     );
     assert_eq!(status.code(), Code::DeadlineExceeded);
     assert_eq!(reason_of(&status).unwrap().0, Reason::HeldDeadline);
-    assert_eq!(inspect(&mut holder, &key).await.waiters, 0);
+    assert_eq!(inspect(&mut holder, &key).await.unwrap().waiters, 0);
 
     // A cancelled request (the caller drops it) leaves the queue.
     let (w2, s2) = waiter(&stack, 2).await;
@@ -180,9 +142,9 @@ async fn deadline_and_cancellation_leave_the_queue() {
         let mut w2 = w2;
         let _ = acquire(&mut w2, &k, s2, 60_000).await;
     });
-    until_waiters(&mut holder, &key, 1).await;
+    until_waiters(&holder, &key, 1).await.unwrap();
     task.abort();
-    until_waiters(&mut holder, &key, 0).await;
+    until_waiters(&holder, &key, 0).await.unwrap();
 }
 
 #[tokio::test]
@@ -261,7 +223,7 @@ async fn validate_token_and_inspect() {
         FencingToken::pack(2, FencingToken::from_u64(g.token).unwrap().revision()).unwrap();
     assert!(!valid(&mut w0, wrong_epoch.as_u64()).await);
 
-    let i = inspect(&mut w0, &key).await;
+    let i = inspect(&mut w0, &key).await.unwrap();
     assert!(i.held);
     assert_eq!(i.holder_spiffe_id, waiter_id(0));
     assert_eq!(i.class_name, "pay-fast");
@@ -275,7 +237,7 @@ async fn validate_token_and_inspect() {
     .await
     .unwrap();
     assert!(!valid(&mut w0, g.token).await, "false after release");
-    assert!(!inspect(&mut w0, &key).await.held);
+    assert!(!inspect(&mut w0, &key).await.unwrap().held);
 
     let (mut w1, s1) = waiter(&stack, 1).await;
     let _ka1 = keep_alive(w1.clone(), s1);
@@ -312,7 +274,7 @@ async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
             .unwrap();
             ka.abort();
         }));
-        until_waiters(&mut holder, &key, i as u32).await;
+        until_waiters(&holder, &key, i as u32).await.unwrap();
     }
     // Durable waiters are keys on their session leases.
     let mut etcd = stack.etcd_client().await.unwrap();
@@ -348,7 +310,7 @@ async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
     let txns = stack.etcd.rpc_count("Txn").unwrap() - txns_before;
     assert_eq!(*order.lock().unwrap(), (1..=N).collect::<Vec<_>>());
     assert_eq!(txns, (N + 1 + N) as u64, "one grant attempt per release");
-    until_waiters(&mut holder, &key, 0).await;
+    until_waiters(&holder, &key, 0).await.unwrap();
 }
 
 #[tokio::test]
@@ -375,7 +337,7 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
         pending.push(tokio::spawn(async move {
             acquire(&mut c2, &k, s, 60_000).await
         }));
-        until_waiters(&mut holder, &key, i as u32).await;
+        until_waiters(&holder, &key, i as u32).await.unwrap();
         waiters.push((i, c, s, ka));
     }
     let arbiter = stack.arbiters.iter_mut().find(|a| a.id == owner).unwrap();
@@ -387,7 +349,7 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
         );
     }
     assert_eq!(
-        inspect(&mut holder, &key).await.waiters,
+        inspect(&mut holder, &key).await.unwrap().waiters,
         3,
         "durable entries survived"
     );
@@ -442,7 +404,7 @@ async fn a_durable_waiter_outlives_an_epoch_advance() {
     let _ka1 = keep_alive(c.clone(), s);
     let k = key.clone();
     let waiting = tokio::spawn(async move { acquire(&mut c, &k, s, 30_000).await });
-    until_waiters(&mut holder, &key, 1).await;
+    until_waiters(&holder, &key, 1).await.unwrap();
 
     stack.advance_epoch(1).unwrap();
     let granted = tokio::time::timeout(Duration::from_secs(20), waiting)

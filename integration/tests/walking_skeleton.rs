@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
-use lock_integration::Client;
+use lock_integration::{Client, acquire};
 
 async fn stack() -> Stack {
     Stack::start(StackOptions::default())
@@ -24,20 +24,6 @@ async fn session(c: &mut Client, key: &str) -> i64 {
         .expect("open session")
         .into_inner()
         .session_id
-}
-
-async fn acquire(
-    c: &mut Client,
-    key: &str,
-    session_id: i64,
-) -> Result<AcquireResponse, tonic::Status> {
-    c.acquire(AcquireRequest {
-        key: key.into(),
-        session_id,
-        wait_millis: 0,
-    })
-    .await
-    .map(tonic::Response::into_inner)
 }
 
 fn refused(
@@ -68,7 +54,7 @@ async fn grant_held_leak_release_and_a_larger_token() {
     let key = "pay/ledger/42";
 
     let s1 = session(&mut ledger, key).await;
-    let g1 = acquire(&mut ledger, key, s1).await.unwrap();
+    let g1 = acquire(&mut ledger, key, s1, 0).await.unwrap();
     let t1 = FencingToken::from_u64(g1.token).unwrap();
     let parts = g1.parts.unwrap();
     assert_eq!((parts.epoch, parts.revision), (1, t1.revision()));
@@ -81,16 +67,19 @@ async fn grant_held_leak_release_and_a_larger_token() {
     assert_eq!(g1.class_name, "pay-ledger");
 
     // Retrying the same Acquire on the same session returns the same grant.
-    assert_eq!(acquire(&mut ledger, key, s1).await.unwrap().token, g1.token);
+    assert_eq!(
+        acquire(&mut ledger, key, s1, 0).await.unwrap().token,
+        g1.token
+    );
 
     // Another identity's session: HELD (ABORTED).
     let s_op = session(&mut operator, key).await;
-    let (code, reason, _) = refused(acquire(&mut operator, key, s_op).await);
+    let (code, reason, _) = refused(acquire(&mut operator, key, s_op, 0).await);
     assert_eq!((code, reason), (Code::Aborted, Reason::Held));
 
     // The same identity under a second session: LEAKED_HOLD, not HELD (ADR-13).
     let s2 = session(&mut ledger, key).await;
-    let (code, reason, _) = refused(acquire(&mut ledger, key, s2).await);
+    let (code, reason, _) = refused(acquire(&mut ledger, key, s2, 0).await);
     assert_eq!(
         (code, reason),
         (Code::FailedPrecondition, Reason::LeakedHold)
@@ -126,7 +115,7 @@ async fn grant_held_leak_release_and_a_larger_token() {
     assert_eq!(refused(r).1, Reason::StaleToken);
 
     // The next grant's token is larger.
-    let g2 = acquire(&mut operator, key, s_op).await.unwrap();
+    let g2 = acquire(&mut operator, key, s_op, 0).await.unwrap();
     assert!(g2.token > g1.token, "next token must be larger");
 
     // Closing the operator's session releases its hold in one committed entry.
@@ -135,7 +124,7 @@ async fn grant_held_leak_release_and_a_larger_token() {
         .await
         .unwrap();
     assert_eq!(holder_create_revision(&stack, key).await, None);
-    let (code, reason, _) = refused(acquire(&mut operator, key, s_op).await);
+    let (code, reason, _) = refused(acquire(&mut operator, key, s_op, 0).await);
     assert_eq!((code, reason), (Code::NotFound, Reason::SessionExpired));
 }
 
@@ -145,7 +134,7 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
     let mut ledger = stack.workload(LEDGER).await.unwrap();
     let mut orders = stack.workload(ORDERS).await.unwrap();
     let s = session(&mut ledger, "pay/ledger/1").await;
-    acquire(&mut ledger, "pay/ledger/1", s).await.unwrap();
+    acquire(&mut ledger, "pay/ledger/1", s, 0).await.unwrap();
     let so = session(&mut orders, "orders/x").await;
     let mut operator = stack.workload(OPERATOR).await.unwrap();
     // From here on, every request is refused at the edge: etcd's revision must not move,
@@ -164,7 +153,7 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
     // free key and a key in a namespace that does not exist.
     let mut replies = Vec::new();
     for key in ["pay/ledger/1", "pay/ledger/free", "nope/x"] {
-        let status = acquire(&mut orders, key, so).await.unwrap_err();
+        let status = acquire(&mut orders, key, so, 0).await.unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "{key}");
         assert_eq!(reason_of(&status).unwrap().0, Reason::NotGranted);
         replies.push((
@@ -179,7 +168,7 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
     );
     // Segment boundaries: a grant on pay/ledger does not cover pay/ledgers.
     assert_eq!(
-        refused(acquire(&mut ledger, "pay/ledgers", s).await).1,
+        refused(acquire(&mut ledger, "pay/ledgers", s, 0).await).1,
         Reason::NotGranted
     );
 
@@ -191,7 +180,7 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
         "",
         &format!("pay/{}", "x".repeat(600)),
     ] {
-        let (code, reason, _) = refused(acquire(&mut ledger, key, s).await);
+        let (code, reason, _) = refused(acquire(&mut ledger, key, s, 0).await);
         assert_eq!(
             (code, reason),
             (Code::InvalidArgument, Reason::InvalidKey),
@@ -200,7 +189,7 @@ async fn bad_input_gets_its_status_and_nothing_reaches_etcd() {
     }
 
     // Region: archive is homed in eu-far.
-    let (code, reason, meta) = refused(acquire(&mut operator, "archive/x", s).await);
+    let (code, reason, meta) = refused(acquire(&mut operator, "archive/x", s, 0).await);
     assert_eq!(
         (code, reason),
         (Code::FailedPrecondition, Reason::RegionRedirect)
@@ -367,7 +356,7 @@ async fn wrong_session_ttl_names_the_class() {
     let stack = stack().await;
     let mut orders = stack.workload(ORDERS).await.unwrap();
     let s = session(&mut orders, "orders/x").await; // orders-default: 30 s
-    let (code, reason, meta) = refused(acquire(&mut orders, "orders/batch/1", s).await);
+    let (code, reason, meta) = refused(acquire(&mut orders, "orders/batch/1", s, 0).await);
     assert_eq!(
         (code, reason),
         (Code::FailedPrecondition, Reason::WrongSessionTtl)
@@ -375,7 +364,9 @@ async fn wrong_session_ttl_names_the_class() {
     assert_eq!(meta.get("class").map(String::as_str), Some("orders-batch"));
     assert_eq!(meta.get("ttl_seconds").map(String::as_str), Some("60"));
     let s60 = session(&mut orders, "orders/batch/1").await;
-    acquire(&mut orders, "orders/batch/1", s60).await.unwrap();
+    acquire(&mut orders, "orders/batch/1", s60, 0)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -446,7 +437,7 @@ async fn no_epoch_no_grant_until_lockctl_epoch_init() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("already exists"));
 
     let s = session(&mut ledger, "pay/ledger/1").await;
-    acquire(&mut ledger, "pay/ledger/1", s).await.unwrap();
+    acquire(&mut ledger, "pay/ledger/1", s, 0).await.unwrap();
 }
 
 #[tokio::test]
@@ -523,7 +514,7 @@ async fn keepalive_stream_renews_and_reports_a_closed_session() {
     let stack = stack().await;
     let mut ledger = stack.workload(LEDGER).await.unwrap();
     let s = session(&mut ledger, "pay/ledger/ka").await;
-    acquire(&mut ledger, "pay/ledger/ka", s).await.unwrap();
+    acquire(&mut ledger, "pay/ledger/ka", s, 0).await.unwrap();
 
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let mut replies = ledger
