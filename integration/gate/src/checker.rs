@@ -2,14 +2,20 @@
 //! violations out). What counts as a violation, per key:
 //!
 //! 1. Token order: a grant acknowledged before another grant was requested carries a
-//!    smaller token; two sessions never get the same token.
+//!    smaller token. Uniqueness: two sessions never get the same token, whenever they ask.
 //! 2. Backed: every acknowledged token's revision is the create revision of that key's
-//!    holder record in etcd (a grant is a committed transaction, never a notification).
+//!    holder record in etcd (a grant is a committed transaction, never a notification),
+//!    written on the grantee's own session lease, and the token's epoch is the epoch the
+//!    store was in at that revision.
 //! 3. Exclusion: two acknowledged holds of one key never overlap in real time, unless one
 //!    of them had been taken away by the service first (its session ended or an epoch
 //!    advance deleted it, per etcd's own history) before the other was granted.
 //! 4. Fences: a fenced resource (the in-test register, the PostgreSQL reference fence)
-//!    never accepts a write with a lower token than a write it accepted earlier.
+//!    never accepts a write with a lower token than a write it accepted earlier; the
+//!    PostgreSQL fence is strict (`fence < $token`), so it never accepts one token twice.
+//! 5. Releases: an acknowledged release ended a hold that was live (its holder record was
+//!    deleted, and not by the store revoking it first); a release of a hold that was never
+//!    deleted is not refused STALE_TOKEN.
 //!
 //! Operations with unknown outcome constrain nothing: an unacknowledged grant is no hold.
 
@@ -55,8 +61,10 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
             .filter(|o| o.kind == Kind::Acquire && o.ok() && o.token.is_some())
             .collect();
         token_order(key, &grants, &mut out);
+        token_unique(key, &grants, &mut out);
         backed(key, &grants, truth, &mut out);
         exclusion(key, &ops, truth, &mut out);
+        releases(key, &ops, truth, &mut out);
         for kind in [Kind::Write, Kind::PgWrite] {
             let accepted: Vec<&Op> = ops
                 .iter()
@@ -64,6 +72,9 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
                 .filter(|o| o.kind == kind && o.ok())
                 .collect();
             fence_order(key, kind, &accepted, &mut out);
+            if kind == Kind::PgWrite {
+                fence_strict(key, &accepted, &mut out);
+            }
         }
     }
     out
@@ -111,34 +122,95 @@ fn token_order(key: &str, grants: &[&Op], out: &mut Vec<Violation>) {
                     show(tx)
                 ),
             });
-        } else if tx == ty && x.session != y.session {
-            out.push(Violation {
-                check: "token-order",
+        }
+    });
+}
+
+/// One token, one session: whatever the timing (concurrent grants included).
+fn token_unique(key: &str, grants: &[&Op], out: &mut Vec<Violation>) {
+    let mut first: BTreeMap<u64, &Op> = BTreeMap::new();
+    let mut reported = std::collections::BTreeSet::new();
+    for g in grants {
+        let t = g.token.unwrap_or(0);
+        match first.get(&t) {
+            Some(f) if f.session != g.session && reported.insert(t) => out.push(Violation {
+                check: "token-unique",
                 key: key.into(),
                 detail: format!(
                     "token {} granted to two sessions (clients {} and {})",
-                    show(ty),
-                    x.client,
-                    y.client
+                    show(t),
+                    f.client,
+                    g.client
                 ),
-            });
+            }),
+            Some(_) => {}
+            None => {
+                first.insert(t, g);
+            }
         }
-    });
+    }
 }
 
 fn backed(key: &str, grants: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
     for g in grants {
         let t = g.token.unwrap_or(0);
-        if !truth.backed(key, revision(t)) {
+        let rev = revision(t);
+        let problem = if !truth.backed(key, rev) {
+            Some(format!("no holder record was created at revision {rev}"))
+        } else if let Some(lease) = truth.lease_of(key, rev)
+            && Some(lease) != g.session
+        {
+            Some(format!(
+                "the holder record at revision {rev} is on lease {lease:x}, not the grantee's session"
+            ))
+        } else if let Some(epoch) = truth.epoch_at(rev)
+            && FencingToken::from_u64(t).ok().map(|t| u32::from(t.epoch())) != Some(epoch)
+        {
+            Some(format!(
+                "the store was in epoch {epoch} at revision {rev}, not the token's"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
             out.push(Violation {
                 check: "backed",
                 key: key.into(),
-                detail: format!(
-                    "client {} was granted {} but no holder record was created at revision {}",
-                    g.client,
-                    show(t),
-                    revision(t)
-                ),
+                detail: format!("client {} was granted {}, but {problem}", g.client, show(t)),
+            });
+        }
+    }
+}
+
+/// What a release's answer says about the hold it names, against the store's history.
+fn releases(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
+    for r in ops.iter().filter(|o| o.kind == Kind::Release) {
+        let Some(t) = r.token else { continue };
+        let rev = revision(t);
+        let Some(deleted) = truth.deleted_at(key, rev) else {
+            // Not a hold the store ever had: the grant checks speak for it.
+            continue;
+        };
+        let problem = if r.ok() {
+            match (deleted, truth.revoked_at(key, rev)) {
+                (None, _) => {
+                    Some("acknowledged, but the holder record was never deleted".to_owned())
+                }
+                (Some(_), Some(at)) => Some(format!(
+                    "acknowledged, but the store had already revoked the hold at revision {at}"
+                )),
+                (Some(_), None) => None,
+            }
+        } else if r.why.as_deref() == Some("STALE_TOKEN") && deleted.is_none() {
+            Some("refused STALE_TOKEN, though the hold was never deleted (still live)".to_owned())
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            out.push(Violation {
+                check: "release",
+                key: key.into(),
+                detail: format!("client {}'s release of {}: {problem}", r.client, show(t)),
             });
         }
     }
@@ -246,6 +318,25 @@ fn fence_order(key: &str, kind: Kind, accepted: &[&Op], out: &mut Vec<Violation>
             });
         }
     });
+}
+
+/// The PostgreSQL reference fence is `fence < $token`: one token is accepted at most once.
+fn fence_strict(key: &str, accepted: &[&Op], out: &mut Vec<Violation>) {
+    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+    for w in accepted {
+        let t = w.token.unwrap_or(0);
+        if let Some(first) = seen.insert(t, w.client) {
+            out.push(Violation {
+                check: "fence",
+                key: key.into(),
+                detail: format!(
+                    "PgWrite accepted {} twice (clients {first} and {}): the reference fence is strict",
+                    show(t),
+                    w.client
+                ),
+            });
+        }
+    }
 }
 
 fn show(token: u64) -> String {

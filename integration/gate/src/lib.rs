@@ -73,7 +73,7 @@ impl Default for GateOptions {
             durable_percent: 20,
             keys_per_generation: 3,
             generation: Duration::from_secs(2),
-            linearizability_steps: 20_000,
+            linearizability_steps: 2_000_000,
             out_dir: None,
             seed: 7,
         }
@@ -89,6 +89,8 @@ pub struct GateReport {
     pub linearizable: usize,
     pub not_linearizable: Vec<String>,
     pub unchecked: Vec<String>,
+    /// The key whose linearizability check took longest, and how long.
+    pub slowest_key: Option<(String, Duration)>,
     pub dir: PathBuf,
     pub elapsed: Duration,
 }
@@ -131,6 +133,12 @@ impl GateReport {
             s.push_str(&format!(
                 "    unchecked (covered by the per-key checks only): {}\n",
                 self.unchecked.join(", ")
+            ));
+        }
+        if let Some((key, took)) = &self.slowest_key {
+            s.push_str(&format!(
+                "    slowest key: {key} in {:.1} ms\n",
+                took.as_secs_f64() * 1e3
             ));
         }
         s.push_str(&format!("  violations: {}\n", self.violations.len()));
@@ -379,18 +387,22 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         violations,
         linearizable: verdicts
             .values()
-            .filter(|v| **v == linearize::Verdict::Linearizable)
+            .filter(|(v, _)| *v == linearize::Verdict::Linearizable)
             .count(),
         not_linearizable: verdicts
             .iter()
-            .filter(|(_, v)| **v == linearize::Verdict::NotLinearizable)
+            .filter(|(_, (v, _))| *v == linearize::Verdict::NotLinearizable)
             .map(|(k, _)| k.clone())
             .collect(),
         unchecked: verdicts
             .iter()
-            .filter(|(_, v)| **v == linearize::Verdict::Unchecked)
+            .filter(|(_, (v, _))| *v == linearize::Verdict::Unchecked)
             .map(|(k, _)| k.clone())
             .collect(),
+        slowest_key: verdicts
+            .iter()
+            .max_by_key(|(_, (_, took))| *took)
+            .map(|(k, (_, took))| (k.clone(), *took)),
         dir: history_dir.to_path_buf(),
         elapsed: started.elapsed(),
     };

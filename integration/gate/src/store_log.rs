@@ -182,6 +182,32 @@ impl StoreTruth {
             .contains_key(&(format!("{HOLDER_PREFIX}{key}"), revision))
     }
 
+    /// The lease the holder record created at `revision` was written on.
+    pub fn lease_of(&self, key: &str, revision: i64) -> Option<i64> {
+        self.hold_lease
+            .get(&(format!("{HOLDER_PREFIX}{key}"), revision))
+            .copied()
+    }
+
+    /// Whether the store ever had the hold created at `revision` (outer None: never), and
+    /// the revision that deleted it (inner None: it lived to the end of the run).
+    pub fn deleted_at(&self, key: &str, revision: i64) -> Option<Option<i64>> {
+        self.holds
+            .get(&(format!("{HOLDER_PREFIX}{key}"), revision))
+            .copied()
+    }
+
+    /// The epoch the store was in at `revision`: how many times the epoch record had been
+    /// written before it (init, then each advance). None when the log holds no epoch write
+    /// (a history that does not start at the store's beginning cannot say).
+    pub fn epoch_at(&self, revision: i64) -> Option<u32> {
+        if self.epoch_writes.is_empty() {
+            return None;
+        }
+        let n = self.epoch_writes.iter().filter(|w| **w < revision).count();
+        u32::try_from(n).ok()
+    }
+
     /// The revision at which the hold created at `revision` was taken away by the service
     /// (its session ended, or an epoch advance deleted it), if it was.
     pub fn revoked_at(&self, key: &str, revision: i64) -> Option<i64> {

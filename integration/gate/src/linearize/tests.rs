@@ -115,3 +115,145 @@ fn an_exhausted_budget_claims_nothing() {
         Verdict::Unchecked
     );
 }
+
+/// A random small history of one key: three clients, each one operation at a time, with
+/// every kind of answer (and lost answers), tokens from a small range so that duplicates,
+/// inversions and stale releases all occur.
+fn random_history(rng: &mut rand::rngs::StdRng) -> Vec<Op> {
+    use rand::Rng as _;
+    let mut ops = Vec::new();
+    for client in 1..=3u32 {
+        let session = i64::from(client) * 10;
+        let mut t = rng.random_range(0..20u64);
+        for _ in 0..rng.random_range(0..4) {
+            let start = t + rng.random_range(0..10);
+            let end = start + rng.random_range(1..15);
+            t = end + 1;
+            let token = Some(rng.random_range(1..7u64));
+            let mut o = if rng.random_bool(0.6) {
+                match rng.random_range(0..4) {
+                    0 | 1 => op(
+                        client,
+                        Kind::Acquire,
+                        session,
+                        token,
+                        (start, end),
+                        Phase::Ok,
+                    ),
+                    2 => refused(client, session, (start, end)),
+                    _ => op(
+                        client,
+                        Kind::Acquire,
+                        session,
+                        None,
+                        (start, end),
+                        Phase::Info,
+                    ),
+                }
+            } else {
+                match rng.random_range(0..4) {
+                    0 | 1 => op(
+                        client,
+                        Kind::Release,
+                        session,
+                        token,
+                        (start, end),
+                        Phase::Ok,
+                    ),
+                    2 => {
+                        let mut o = op(
+                            client,
+                            Kind::Release,
+                            session,
+                            token,
+                            (start, end),
+                            Phase::Fail,
+                        );
+                        o.why = Some("STALE_TOKEN".into());
+                        o
+                    }
+                    _ => op(
+                        client,
+                        Kind::Release,
+                        session,
+                        token,
+                        (start, end),
+                        Phase::Info,
+                    ),
+                }
+            };
+            if o.done.is_some_and(|(_, ph)| ph == Phase::Info) && rng.random_bool(0.5) {
+                o.done = None;
+            }
+            ops.push(o);
+        }
+    }
+    ops
+}
+
+#[test]
+fn the_wgl_search_agrees_with_stateright_on_random_histories() {
+    use rand::SeedableRng as _;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let truth = StoreTruth::default();
+    let (mut compared, mut not_linearizable) = (0, 0);
+    for i in 0..4000 {
+        let ops = random_history(&mut rng);
+        let refs: Vec<&Op> = ops.iter().collect();
+        let reference = check_key_stateright(K, &refs, &[], &truth, 200_000);
+        if reference == Verdict::Unchecked {
+            continue;
+        }
+        let wgl = check_key(K, &refs, &[], &truth, 1_000_000);
+        assert_eq!(wgl, reference, "history {i}: {ops:#?}");
+        compared += 1;
+        not_linearizable += usize::from(reference == Verdict::NotLinearizable);
+    }
+    // Both kinds of verdict were exercised, many times.
+    assert!(compared > 3000, "{compared} compared");
+    assert!(
+        not_linearizable > 300 && compared - not_linearizable > 300,
+        "{not_linearizable} of {compared} not linearizable"
+    );
+}
+
+#[test]
+fn an_epoch_advance_falls_at_its_commit_revision() {
+    // Client 1 holds (revision 5); the advance (write at revision 7) revokes it while client
+    // 2's grant at revision 6 — which committed before the advance — is acknowledged. By
+    // time alone the advance could come first and free the key for client 2; by revision it
+    // comes after, so client 2 was granted a held key.
+    let ops = [
+        op(1, Kind::Acquire, 10, Some((1 << 48) | 5), (0, 2), Phase::Ok),
+        op(
+            2,
+            Kind::Acquire,
+            11,
+            Some((1 << 48) | 6),
+            (3, 20),
+            Phase::Ok,
+        ),
+    ];
+    let advance = Op {
+        client: 0,
+        kind: Kind::Advance,
+        key: None,
+        session: None,
+        token: None,
+        invoked: 3,
+        done: Some((20, Phase::Ok)),
+        why: None,
+    };
+    let refs: Vec<&Op> = ops.iter().collect();
+    let by_time = StoreTruth::default();
+    assert_eq!(
+        check_key(K, &refs, &[&advance], &by_time, 100_000),
+        Verdict::Linearizable
+    );
+    let mut by_revision = StoreTruth::default();
+    by_revision.epoch_writes.extend([1, 7]);
+    assert_eq!(
+        check_key(K, &refs, &[&advance], &by_revision, 100_000),
+        Verdict::NotLinearizable
+    );
+}
