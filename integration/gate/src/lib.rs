@@ -48,6 +48,9 @@ pub struct GateOptions {
     pub direct_percent: u32,
     pub replay_percent: u32,
     pub durable_percent: u32,
+    /// Share of key picks from up to `lookback` generations back (frozen holders' keys).
+    pub lookback_percent: u32,
+    pub lookback: u32,
     pub keys_per_generation: u32,
     pub generation: Duration,
     /// Search budget per key for the linearizability check.
@@ -71,6 +74,8 @@ impl Default for GateOptions {
             direct_percent: 25,
             replay_percent: 20,
             durable_percent: 20,
+            lookback_percent: 30,
+            lookback: 4,
             keys_per_generation: 3,
             generation: Duration::from_secs(2),
             linearizability_steps: 2_000_000,
@@ -84,6 +89,9 @@ pub struct GateReport {
     pub operations: usize,
     pub by_kind: BTreeMap<(Kind, &'static str), usize>,
     pub grants: usize,
+    /// Writes refused by each fence from a holder whose session the store had already
+    /// ended when it wrote (a frozen holder that resumed): the case fencing exists for.
+    pub stale_refused: BTreeMap<Kind, usize>,
     pub faults: Vec<Injected>,
     pub violations: Vec<checker::Violation>,
     pub linearizable: usize,
@@ -123,6 +131,14 @@ impl GateReport {
         }
         let list: Vec<String> = per_fault.iter().map(|(k, n)| format!("{k} x{n}")).collect();
         s.push_str(&format!("  faults: {}\n", list.join(", ")));
+        let stale: Vec<String> = [Kind::Write, Kind::PgWrite]
+            .iter()
+            .map(|k| format!("{k:?} {}", self.stale_refused.get(k).copied().unwrap_or(0)))
+            .collect();
+        s.push_str(&format!(
+            "  stale holder refused (its session ended before it wrote): {}\n",
+            stale.join(", ")
+        ));
         s.push_str(&format!(
             "  linearizability (per key): {} linearizable, {} not, {} unchecked (budget)\n",
             self.linearizable,
@@ -235,6 +251,8 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
                 per_generation: opts.keys_per_generation,
                 generation_ms: u64::try_from(opts.generation.as_millis())?,
                 durable_percent: opts.durable_percent,
+                lookback_percent: opts.lookback_percent,
+                lookback: opts.lookback,
             },
             origin,
             until,
@@ -376,8 +394,19 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         };
         *by_kind.entry((op.kind, outcome)).or_insert(0) += 1;
     }
+    let mut stale_refused = BTreeMap::new();
+    for op in &ops {
+        let ended = op
+            .session
+            .and_then(|s| truth.session_end_seen.get(&s))
+            .is_some_and(|seen| *seen < op.invoked);
+        if matches!(op.kind, Kind::Write | Kind::PgWrite) && op.failed() && ended {
+            *stale_refused.entry(op.kind).or_insert(0) += 1;
+        }
+    }
     let report = GateReport {
         operations: ops.len(),
+        stale_refused,
         grants: ops
             .iter()
             .filter(|o| o.kind == Kind::Acquire && o.ok())

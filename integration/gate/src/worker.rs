@@ -364,8 +364,10 @@ impl Client {
     }
 
     async fn hold(&mut self, key: &str, token: u64) {
+        // The work, then its write: a holder frozen during the work resumes to write with
+        // its old token, which the fences must refuse once a newer holder has written.
+        self.pause(50, 300).await;
         self.write(key, token).await;
-        self.pause(0, 20).await;
         let released = self.release(key, token).await;
         if matches!(released, Outcome::Ok(()))
             && self.rng.random_range(0..100) < self.plan.replay_percent

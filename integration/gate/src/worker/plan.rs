@@ -45,7 +45,9 @@ pub struct WorkerPlan {
 }
 
 /// Keys rotate: generation `g` (every `generation_ms`) uses `<prefix>/<run>/g<g>/k<i>`, so
-/// every key's history is short and starts from a free key.
+/// every key's history is short and starts from a free key. A share of picks looks back a
+/// few generations: a holder frozen past its TTL then finds its key wanted and granted to
+/// someone else before it resumes — the case fencing exists for.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KeyPlan {
     pub fifo_prefix: String,
@@ -54,11 +56,17 @@ pub struct KeyPlan {
     pub per_generation: u32,
     pub generation_ms: u64,
     pub durable_percent: u32,
+    /// Share of picks (percent) from up to `lookback` generations back.
+    pub lookback_percent: u32,
+    pub lookback: u32,
 }
 
 impl KeyPlan {
     pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
-        let g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
+        let mut g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
+        if self.lookback > 0 && g > 0 && rng.random_range(0..100) < self.lookback_percent {
+            g -= rng.random_range(1..=u64::from(self.lookback).min(g));
+        }
         let i = rng.random_range(0..self.per_generation.max(1));
         let prefix = if rng.random_range(0..100) < self.durable_percent {
             &self.durable_prefix
