@@ -7,8 +7,10 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e gate bench fuzz clean
+.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench fuzz clean
 
+# `make soak`: minutes of gate rounds.
+SOAK_MINUTES ?= 60
 # `make fuzz`: seconds per fuzz target.
 FUZZ_SECONDS ?= 60
 # `make gate`: how long the workers run under faults, and extra `gate run` flags.
@@ -64,6 +66,9 @@ test: deps lint build ## Everything: lint, unit, property and end-to-end tests
 
 gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; history checked (GATE_SECONDS=120)
 	target/debug/gate run --seconds $(GATE_SECONDS) $(GATE_ARGS)
+
+soak: build ## The gate for SOAK_MINUTES (60), round after round; one line per round in soak.log
+	target/debug/gate soak --minutes $(SOAK_MINUTES) --log soak.log
 
 bench: deps ## Side-by-side benchmark (release build): writes bench-results/latest.md
 	$(CARGO) build --release -p lock-filter --target wasm32-wasip1

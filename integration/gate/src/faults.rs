@@ -72,6 +72,8 @@ impl FromStr for Fault {
 pub struct Injected {
     pub fault: Fault,
     pub target: String,
+    /// CLOCK_MONOTONIC ns when the fault began (the history's clock).
+    pub started_at: u64,
     pub took: Duration,
 }
 
@@ -89,6 +91,7 @@ pub struct Target<'a> {
 /// Injects `fault` and undoes it; returns what was hit.
 pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
     let start = std::time::Instant::now();
+    let started_at = super::history::mono_ns();
     let target = match fault {
         Fault::KillMember | Fault::KillLeader => {
             let i = member(t.stack, fault == Fault::KillLeader, t.pick).await;
@@ -178,6 +181,7 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
     Ok(Injected {
         fault,
         target,
+        started_at,
         took: start.elapsed(),
     })
 }

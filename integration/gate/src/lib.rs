@@ -9,6 +9,7 @@ pub mod history;
 pub mod linearize;
 pub mod register;
 pub mod store_log;
+pub mod timeline;
 pub mod worker;
 
 use faults::{Fault, Injected};
@@ -347,6 +348,19 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             .collect::<Vec<_>>()
             .join("\n"),
     )?;
+    let spans: Vec<timeline::FaultSpan> = injected
+        .iter()
+        .map(|f| timeline::FaultSpan {
+            name: f.fault.name().to_owned(),
+            target: f.target.clone(),
+            from: f.started_at,
+            to: f.started_at + u64::try_from(f.took.as_nanos()).unwrap_or(u64::MAX),
+        })
+        .collect();
+    std::fs::write(
+        history_dir.join("faults.json"),
+        serde_json::to_string(&spans)?,
+    )?;
     let mut report = check_history(&history_dir, opts.linearizability_steps)?;
     report.faults = injected;
     report.dir = dir.clone();
@@ -436,4 +450,62 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         elapsed: started.elapsed(),
     };
     Ok(report)
+}
+
+/// Writes `timeline-<key>.html` into `history_dir` for every key a check failed on;
+/// returns their paths.
+pub fn write_timelines(
+    history_dir: &std::path::Path,
+    report: &GateReport,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let mut findings: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for v in &report.violations {
+        findings
+            .entry(v.key.clone())
+            .or_default()
+            .push(format!("[{}] {}", v.check, v.detail));
+    }
+    for k in &report.not_linearizable {
+        findings
+            .entry(k.clone())
+            .or_default()
+            .push("[linearizability] no sequential fenced-mutex order fits".into());
+    }
+    if findings.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut files = Vec::new();
+    let mut store_events = Vec::new();
+    for entry in std::fs::read_dir(history_dir)? {
+        let p = entry?.path();
+        match p.file_name().and_then(|n| n.to_str()) {
+            Some("store.jsonl") => {
+                for line in std::fs::read_to_string(&p)?.lines() {
+                    store_events.push(serde_json::from_str::<store_log::StoreEvent>(line)?);
+                }
+            }
+            Some(n) if n.ends_with(".jsonl") => files.push(p),
+            _ => {}
+        }
+    }
+    let faults: Vec<timeline::FaultSpan> = std::fs::read_to_string(history_dir.join("faults.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let ops = history::operations(&history::read(&files)?);
+    let mut written = Vec::new();
+    for (key, found) in findings {
+        let key_ops: Vec<&history::Op> = ops
+            .iter()
+            .filter(|o| o.key.as_deref() == Some(key.as_str()))
+            .collect();
+        let holder = format!("{}{key}", lock_arbiter::layout::HOLDER_PREFIX);
+        let key_store: Vec<&store_log::StoreEvent> =
+            store_events.iter().filter(|e| e.key == holder).collect();
+        let page = timeline::render(&key, &key_ops, &key_store, &faults, &found);
+        let path = history_dir.join(format!("timeline-{}.html", key.replace('/', "_")));
+        std::fs::write(&path, page)?;
+        written.push(path);
+    }
+    Ok(written)
 }

@@ -47,6 +47,19 @@ enum Cmd {
         #[arg(long, default_value_t = 7)]
         seed: u64,
     },
+    /// Gate rounds, one after another with a new seed each, for `minutes` (bounded: at
+    /// most `rounds`); one line per round appended to `log`; stops at the first failure,
+    /// whose history is kept.
+    Soak {
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        #[arg(long, default_value_t = 120)]
+        round_seconds: u64,
+        #[arg(long, default_value_t = 100)]
+        rounds: u64,
+        #[arg(long, default_value = "soak.log")]
+        log: PathBuf,
+    },
     /// Check a kept history folder again (prints the same summary).
     Check {
         /// The `history` folder of a run.
@@ -87,9 +100,16 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
+        Cmd::Soak {
+            minutes,
+            round_seconds,
+            rounds,
+            log,
+        } => soak(&rt, minutes, round_seconds, rounds, &log),
         Cmd::Check { dir, steps } => match lock_gate::check_history(&dir, steps) {
             Ok(report) => {
                 print!("{}", report.summary());
+                print_timelines(&dir, &report);
                 if report.passed() {
                     std::process::ExitCode::SUCCESS
                 } else {
@@ -129,6 +149,7 @@ fn main() -> std::process::ExitCode {
             match rt.block_on(lock_gate::run(&opts)) {
                 Ok(report) => {
                     print!("{}", report.summary());
+                    print_timelines(&report.dir.join("history"), &report);
                     if report.passed() {
                         println!("gate: PASS");
                         std::process::ExitCode::SUCCESS
@@ -143,5 +164,84 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `gate soak`: rounds until the time is up, each line `time round seed verdict counts`.
+fn soak(
+    rt: &tokio::runtime::Runtime,
+    minutes: u64,
+    round_seconds: u64,
+    rounds: u64,
+    log: &std::path::Path,
+) -> std::process::ExitCode {
+    use std::io::Write as _;
+    let until = std::time::Instant::now() + Duration::from_secs(minutes * 60);
+    for round in 1..=rounds {
+        // A round must fit: its load, the faults' extension at most, and the checks.
+        let need = Duration::from_secs(round_seconds) + lock_gate::MAX_EXTENSION;
+        if std::time::Instant::now() + need > until && round > 1 {
+            break;
+        }
+        let opts = GateOptions {
+            duration: Duration::from_secs(round_seconds),
+            seed: 1000 + round,
+            ..GateOptions::default()
+        };
+        let (line, passed) = match rt.block_on(lock_gate::run(&opts)) {
+            Ok(r) => (
+                format!(
+                    "{} ops, {} grants, {} faults, {} violations, {} not linearizable, {} unchecked, stale refused {:?}{}",
+                    r.operations,
+                    r.grants,
+                    r.faults.len(),
+                    r.violations.len(),
+                    r.not_linearizable.len(),
+                    r.unchecked.len(),
+                    r.stale_refused,
+                    if r.passed() {
+                        String::new()
+                    } else {
+                        format!(", history {}", r.dir.display())
+                    }
+                ),
+                r.passed(),
+            ),
+            Err(e) => (format!("could not run: {e:#}"), false),
+        };
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let verdict = if passed { "PASS" } else { "FAIL" };
+        let text = format!(
+            "{stamp} round {round} seed {} {verdict}: {line}\n",
+            1000 + round
+        );
+        print!("{text}");
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("gate soak: {}: {e}", log.display());
+            return std::process::ExitCode::from(2);
+        }
+        if !passed {
+            return std::process::ExitCode::from(1);
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// A failing run's keys as pictures (`timeline-<key>.html` beside the history).
+fn print_timelines(history_dir: &std::path::Path, report: &lock_gate::GateReport) {
+    match lock_gate::write_timelines(history_dir, report) {
+        Ok(paths) => {
+            for p in paths {
+                println!("  timeline: {}", p.display());
+            }
+        }
+        Err(e) => eprintln!("gate: could not draw the timelines: {e:#}"),
     }
 }
