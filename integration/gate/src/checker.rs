@@ -5,8 +5,8 @@
 //!    smaller token. Uniqueness: two sessions never get the same token, whenever they ask.
 //! 2. Backed: every acknowledged token's revision is the create revision of that key's
 //!    holder record in etcd (a grant is a committed transaction, never a notification),
-//!    written on the grantee's own session lease, and the token's epoch is the epoch the
-//!    store was in at that revision.
+//!    written on the grantee's own session lease, naming the identity of the grantee's
+//!    certificate, and the token's epoch is the epoch the store was in at that revision.
 //! 3. Exclusion: two acknowledged holds of one key never overlap in real time, unless one
 //!    of them had been taken away by the service first (its session ended or an epoch
 //!    advance deleted it, per etcd's own history) before the other was granted.
@@ -22,6 +22,7 @@
 use super::history::{Kind, Op};
 use super::store_log::StoreTruth;
 use lock_config::FencingToken;
+use lock_integration::registry::gate_id;
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +163,12 @@ fn backed(key: &str, grants: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
         {
             Some(format!(
                 "the holder record at revision {rev} is on lease {lease:x}, not the grantee's session"
+            ))
+        } else if let Some(who) = truth.identity_of(key, rev)
+            && who != gate_id(g.client as usize)
+        {
+            Some(format!(
+                "the holder record at revision {rev} names {who}, not the identity of the certificate that asked"
             ))
         } else if let Some(epoch) = truth.epoch_at(rev)
             && FencingToken::from_u64(t).ok().map(|t| u32::from(t.epoch())) != Some(epoch)

@@ -6,7 +6,7 @@
 
 use super::history::mono_ns;
 use etcd_client::{EventType, WatchOptions};
-use lock_arbiter::layout::{EPOCH_KEY, HOLDER_PREFIX, SESSION_PREFIX};
+use lock_arbiter::layout::{EPOCH_KEY, HOLDER_PREFIX, Holder, SESSION_PREFIX, decode};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,6 +23,9 @@ pub struct StoreEvent {
     /// The key's create revision (of the deleted value, for deletes).
     pub create_revision: i64,
     pub lease: i64,
+    /// For a holder record's put: the identity the record names (from its value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// Records every event until stopped, then until it has caught up with the store.
@@ -101,13 +104,18 @@ async fn watch_all(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<StoreEvent> 
                             (true, Some(p)) => (p.create_revision(), p.lease()),
                             _ => (kv.create_revision(), kv.lease()),
                         };
+                        let key = String::from_utf8_lossy(kv.key()).into_owned();
+                        let holder = (!delete && key.starts_with(HOLDER_PREFIX))
+                            .then(|| decode::<Holder>(kv.value()).map(|h| h.spiffe_id))
+                            .flatten();
                         events.push(StoreEvent {
                             revision: kv.mod_revision(),
                             seen,
-                            key: String::from_utf8_lossy(kv.key()).into_owned(),
+                            key,
                             delete,
                             create_revision,
                             lease,
+                            holder,
                         });
                         next = next.max(kv.mod_revision() + 1);
                     }
@@ -142,6 +150,8 @@ pub struct StoreTruth {
     pub holds: HashMap<(String, i64), Option<i64>>,
     /// (holder key, create revision) -> its lease.
     pub hold_lease: HashMap<(String, i64), i64>,
+    /// (holder key, create revision) -> the identity its record names.
+    pub hold_identity: HashMap<(String, i64), String>,
     /// Lease -> the revision its session record was deleted at (expiry or close).
     pub session_end: HashMap<i64, i64>,
     /// Revisions at which the epoch record was written (init or advance).
@@ -160,6 +170,9 @@ impl StoreTruth {
                     t.holds.insert(id, Some(e.revision));
                 } else if e.create_revision == e.revision {
                     t.holds.entry(id.clone()).or_insert(None);
+                    if let Some(who) = &e.holder {
+                        t.hold_identity.insert(id.clone(), who.clone());
+                    }
                     t.hold_lease.insert(id, e.lease);
                 }
             } else if let Some(hex) = e.key.strip_prefix(SESSION_PREFIX) {
@@ -180,6 +193,13 @@ impl StoreTruth {
     pub fn backed(&self, key: &str, revision: i64) -> bool {
         self.holds
             .contains_key(&(format!("{HOLDER_PREFIX}{key}"), revision))
+    }
+
+    /// The identity named by the holder record created at `revision`, if the log has it.
+    pub fn identity_of(&self, key: &str, revision: i64) -> Option<&str> {
+        self.hold_identity
+            .get(&(format!("{HOLDER_PREFIX}{key}"), revision))
+            .map(String::as_str)
     }
 
     /// The lease the holder record created at `revision` was written on.

@@ -54,6 +54,7 @@ fn epoch_write(rev: i64) -> StoreEvent {
         delete: false,
         create_revision: 1,
         lease: 0,
+        holder: None,
     }
 }
 
@@ -65,6 +66,7 @@ fn put(rev: i64, lease: i64) -> StoreEvent {
         delete: false,
         create_revision: rev,
         lease,
+        holder: None,
     }
 }
 
@@ -76,6 +78,7 @@ fn del(rev: i64, created: i64, lease: i64) -> StoreEvent {
         delete: true,
         create_revision: created,
         lease,
+        holder: None,
     }
 }
 
@@ -87,6 +90,7 @@ fn session_end(rev: i64, lease: i64) -> StoreEvent {
         delete: true,
         create_revision: 1,
         lease,
+        holder: None,
     }
 }
 
@@ -164,6 +168,16 @@ fn a_holder_record_on_another_lease_is_caught() {
     let e = hold(1, 10, 5, 0, 10, 20);
     let store = [put(5, 99), del(6, 5, 99)];
     assert_eq!(checks(&run(e, &store)), vec!["backed"]);
+}
+
+#[test]
+fn a_holder_record_naming_another_identity_is_caught() {
+    let e = hold(1, 10, 5, 0, 10, 20);
+    let mut p = put(5, 10);
+    p.holder = Some(lock_integration::registry::gate_id(1));
+    assert_eq!(run(e.clone(), &[p.clone(), del(6, 5, 10)]), vec![]);
+    p.holder = Some(lock_integration::registry::gate_id(2));
+    assert_eq!(checks(&run(e, &[p, del(6, 5, 10)])), vec!["backed"]);
 }
 
 #[test]
