@@ -248,6 +248,22 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                 e.lease ^= 0x5a5a;
             }
         }),
+        (
+            "holder record naming another identity",
+            "backed",
+            |_, st, a, b| {
+                let (k, r) = (holder(b), revision(b.token));
+                let other = lock_integration::registry::gate_id(a.client as usize + 100);
+                for e in st
+                    .iter_mut()
+                    .filter(|e| e.key == k && e.create_revision == r)
+                {
+                    if e.holder.is_some() {
+                        e.holder = Some(other.clone());
+                    }
+                }
+            },
+        ),
         ("grant with the wrong epoch", "backed", |ev, _, _, b| {
             retoken(ev, b, b.token + (1 << 48))
         }),
