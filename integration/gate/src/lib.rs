@@ -376,10 +376,11 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
     Ok(report)
 }
 
-/// Checks a recorded history folder (`worker-*.jsonl`, `driver.jsonl`, `store.jsonl`):
-/// what `gate run` does after the run, and `gate check` on a kept folder.
-pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Result<GateReport> {
-    let started = Instant::now();
+/// A recorded history folder's operations (every `*.jsonl` but the store's) and the store
+/// log (`store.jsonl`).
+fn read_history(
+    history_dir: &std::path::Path,
+) -> anyhow::Result<(Vec<history::Op>, Vec<store_log::StoreEvent>)> {
     let mut files = Vec::new();
     let mut store_events = Vec::new();
     for entry in std::fs::read_dir(history_dir)? {
@@ -394,8 +395,14 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
             _ => {}
         }
     }
-    let events = history::read(&files)?;
-    let ops = history::operations(&events);
+    Ok((history::operations(&history::read(&files)?), store_events))
+}
+
+/// Checks a recorded history folder (`worker-*.jsonl`, `driver.jsonl`, `store.jsonl`):
+/// what `gate run` does after the run, and `gate check` on a kept folder.
+pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Result<GateReport> {
+    let started = Instant::now();
+    let (ops, store_events) = read_history(history_dir)?;
     let truth = store_log::StoreTruth::from_events(&store_events);
     let violations = checker::check(&ops, &truth);
     let verdicts = linearize::check_all(&ops, &truth, steps);
@@ -474,25 +481,11 @@ pub fn write_timelines(
     if findings.is_empty() {
         return Ok(Vec::new());
     }
-    let mut files = Vec::new();
-    let mut store_events = Vec::new();
-    for entry in std::fs::read_dir(history_dir)? {
-        let p = entry?.path();
-        match p.file_name().and_then(|n| n.to_str()) {
-            Some("store.jsonl") => {
-                for line in std::fs::read_to_string(&p)?.lines() {
-                    store_events.push(serde_json::from_str::<store_log::StoreEvent>(line)?);
-                }
-            }
-            Some(n) if n.ends_with(".jsonl") => files.push(p),
-            _ => {}
-        }
-    }
+    let (ops, store_events) = read_history(history_dir)?;
     let faults: Vec<timeline::FaultSpan> = std::fs::read_to_string(history_dir.join("faults.json"))
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default();
-    let ops = history::operations(&history::read(&files)?);
     let mut written = Vec::new();
     for (key, found) in findings {
         let key_ops: Vec<&history::Op> = ops

@@ -280,8 +280,13 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
     let mut sessions: BTreeMap<i64, u64> = BTreeMap::new();
     for op in ops.iter().filter(|o| o.key.as_deref() == Some(key)) {
         let Some(session) = op.session else { continue };
-        let first = sessions.entry(session).or_insert(op.invoked);
-        *first = (*first).min(op.invoked);
+        // Only a session that may have held the key (a grant acknowledged or of unknown
+        // outcome) has a hold for its end to take away; the others' ends change nothing
+        // and would only multiply the orders the search tries.
+        if op.kind == Kind::Acquire && !op.failed() {
+            let first = sessions.entry(session).or_insert(op.invoked);
+            *first = (*first).min(op.invoked);
+        }
         let m = match op.kind {
             Kind::Acquire => MutexOp::Acquire { session },
             Kind::Release => MutexOp::Release {
@@ -321,10 +326,15 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
     for (session, first) in sessions {
         if let Some(seen) = truth.session_end_seen.get(&session) {
             pseudo += 1;
+            let at = truth.session_end.get(&session).copied();
             out.push(ModelOp {
                 thread: pseudo,
                 op: MutexOp::Expire { session },
-                at: truth.session_end.get(&session).copied(),
+                at,
+                // From the session's first acquire that may have held the key: a hold's
+                // session ends after it was granted. (A session that ended before it ever
+                // held this key — a client answered SESSION_EXPIRED — is not here at all:
+                // its end happened before its first call, which once made this window lie.)
                 invoked: first,
                 ret: Some((*seen, MutexRet::Done)),
             });
