@@ -257,3 +257,33 @@ fn an_epoch_advance_falls_at_its_commit_revision() {
         Verdict::NotLinearizable
     );
 }
+
+#[test]
+fn a_session_that_ended_before_it_asked_is_no_anomaly() {
+    // Found by `make gate`: client 3's session ended at revision 6, before client 2's grant
+    // at revision 8 was acknowledged; client 3 only learns it on its first call (t = 30),
+    // answered SESSION_EXPIRED. Its end must not be placed after that call.
+    let mut expired = op(3, Kind::Acquire, 12, None, (30, 31), Phase::Fail);
+    expired.why = Some("SESSION_EXPIRED".into());
+    let ops = [
+        op(1, Kind::Acquire, 10, Some((1 << 48) | 5), (0, 2), Phase::Ok),
+        op(1, Kind::Release, 10, Some((1 << 48) | 5), (3, 4), Phase::Ok),
+        op(
+            2,
+            Kind::Acquire,
+            11,
+            Some((1 << 48) | 8),
+            (5, 20),
+            Phase::Ok,
+        ),
+        expired,
+    ];
+    let mut truth = StoreTruth::default();
+    truth.session_end.insert(12, 6);
+    truth.session_end_seen.insert(12, 25);
+    let refs: Vec<&Op> = ops.iter().collect();
+    assert_eq!(
+        check_key(K, &refs, &[], &truth, 100_000),
+        Verdict::Linearizable
+    );
+}
