@@ -9,7 +9,7 @@
 use crate::error::ArbiterError;
 use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KvClient, LeaseClient, LeaseGrantOptions,
-    LeaseGrantResponse, Txn, TxnResponse, WatchClient,
+    LeaseGrantResponse, LeaseRevokeResponse, Txn, TxnResponse, WatchClient,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -89,14 +89,14 @@ impl Etcd {
         }
     }
 
-    /// Revokes a lease (etcd deletes every key on it in one committed entry). Ok(false):
+    /// Revokes a lease (etcd deletes every key on it in one committed entry). Ok(None):
     /// no such lease (etcd's `ErrGRPCLeaseNotFound`, NOT_FOUND), told apart by its code.
-    pub async fn revoke(&self, lease: i64) -> Result<bool, ArbiterError> {
+    pub async fn revoke(&self, lease: i64) -> Result<Option<LeaseRevokeResponse>, ArbiterError> {
         let mut leases = self.lease();
         match tokio::time::timeout(self.timeout, leases.revoke(lease)).await {
             Err(_) => Err(ArbiterError::NoQuorum),
-            Ok(Ok(_)) => Ok(true),
-            Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::NotFound => Ok(false),
+            Ok(Ok(r)) => Ok(Some(r)),
+            Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::NotFound => Ok(None),
             Ok(Err(e)) => Err(e.into()),
         }
     }

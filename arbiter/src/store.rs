@@ -157,11 +157,14 @@ impl Sealed {
         }
     }
 
-    /// Revokes a lease. Ok(false): etcd has no such lease. (etcd's revoke response carries
-    /// the header of the revoking entry, but the etcd-client API returns only success; the
-    /// revoke changes nothing a sealed store could hand out.)
+    /// Revokes a lease. Ok(false): etcd has no such lease. The answer's header is checked
+    /// like any other (a revoke on a store that fails the seal is SEALED, though what it
+    /// removed is gone either way).
     pub async fn revoke(&self, lease: i64) -> Result<bool, ArbiterError> {
-        self.etcd.revoke(lease).await
+        match self.etcd.revoke(lease).await? {
+            Some(r) => self.check(r.header()).map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// Opens a watch; each response it yields has passed the cluster-ID seal.
