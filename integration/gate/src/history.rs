@@ -13,6 +13,12 @@ use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 use std::sync::Mutex;
 
+/// The revision half of a token by its bits: any value, even one no grant could have made
+/// (the checker's `revision` refuses those; the model and the pictures take them as they are).
+pub fn revision_bits(token: u64) -> i64 {
+    i64::try_from(token & ((1 << 48) - 1)).unwrap_or(i64::MAX)
+}
+
 /// CLOCK_MONOTONIC now, in nanoseconds.
 pub fn mono_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);

@@ -12,7 +12,7 @@
 
 pub mod wgl;
 
-use super::history::{Kind, Op};
+use super::history::{Kind, Op, revision_bits};
 use super::store_log::StoreTruth;
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
 use std::collections::{BTreeMap, BTreeSet};
@@ -168,11 +168,6 @@ pub struct MutexState {
     last: u64,
     /// The highest commit revision placed so far: what commits later must come after it.
     rev: i64,
-}
-
-/// The revision half of a token, by its bits (any token, even one no grant could make).
-fn revision_bits(token: u64) -> i64 {
-    i64::try_from(token & ((1 << 48) - 1)).unwrap_or(i64::MAX)
 }
 
 impl MutexState {

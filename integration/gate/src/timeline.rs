@@ -5,7 +5,7 @@
 //! the revision that created it; delete: the revision that removed it); faults shaded across
 //! every lane; the violations written above. Open it in a browser.
 
-use super::history::{Kind, Op, Phase};
+use super::history::{Kind, Op, Phase, revision_bits};
 use super::store_log::StoreEvent;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,10 +36,6 @@ fn colour(op: &Op) -> &'static str {
         Some((_, Phase::Fail)) => "#ef6c00",
         _ => "#9e9e9e",
     }
-}
-
-fn revision(token: u64) -> u64 {
-    token & ((1 << 48) - 1)
 }
 
 /// The page for `key`: its operations, the store's events on its holder record, the
@@ -95,7 +91,7 @@ pub fn render(
             let (a, b) = (x(op.invoked), x(op.returned().unwrap_or(end)));
             let token = op
                 .token
-                .map(|t| format!(" r{}", revision(t)))
+                .map(|t| format!(" r{}", revision_bits(t)))
                 .unwrap_or_default();
             let kind = match op.kind {
                 Kind::Acquire => "acq",

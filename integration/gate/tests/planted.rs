@@ -7,7 +7,7 @@
 //! their own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use lock_gate::history::{Event, Kind, Phase};
+use lock_gate::history::{Event, Kind, Phase, revision_bits as revision};
 use lock_gate::store_log::StoreEvent;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -147,10 +147,6 @@ fn release_of(events: &[Event], g: &Grant) -> (u32, u64) {
                 .any(|e| (e.c, e.op) == *id && e.f == Kind::Release)
         })
         .expect("the grant was released")
-}
-
-fn revision(token: u64) -> i64 {
-    i64::try_from(token & ((1 << 48) - 1)).unwrap()
 }
 
 fn holder(g: &Grant) -> String {
