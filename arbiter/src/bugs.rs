@@ -23,6 +23,12 @@ pub enum Bug {
     /// The listener admits any peer: no client certificate required, no allow-list of
     /// edge identities (layer 3 switched off for the boundary tests).
     AdmitAnyPeer,
+    /// The handoff (a release that hands the key to the queue head in one transaction)
+    /// omits the compare that the releaser's grant is still the holder: a stale or
+    /// replayed release hands someone else's grant on.
+    HandoffWithoutHolderCompare,
+    /// Group commit answers each member of a batch with the next member's sub-result.
+    BatchCrossAnswer,
     /// The seal skips the cluster-ID compare: only the revision floor remains, which a
     /// freshly started arbiter does not have (issue 16: the restore drill shows the
     /// cluster-ID check is what seals it).
@@ -39,8 +45,10 @@ impl FromStr for Bug {
             "edge-headers-from-metadata" => Ok(Bug::EdgeHeadersFromMetadata),
             "admit-any-peer" => Ok(Bug::AdmitAnyPeer),
             "seal-without-cluster-id" => Ok(Bug::SealWithoutClusterId),
+            "handoff-without-holder-compare" => Ok(Bug::HandoffWithoutHolderCompare),
+            "batch-cross-answer" => Ok(Bug::BatchCrossAnswer),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer)"
             )),
         }
     }

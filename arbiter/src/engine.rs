@@ -140,25 +140,29 @@ impl Engine {
         }
     }
 
-    /// Release: ends the grant named by `token` (see `release.rs`), then wakes the key's
-    /// next FIFO waiter here without waiting for the watch.
+    /// Release: ends the grant named by `token` (see `release.rs`); unless that handed the
+    /// key on, wakes the key's next FIFO waiter here without waiting for the watch. Returns
+    /// the store revision of the delete or the handoff.
     pub async fn release(
         &self,
         identity: &str,
         key: &LockKey,
         token: FencingToken,
         lease: Option<i64>,
-    ) -> Result<(), ArbiterError> {
+    ) -> Result<i64, ArbiterError> {
         let releaser = Releaser {
             store: &self.store,
             sessions: &self.sessions,
             bugs: &self.bugs,
+            queues: Some(&self.queues),
         };
-        releaser
-            .release(identity, &holder_key(key), token, lease)
-            .await?;
-        self.queues.released(key.as_str());
-        Ok(())
+        let outcome = releaser.release(identity, key, token, lease).await?;
+        // A handoff left the key held by the head, which has its answer: waking the next
+        // waiter would only cost it a doomed grant transaction.
+        if !outcome.handed_on {
+            self.queues.released(key.as_str());
+        }
+        Ok(outcome.revision)
     }
 
     /// ValidateToken (ADR-16): is `token` the current grant of `key`? One linearizable
@@ -188,7 +192,7 @@ impl Engine {
                 sealed = self.store.resealed().await?;
                 continue;
             }
-            let current = first(0).map(|kv| kv.create_revision());
+            let current = first(0).map(|kv| kv.mod_revision());
             return Ok(token.epoch() == epoch.record.epoch
                 && current == i64::try_from(token.revision()).ok());
         }

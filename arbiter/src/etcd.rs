@@ -7,6 +7,7 @@
 //! a sealed store (`lockctl epoch advance`, `lockctl stats`).
 
 use crate::error::ArbiterError;
+use crate::renewals::Renewals;
 use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KvClient, LeaseClient, LeaseGrantOptions,
     LeaseGrantResponse, LeaseRevokeResponse, Txn, TxnResponse, WatchClient,
@@ -19,6 +20,8 @@ use tonic::Code;
 pub struct Etcd {
     client: Client,
     timeout: Duration,
+    /// The one LeaseKeepAlive stream every session is renewed on.
+    renewals: Renewals,
 }
 
 /// What a request for one particular lease id got.
@@ -35,7 +38,12 @@ impl Etcd {
             .with_timeout(timeout)
             .with_keep_alive(Duration::from_secs(5), timeout);
         let client = bounded(timeout, Client::connect(endpoints, Some(opts))).await?;
-        Ok(Self { client, timeout })
+        let renewals = Renewals::start(endpoints, timeout)?;
+        Ok(Self {
+            client,
+            timeout,
+            renewals,
+        })
     }
 
     pub fn kv(&self) -> KvClient {
@@ -44,6 +52,11 @@ impl Etcd {
 
     pub fn lease(&self) -> LeaseClient {
         self.client.lease_client()
+    }
+
+    /// The shared renewal stream (`renewals.rs`).
+    pub fn renewals(&self) -> &Renewals {
+        &self.renewals
     }
 
     pub fn watch_client(&self) -> WatchClient {

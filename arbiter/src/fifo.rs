@@ -6,16 +6,40 @@
 
 use crate::bugs::Bug;
 use crate::error::ArbiterError;
-use crate::grant::{Attempt, Grant, Granter, mint};
+use crate::grant::{Attempt, Grant, Granter, holder_record, mint};
 use crate::layout::holder_key;
-use crate::queue::{Queues, Ticket};
+use crate::queue::{Handed, Offer, Queues, Ticket};
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
+
+/// How long a head whose offer a release took waits for that release's answer: the
+/// release's transaction is bounded by the store timeout; past this the head re-checks the
+/// key itself (its own grant transaction reads back a handoff that committed).
+const OFFER_ANSWER: Duration = Duration::from_secs(10);
+
+/// A handed-on key becomes the head's grant and a session that ended its refusal; None
+/// (not handed on, or the releaser gone without an answer: its outcome unknown) sends the
+/// head back to its own grant transaction, which reads back a handoff that committed.
+fn settle(
+    handed: Result<Handed, oneshot::error::RecvError>,
+    ticket: &Ticket,
+    class: &ResolvedClass<'_>,
+) -> Option<Result<Grant, ArbiterError>> {
+    match handed {
+        Ok(Handed::Granted { revision, epoch }) => {
+            ticket.saw_held(revision);
+            Some(mint(&epoch, revision, class))
+        }
+        Ok(Handed::SessionGone) => Some(Err(ArbiterError::SessionNotFound)),
+        Ok(Handed::NotNow) | Err(_) => None,
+    }
+}
 
 /// Grants `key` to the session, waiting up to `wait` in the key's queue when it is held.
 pub async fn acquire(
@@ -45,23 +69,71 @@ pub async fn acquire(
     }
     let deadline = Instant::now() + wait;
     let ticket = queues.join(key.as_str());
+    // The offer stands from the moment the waiter joins: a release that comes before this
+    // waiter has woken as head still hands the key on to it.
+    let mut answer = stand(&ticket, session, class);
     if tokio::time::timeout_at(deadline, ticket.until_head())
         .await
         .is_err()
     {
-        return Err(ArbiterError::HeldDeadline);
+        return last_word(&ticket, &mut answer, class, ArbiterError::HeldDeadline).await;
     }
     Box::pin(wait_as_head(
-        granter, &ticket, session, key, class, deadline,
+        granter,
+        &ticket,
+        &mut answer,
+        session,
+        key,
+        class,
+        deadline,
     ))
     .await
 }
 
-/// The head of a key's queue: attempt, and when held, watch for the release from the
-/// revision the key was seen held at.
+/// Stands `ticket`'s offer; returns where its answer will come.
+fn stand(ticket: &Ticket, session: &Session, class: &ResolvedClass<'_>) -> Answer {
+    let (reply, answer) = oneshot::channel();
+    ticket.offer(Offer {
+        lease: session.lease,
+        session_create_revision: session.create_revision,
+        holder: holder_record(session, class),
+        reply,
+    });
+    answer
+}
+
+type Answer = oneshot::Receiver<Handed>;
+
+/// What woke a waiting head: the watch (or this arbiter's release signal), or the answer
+/// to its offer.
+enum Woke {
+    Watch(Wake),
+    Handed(Result<Handed, oneshot::error::RecvError>),
+}
+
+/// A wait ends with `refusal`, unless a release has taken the offer: then its answer
+/// decides (the key may be this waiter's already), waited for within a bound.
+async fn last_word(
+    ticket: &Ticket,
+    answer: &mut Answer,
+    class: &ResolvedClass<'_>,
+    refusal: ArbiterError,
+) -> Result<Grant, ArbiterError> {
+    if !ticket.withdraw()
+        && let Ok(handed) = tokio::time::timeout(OFFER_ANSWER, answer).await
+        && let Some(done) = settle(handed, ticket, class)
+    {
+        return done;
+    }
+    Err(refusal)
+}
+
+/// The head of a key's queue: take a key handed on by a release; else attempt, and when
+/// held, watch for the release from the revision the key was seen held at.
 async fn wait_as_head(
     granter: &Granter<'_>,
     ticket: &Ticket,
+    answer: &mut Answer,
     session: &Session,
     key: &LockKey,
     class: &ResolvedClass<'_>,
@@ -70,7 +142,21 @@ async fn wait_as_head(
     let hkey = holder_key(key);
     let mut broken_watches = 0u32;
     loop {
+        match answer.try_recv() {
+            Ok(handed) => match settle(Ok(handed), ticket, class) {
+                Some(done) => return done,
+                None => *answer = stand(ticket, session, class),
+            },
+            // Taken and dropped (the release's outcome unknown): the attempt below reads
+            // back a handoff that committed.
+            Err(oneshot::error::TryRecvError::Closed) => {
+                *answer = stand(ticket, session, class);
+                ticket.saw_released();
+            }
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
         if ticket.held_at().is_none() {
+            // A handoff may race this attempt: both then name this session's one grant.
             match granter.attempt(session, key, class, None).await? {
                 Attempt::Granted(g) => {
                     // The next head starts by watching, not by a doomed transaction.
@@ -82,14 +168,32 @@ async fn wait_as_head(
         }
         let from = ticket.held_at().unwrap_or(0) + 1;
         let watched = release_watch::wait(granter.store, &hkey, from, deadline);
+        // A release through this arbiter hands the key on in its own transaction (one
+        // write for both) and answers the offer; a release elsewhere, or an expiry, still
+        // arrives by the watch, and the head then runs its own grant.
         let wake = match ticket.release_signal() {
-            // A release through this arbiter wakes the head without the watch's round
-            // trip; a release elsewhere (or an expiry) still arrives by the watch.
             Some(signal) => tokio::select! {
-                w = watched => w,
-                () = signal.notified() => Wake::Released { revision: 0 },
+                w = watched => Woke::Watch(w),
+                () = signal.notified() => Woke::Watch(Wake::Released { revision: 0 }),
+                handed = &mut *answer => Woke::Handed(handed),
             },
-            None => watched.await,
+            None => tokio::select! {
+                w = watched => Woke::Watch(w),
+                handed = &mut *answer => Woke::Handed(handed),
+            },
+        };
+        let wake = match wake {
+            Woke::Watch(w) => w,
+            Woke::Handed(handed) => match settle(handed, ticket, class) {
+                Some(done) => return done,
+                None => {
+                    // Not handed on, or the outcome unknown: a fresh offer, and the
+                    // attempt reads back a handoff that committed.
+                    *answer = stand(ticket, session, class);
+                    ticket.saw_released();
+                    continue;
+                }
+            },
         };
         match wake {
             Wake::Released { revision } => {
@@ -101,7 +205,9 @@ async fn wait_as_head(
                 broken_watches = 0;
                 ticket.saw_released();
             }
-            Wake::Deadline => return Err(ArbiterError::HeldDeadline),
+            Wake::Deadline => {
+                return last_word(ticket, answer, class, ArbiterError::HeldDeadline).await;
+            }
             Wake::Broken => {
                 // Watch lost or compacted: retry the transaction and re-watch at once; if
                 // the watch keeps failing, poll every second with jitter (ADR-15).
@@ -112,7 +218,7 @@ async fn wait_as_head(
                         .await
                         .is_err()
                     {
-                        return Err(ArbiterError::HeldDeadline);
+                        return last_word(ticket, answer, class, ArbiterError::HeldDeadline).await;
                     }
                 }
                 ticket.saw_released();

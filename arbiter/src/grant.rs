@@ -4,7 +4,8 @@
 //! for a durable waiter, its queue entry still there) -> put the holder on the session
 //! lease; else read the holder, the epoch record and the session back in the same round
 //! trip, and [`verdict`] decides what the refusal means. The token is
-//! `epoch << 48 | revision` of the committing transaction; the store has checked the seal
+//! `epoch << 48 | revision` of the committing transaction (the holder record's mod
+//! revision: a release may hand the key on by overwriting the record, `release.rs`); the store has checked the seal
 //! on its header before the verdict is made. FIFO waiting (`fifo.rs`) and durable waiting
 //! (`durable.rs`) both sit on [`Granter::attempt`], as etcd's v3lock sits on its Mutex.
 
@@ -27,7 +28,8 @@ pub const MAX_ATTEMPTS: usize = 3;
 #[derive(Debug, Clone)]
 pub struct Grant {
     pub token: FencingToken,
-    /// The holder key's create revision (= the token's revision).
+    /// The revision of the write that made this session holder (= the token's revision):
+    /// the holder record's mod revision.
     pub revision: i64,
     pub class: String,
     pub ttl_seconds: u32,
@@ -133,8 +135,11 @@ pub fn verdict(claimant: &Claimant<'_>, seen: &TxnSeen) -> Verdict {
 /// is someone else's.
 pub fn holder_verdict(claimant: &Claimant<'_>, holder: &HolderSeen, read_at: i64) -> Verdict {
     if holder.session.as_deref() == Some(claimant.lease_hex) {
+        // The token's revision is the write that made this session holder: its own put,
+        // or the release transaction that handed the key on to it (an overwrite keeps the
+        // record's create revision, so only the mod revision names the grant).
         Verdict::Granted {
-            revision: holder.create_revision,
+            revision: holder.mod_revision,
         }
     } else if holder.spiffe_id.as_deref() == Some(claimant.spiffe_id) {
         Verdict::LeakedHold
@@ -246,12 +251,6 @@ impl Granter<'_> {
         let skey = session_key(session.lease);
         let lease = lease_hex(session.lease);
         let claimant = claimant(sealed, session, &lease);
-        let holder = Holder {
-            spiffe_id: session.spiffe_id.clone(),
-            session: lease.clone(),
-            class: class.name.to_owned(),
-            acquired_at_ms: now_ms(),
-        };
         let mut compares = vec![
             Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, claimant.epoch_mod_revision),
             Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
@@ -260,12 +259,17 @@ impl Granter<'_> {
         if self.bugs.has(Bug::GrantWithoutEpochCompare) {
             compares.remove(0);
         }
+        let record = encode(&holder_record(session, class));
+        let mut writes = vec![hkey.clone()];
+        let mut bytes = record.len() + 3 * hkey.len() + skey.len() + 64;
         let mut success = vec![TxnOp::put(
             hkey.as_str(),
-            encode(&holder),
+            record,
             Some(PutOptions::new().with_lease(session.lease)),
         )];
         if let Some(q) = queued {
+            writes.push(q.key.clone());
+            bytes += 2 * q.key.len();
             compares.push(Compare::create_revision(
                 q.key.as_str(),
                 CompareOp::Equal,
@@ -278,7 +282,7 @@ impl Granter<'_> {
             TxnOp::get(EPOCH_KEY, None),
             TxnOp::get(skey.as_str(), None),
         ]);
-        let resp = match sealed.txn_creating(txn, &hkey).await {
+        let resp = match sealed.txn_creating_batched(txn, &hkey, writes, bytes).await {
             Ok(r) => r,
             // The outcome is unknown: the transaction may have committed. Read back before
             // answering so a committed grant is reported, not orphaned.
@@ -287,7 +291,7 @@ impl Granter<'_> {
                 return match back.kvs().first().map(holder_seen) {
                     Some(h) if h.session.as_deref() == Some(lease.as_str()) => {
                         Ok(Verdict::Granted {
-                            revision: h.create_revision,
+                            revision: h.mod_revision,
                         })
                     }
                     // Not granted to us: it did not commit (or the session expired).
@@ -320,6 +324,17 @@ impl Granter<'_> {
     }
 }
 
+/// The holder record a grant to `session` writes (by its own transaction, or by the
+/// release that hands the key on to it).
+pub fn holder_record(session: &Session, class: &ResolvedClass<'_>) -> Holder {
+    Holder {
+        spiffe_id: session.spiffe_id.clone(),
+        session: lease_hex(session.lease),
+        class: class.name.to_owned(),
+        acquired_at_ms: now_ms(),
+    }
+}
+
 fn claimant<'a>(sealed: &Sealed, session: &'a Session, lease_hex: &'a str) -> Claimant<'a> {
     Claimant {
         lease_hex,
@@ -343,7 +358,7 @@ pub async fn reseal_once(
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

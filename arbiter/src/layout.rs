@@ -47,8 +47,9 @@ impl EpochRecord {
     }
 }
 
-/// The holder of a key. Never contains the token: the token is derived from the key's create
-/// revision and handed only to the session that was granted.
+/// The holder of a key. Never contains the token: the token is derived from the record's
+/// mod revision (the write that made this session holder) and handed only to the session
+/// that was granted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub spiffe_id: String,

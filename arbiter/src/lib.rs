@@ -2,6 +2,7 @@
 //! It owns the grant and release transactions, sessions and the epoch seal, and serves
 //! `lock.v1` behind Envoy.
 
+pub mod batch;
 pub mod bugs;
 pub mod durable;
 pub mod edge;
@@ -19,10 +20,12 @@ pub mod queue;
 pub mod registry_files;
 pub mod release;
 pub mod release_watch;
+pub mod renewals;
 pub mod server;
 pub mod service;
 pub mod sessions;
 pub mod store;
+pub mod watch_hub;
 
 pub use engine::Engine;
 pub use error::ArbiterError;

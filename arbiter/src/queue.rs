@@ -6,15 +6,43 @@
 //! dropping it (granted, deadline, error, or the request future dropped because the caller
 //! cancelled) leaves the queue and wakes the next waiter. No I/O here.
 
+use crate::epoch::Epoch;
+use crate::layout::Holder;
 use dashmap::DashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
+
+/// A waiter's standing offer to take the key in the transaction that releases it (issue
+/// 18): the release and the grant commit as one write. Every waiter stands one from the
+/// moment it joins (so a release that comes before the next head has woken still hands
+/// on); a release takes only the first waiter's, and must answer it.
+pub struct Offer {
+    /// The head's session lease, and the create revision of its `/s/` binding (the
+    /// handoff compares it: a session that ended gets nothing).
+    pub lease: i64,
+    pub session_create_revision: i64,
+    /// The head's holder record (the releaser stamps the time it takes the key).
+    pub holder: Holder,
+    pub reply: oneshot::Sender<Handed>,
+}
+
+/// What became of an offer a release took.
+#[derive(Debug)]
+pub enum Handed {
+    /// The key is the head's, written at `revision` in `epoch`.
+    Granted { revision: i64, epoch: Epoch },
+    /// The head's session had ended: the release went ahead without it.
+    SessionGone,
+    /// Not handed on (the releaser's token was stale, or the epoch moved): keep waiting.
+    NotNow,
+}
 
 struct Slot {
     id: u64,
     wake: Arc<Notify>,
+    offer: Option<Offer>,
 }
 
 #[derive(Default)]
@@ -47,6 +75,7 @@ impl Queues {
             q.waiters.push_back(Slot {
                 id,
                 wake: wake.clone(),
+                offer: None,
             });
         }
         drop(entry);
@@ -76,6 +105,14 @@ impl Queues {
             // a doomed attempt (a head mid-attempt still has the watch).
             q.released.notify_waiters();
         }
+    }
+
+    /// Takes the first waiter's offer for `key`, if it has one standing. The taker must
+    /// answer it.
+    pub fn take_offer(&self, key: &str) -> Option<Offer> {
+        let q = self.queue(key)?;
+        let mut q = q.lock().ok()?;
+        q.waiters.front_mut()?.offer.take()
     }
 
     /// Waiters across all keys.
@@ -155,6 +192,29 @@ impl Ticket {
     /// Forgets the held-at revision (the key was seen released).
     pub fn saw_released(&self) {
         self.with_queue(|q| q.held_at = None);
+    }
+
+    /// Stands this ticket's offer to take the key from its releaser (replacing an earlier
+    /// one of its own).
+    pub fn offer(&self, offer: Offer) {
+        self.with_queue(|q| {
+            if let Some(s) = q.waiters.iter_mut().find(|s| s.id == self.id) {
+                s.offer = Some(offer);
+            }
+        });
+    }
+
+    /// Takes this ticket's offer back. False if a release has taken it (its answer is on
+    /// the way, and must be waited for: the key may be this ticket's already).
+    pub fn withdraw(&self) -> bool {
+        self.with_queue(|q| {
+            q.waiters
+                .iter_mut()
+                .find(|s| s.id == self.id)
+                .and_then(|s| s.offer.take())
+                .is_some()
+        })
+        .unwrap_or(false)
     }
 }
 

@@ -1,37 +1,58 @@
-//! Release: delete the holder only if it is still the same grant (its create revision is
-//! the token's revision) under the current epoch, in one transaction.
+//! Release: delete the holder only if it is still the same grant (its mod revision is the
+//! token's revision) under the current epoch, in one transaction.
 //!
 //! With a session, the grant must be attached to it (a lease compare); without one (an
 //! operator's `lockctl release`), the holder's identity must be the caller's: read first,
 //! then the transaction compares the holder unchanged since that read.
+//!
+//! Handoff (issue 18): when the key's FIFO queue head waits at this arbiter, the same
+//! transaction instead overwrites the holder record with the head's: one consensus write
+//! ends one grant and makes the next.
 
 use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
-use crate::grant::{MAX_ATTEMPTS, reseal_once};
-use crate::layout::{EPOCH_KEY, Holder, decode};
+use crate::grant::{MAX_ATTEMPTS, now_ms, reseal_once};
+use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, session_key};
+use crate::queue::{Handed, Offer, Queues};
 use crate::sessions::Sessions;
 use crate::store::{Sealed, Store};
-use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
-use lock_config::FencingToken;
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lock_config::{FencingToken, LockKey};
 
 /// One release transaction's outcome.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Released {
-    Done,
+    /// Deleted at this store revision.
+    Done(i64),
+    /// Handed on to the queue head at this store revision (the key stays held).
+    HandedOn(i64),
     /// The epoch record moved since it was cached: re-read it and retry.
     EpochMoved,
+    /// The token is from an earlier epoch (or from none this store made), or its grant is
+    /// not the holder.
+    Stale,
+    /// Try again as a plain release (a handoff whose head had gone).
+    Retry,
 }
 
-/// What a release transaction's answer means: committed, or (its compares failed) the
+/// A committed release: the revision of its write, and whether that write handed the key
+/// on to this arbiter's queue head (then the key is held again, by the head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub revision: i64,
+    pub handed_on: bool,
+}
+
+/// What a release transaction's answer means: committed (at that revision), or (its compares failed) the
 /// epoch record moved — every compare may have failed for that, so retry — or, with the
 /// epoch unchanged, the holder is not this token's grant (released, expired, re-granted).
 fn release_verdict(
-    committed: bool,
+    committed: Option<i64>,
     epoch_seen: Option<i64>,
     epoch_compared: i64,
 ) -> Result<Released, ArbiterError> {
-    if committed {
-        Ok(Released::Done)
+    if let Some(revision) = committed {
+        Ok(Released::Done(revision))
     } else if epoch_seen == Some(epoch_compared) {
         Err(ArbiterError::StaleToken)
     } else {
@@ -39,29 +60,80 @@ fn release_verdict(
     }
 }
 
+/// A token's epoch against the epoch this arbiter has cached. A token from a later epoch
+/// than the cache means the cache is behind (another arbiter granted it after an advance
+/// this one has not re-read yet): re-read before judging, never refuse a live hold for it.
+/// Only once the epoch was re-read (`fresh`) is a token from a later epoch not ours.
+fn token_epoch_verdict(token: u16, cached: u16, fresh: bool) -> Result<(), Released> {
+    match token.cmp(&cached) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Greater if !fresh => Err(Released::EpochMoved),
+        _ => Err(Released::Stale),
+    }
+}
+
+/// What a handoff transaction's refusal means, and what its head is told. The epoch that
+/// moved explains every failed compare (retry the release); with the epoch unchanged, the
+/// head's session gone is enough to fail (the plain release follows, and decides for the
+/// releaser); otherwise the releaser's grant is not the holder (stale).
+fn handoff_verdict(epoch_unchanged: bool, head_bound: bool) -> (HeadTold, Released) {
+    match (epoch_unchanged, head_bound) {
+        (false, _) => (HeadTold::NotNow, Released::EpochMoved),
+        (true, false) => (HeadTold::SessionGone, Released::Retry),
+        (true, true) => (HeadTold::NotNow, Released::Stale),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeadTold {
+    SessionGone,
+    NotNow,
+}
+
 pub struct Releaser<'a> {
     pub store: &'a Store,
     pub sessions: &'a Sessions,
     pub bugs: &'a Bugs,
+    /// This arbiter's FIFO queues: a head waiting here gets the key in the release's own
+    /// transaction (one write for both). None: plain releases only.
+    pub queues: Option<&'a Queues>,
 }
 
 impl Releaser<'_> {
+    /// Ends the grant `token` names; returns the revision of the write that ended it (the
+    /// delete, or the handoff's overwrite).
     pub async fn release(
         &self,
         identity: &str,
-        hkey: &str,
+        key: &LockKey,
         token: FencingToken,
         lease: Option<i64>,
-    ) -> Result<(), ArbiterError> {
-        let revision = i64::try_from(token.revision()).map_err(|_| ArbiterError::MalformedToken)?;
+    ) -> Result<Outcome, ArbiterError> {
         let mut sealed = self.store.sealed().await?;
+        let mut fresh = false;
         for attempt in 0..MAX_ATTEMPTS {
             match self
-                .try_release(&sealed, identity, hkey, token, revision, lease)
+                .try_release(&sealed, identity, key, token, lease, fresh)
                 .await
             {
-                Ok(Released::Done) => return Ok(()),
-                Ok(Released::EpochMoved) => sealed = self.store.resealed().await?,
+                Ok(Released::Done(revision)) => {
+                    return Ok(Outcome {
+                        revision,
+                        handed_on: false,
+                    });
+                }
+                Ok(Released::HandedOn(revision)) => {
+                    return Ok(Outcome {
+                        revision,
+                        handed_on: true,
+                    });
+                }
+                Ok(Released::Stale) => return Err(ArbiterError::StaleToken),
+                Ok(Released::Retry) => {}
+                Ok(Released::EpochMoved) => {
+                    sealed = self.store.resealed().await?;
+                    fresh = true;
+                }
                 Err(e) => sealed = reseal_once(self.store, e, attempt).await?,
             }
         }
@@ -72,14 +144,17 @@ impl Releaser<'_> {
         &self,
         sealed: &Sealed,
         identity: &str,
-        hkey: &str,
+        key: &LockKey,
         token: FencingToken,
-        revision: i64,
         lease: Option<i64>,
+        fresh: bool,
     ) -> Result<Released, ArbiterError> {
+        let hkey = holder_key(key);
+        let hkey = hkey.as_str();
+        let revision = i64::try_from(token.revision()).map_err(|_| ArbiterError::MalformedToken)?;
         let epoch = sealed.epoch();
-        if token.epoch() != epoch.record.epoch {
-            return Err(ArbiterError::StaleToken);
+        if let Err(not_now) = token_epoch_verdict(token.epoch(), epoch.record.epoch, fresh) {
+            return Ok(not_now);
         }
         let mut compares = vec![Compare::mod_revision(
             EPOCH_KEY,
@@ -88,18 +163,21 @@ impl Releaser<'_> {
         )];
         let token_compare = !self.bugs.has(Bug::ReleaseWithoutTokenCompare);
         if token_compare {
-            compares.push(Compare::create_revision(hkey, CompareOp::Equal, revision));
+            compares.push(Compare::mod_revision(hkey, CompareOp::Equal, revision));
         }
         match lease {
             Some(lease) => {
                 self.sessions.owned(self.store, lease, identity).await?;
+                if let Some(offer) = self.queues.and_then(|q| q.take_offer(key.as_str())) {
+                    return self.try_handoff(sealed, hkey, revision, lease, offer).await;
+                }
                 compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
             }
             None => {
                 let resp = sealed.get(hkey).await?;
                 let kv = resp.kvs().first().ok_or(ArbiterError::StaleToken)?;
                 let ours = decode::<Holder>(kv.value()).is_some_and(|h| h.spiffe_id == identity);
-                if !ours || (token_compare && kv.create_revision() != revision) {
+                if !ours || (token_compare && kv.mod_revision() != revision) {
                     return Err(ArbiterError::StaleToken);
                 }
                 compares.push(Compare::mod_revision(
@@ -113,12 +191,90 @@ impl Releaser<'_> {
             .when(compares)
             .and_then(vec![TxnOp::delete(hkey, None)])
             .or_else(vec![TxnOp::get(EPOCH_KEY, None)]);
-        let resp = sealed.txn(txn).await?;
+        let resp = sealed
+            .txn_batched(txn, vec![hkey.to_owned()], 3 * hkey.len() + 64)
+            .await?;
         let epoch_seen = match resp.op_responses().first() {
             Some(TxnOpResponse::Get(g)) => g.kvs().first().map(KeyValue::mod_revision),
             _ => None,
         };
-        release_verdict(resp.succeeded(), epoch_seen, epoch.mod_revision)
+        let committed = resp
+            .succeeded()
+            .then(|| resp.header().map_or(0, |h| h.revision()));
+        release_verdict(committed, epoch_seen, epoch.mod_revision)
+    }
+
+    /// The release as a handoff (issue 18): while the releaser's grant is still the holder
+    /// (the record's mod revision is the token's, on the releaser's lease), the epoch
+    /// unchanged and the head's session still bound, overwrite the holder record with the
+    /// head's, on the head's lease. The releaser and the head are answered from the same
+    /// commit, whose revision is the head's token. Every taken offer is answered; an error
+    /// drops it, and the head re-checks the key with its own grant transaction.
+    async fn try_handoff(
+        &self,
+        sealed: &Sealed,
+        hkey: &str,
+        revision: i64,
+        lease: i64,
+        offer: Offer,
+    ) -> Result<Released, ArbiterError> {
+        let epoch = sealed.epoch();
+        let head_session = session_key(offer.lease);
+        let mut compares = vec![Compare::mod_revision(
+            EPOCH_KEY,
+            CompareOp::Equal,
+            epoch.mod_revision,
+        )];
+        if !self.bugs.has(Bug::HandoffWithoutHolderCompare) {
+            compares.push(Compare::mod_revision(hkey, CompareOp::Equal, revision));
+            compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
+        }
+        compares.push(Compare::create_revision(
+            head_session.as_str(),
+            CompareOp::Equal,
+            offer.session_create_revision,
+        ));
+        let holder = Holder {
+            acquired_at_ms: now_ms(),
+            ..offer.holder.clone()
+        };
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::put(
+                hkey,
+                encode(&holder),
+                Some(PutOptions::new().with_lease(offer.lease)),
+            )])
+            .or_else(vec![
+                TxnOp::get(EPOCH_KEY, None),
+                TxnOp::get(head_session.as_str(), None),
+            ]);
+        let bytes = 3 * hkey.len() + 2 * head_session.len() + 256;
+        let resp = sealed
+            .txn_creating_batched(txn, hkey, vec![hkey.to_owned()], bytes)
+            .await?;
+        if resp.succeeded() {
+            let at = resp.header().map_or(0, |h| h.revision());
+            let _ = offer.reply.send(Handed::Granted {
+                revision: at,
+                epoch: epoch.clone(),
+            });
+            return Ok(Released::HandedOn(at));
+        }
+        let ops = resp.op_responses();
+        let got = |i: usize| match ops.get(i) {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first(),
+            _ => None,
+        };
+        let epoch_unchanged = got(0).map(KeyValue::mod_revision) == Some(epoch.mod_revision);
+        let head_bound =
+            got(1).map(KeyValue::create_revision) == Some(offer.session_create_revision);
+        let (told, released) = handoff_verdict(epoch_unchanged, head_bound);
+        let _ = offer.reply.send(match told {
+            HeadTold::SessionGone => Handed::SessionGone,
+            HeadTold::NotNow => Handed::NotNow,
+        });
+        Ok(released)
     }
 }
 
@@ -127,20 +283,60 @@ mod tests {
     use super::*;
 
     #[test]
+    fn handoff_table() {
+        use HeadTold::{NotNow, SessionGone};
+        let cases = [
+            // (epoch unchanged, head's session bound, head told, releaser's verdict)
+            (false, true, NotNow, Released::EpochMoved),
+            (false, false, NotNow, Released::EpochMoved), // the moved epoch explains all
+            (true, false, SessionGone, Released::Retry),  // plain release decides
+            (true, true, NotNow, Released::Stale),        // the releaser's grant is gone
+        ];
+        for (epoch, head, told, released) in cases {
+            assert_eq!(
+                handoff_verdict(epoch, head),
+                (told, released),
+                "{epoch} {head}"
+            );
+        }
+    }
+
+    #[test]
+    fn token_epoch_table() {
+        use Released::{EpochMoved, Stale};
+        let cases = [
+            // (token's epoch, cached epoch, cache just re-read, verdict)
+            (2, 2, false, Ok(())),
+            (2, 2, true, Ok(())),
+            (1, 2, false, Err(Stale)), // from before an advance
+            (1, 2, true, Err(Stale)),
+            (3, 2, false, Err(EpochMoved)), // the cache is behind: re-read, do not refuse
+            (3, 2, true, Err(Stale)),       // re-read and still ahead: no epoch of ours
+        ];
+        for (token, cached, fresh, want) in cases {
+            assert_eq!(
+                token_epoch_verdict(token, cached, fresh),
+                want,
+                "{token} {cached} {fresh}"
+            );
+        }
+    }
+
+    #[test]
     fn release_verdict_table() {
         let cases = [
             // (committed, epoch record's mod revision read back, compared, verdict)
-            (true, None, 5, Ok(Released::Done)),
-            (false, Some(5), 5, Err("stale")), // same epoch: not this token's grant
-            (false, Some(9), 5, Ok(Released::EpochMoved)), // advanced: retry
-            (false, None, 5, Ok(Released::EpochMoved)), // record gone: re-read it
+            (Some(12), None, 5, Ok(Released::Done(12))),
+            (None, Some(5), 5, Err("stale")), // same epoch: not this token's grant
+            (None, Some(9), 5, Ok(Released::EpochMoved)), // advanced: retry
+            (None, None, 5, Ok(Released::EpochMoved)), // record gone: re-read it
         ];
         for (committed, seen, compared, want) in cases {
             let got = release_verdict(committed, seen, compared);
             match (got, want) {
                 (Ok(g), Ok(w)) => assert_eq!(g, w),
                 (Err(ArbiterError::StaleToken), Err(_)) => {}
-                (g, w) => panic!("{committed} {seen:?} {compared}: got {g:?}, want {w:?}"),
+                (g, w) => panic!("{committed:?} {seen:?} {compared}: got {g:?}, want {w:?}"),
             }
         }
     }

@@ -122,9 +122,11 @@ impl Lock for LockService {
         let token = FencingToken::from_u64(req.get_ref().token)
             .map_err(|_| ArbiterError::MalformedToken)?;
         let lease = Some(req.get_ref().session_id).filter(|s| *s != 0);
-        self.engine.release(&who, &key, token, lease).await?;
+        let released_at_revision = self.engine.release(&who, &key, token, lease).await?;
         tracing::debug!(namespace = key.namespace(), "released");
-        Ok(self.reply(ReleaseResponse {}))
+        Ok(self.reply(ReleaseResponse {
+            released_at_revision,
+        }))
     }
 
     async fn validate_token(

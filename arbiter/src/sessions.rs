@@ -3,10 +3,10 @@
 
 use crate::error::ArbiterError;
 use crate::layout::{SessionRecord, decode, encode, session_key};
-use crate::store::{Sealed, SealedKeeper, Store};
+use crate::store::{Sealed, Store};
 use dashmap::DashMap;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -143,8 +143,8 @@ impl Sessions {
         }
     }
 
-    /// Renews `lease` for `spiffe_id` through `keepers`, the etcd keepalive streams of one
-    /// client stream. Returns the lease's remaining TTL.
+    /// Renews `lease` for `spiffe_id`, one of the sessions of one client stream (`keepers`).
+    /// Returns the lease's remaining TTL.
     pub async fn renew(
         &self,
         store: &Store,
@@ -153,27 +153,13 @@ impl Sessions {
         keepers: &mut Keepers,
     ) -> Result<i64, ArbiterError> {
         self.owned(store, lease, spiffe_id).await?;
-        if !keepers.0.contains_key(&lease) {
-            if keepers.0.len() >= MAX_SESSIONS_PER_STREAM {
-                return Err(ArbiterError::StreamFull {
-                    limit: MAX_SESSIONS_PER_STREAM,
-                });
-            }
-            let keeper = store.sealed().await?.keep_alive(lease).await?;
-            keepers.0.insert(lease, keeper);
+        if !keepers.0.contains(&lease) && keepers.0.len() >= MAX_SESSIONS_PER_STREAM {
+            return Err(ArbiterError::StreamFull {
+                limit: MAX_SESSIONS_PER_STREAM,
+            });
         }
-        let renewed = match keepers.0.get_mut(&lease) {
-            Some(keeper) => keeper.renew().await,
-            None => Err(ArbiterError::Store("keeper vanished".into())),
-        };
-        let resp = match renewed {
-            Ok(r) => r,
-            Err(e) => {
-                // A broken etcd stream is reopened on the next request.
-                keepers.0.remove(&lease);
-                return Err(e);
-            }
-        };
+        let resp = store.sealed().await?.renew(lease).await?;
+        keepers.0.insert(lease);
         if resp.ttl() <= 0 {
             keepers.0.remove(&lease);
             self.forget(lease);
@@ -183,9 +169,10 @@ impl Sessions {
     }
 }
 
-/// The etcd keepalive streams one client KeepAlive stream has opened, by lease.
+/// The sessions one client KeepAlive stream renews (bounded: [`MAX_SESSIONS_PER_STREAM`]).
+/// Every renewal goes out on the arbiter's one etcd keepalive stream (`renewals.rs`).
 #[derive(Default)]
-pub struct Keepers(HashMap<i64, SealedKeeper>);
+pub struct Keepers(HashSet<i64>);
 
 #[cfg(test)]
 mod tests {

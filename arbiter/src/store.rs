@@ -7,28 +7,50 @@
 //! come through here. A failed check is SEALED and makes the next call re-read the epoch
 //! record.
 
+use crate::batch::{Answer, Batcher};
 use crate::bugs::Bugs;
 use crate::epoch::{Epoch, EpochCache};
 use crate::error::ArbiterError;
 use crate::etcd::{Etcd, LeaseGrant};
+use crate::watch_hub::WatchHub;
 use etcd_client::{
-    Compare, CompareOp, GetOptions, GetResponse, LeaseKeepAliveResponse, LeaseKeepAliveStream,
-    LeaseKeeper, ResponseHeader, Txn, TxnOp, TxnResponse, WatchOptions, WatchResponse, WatchStream,
+    Compare, CompareOp, GetOptions, GetResponse, LeaseKeepAliveResponse, ResponseHeader, Txn,
+    TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 #[derive(Clone)]
 pub struct Store {
     etcd: Etcd,
     epochs: Arc<EpochCache>,
+    /// Group commit of grant and release transactions, started on first use (inside the
+    /// runtime).
+    batcher: Arc<OnceLock<Batcher>>,
+    /// The one watch stream of every waiting queue head, started on first use.
+    watch_hub: Arc<OnceLock<WatchHub>>,
+    bugs: Bugs,
 }
 
 impl Store {
     pub fn new(etcd: Etcd, bugs: Bugs) -> Self {
         Self {
             etcd,
-            epochs: Arc::new(EpochCache::new(bugs)),
+            epochs: Arc::new(EpochCache::new(bugs.clone())),
+            batcher: Arc::new(OnceLock::new()),
+            watch_hub: Arc::new(OnceLock::new()),
+            bugs,
         }
+    }
+
+    /// The group-commit sender (started on first use).
+    pub fn batcher(&self) -> &Batcher {
+        self.batcher
+            .get_or_init(|| Batcher::start(self.etcd.clone(), self.bugs.clone()))
+    }
+
+    /// The queue heads' shared watch stream (started on first use).
+    pub fn watch_hub(&self) -> &WatchHub {
+        self.watch_hub.get_or_init(|| WatchHub::start(self.clone()))
     }
 
     /// The store under the current epoch (cached, or read and checked now).
@@ -47,7 +69,8 @@ impl Store {
     fn view(&self, epoch: Epoch) -> Sealed {
         Sealed {
             etcd: self.etcd.clone(),
-            epochs: self.epochs.clone(),
+            batcher: self.batcher().clone(),
+            store: self.clone(),
             epoch,
         }
     }
@@ -68,7 +91,9 @@ impl Store {
 #[derive(Clone)]
 pub struct Sealed {
     etcd: Etcd,
-    epochs: Arc<EpochCache>,
+    batcher: Batcher,
+    /// The store this view came from (its epoch cache, for the checks).
+    store: Store,
     epoch: Epoch,
 }
 
@@ -78,7 +103,7 @@ impl Sealed {
     }
 
     fn check(&self, header: Option<&ResponseHeader>) -> Result<(), ArbiterError> {
-        self.epochs.check(&self.epoch, header)
+        self.store.epochs.check(&self.epoch, header)
     }
 
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, ArbiterError> {
@@ -87,7 +112,8 @@ impl Sealed {
         Ok(resp)
     }
 
-    /// A transaction that creates `created_key` when it succeeds. Should the header then
+    /// A transaction that writes `created_key` when it succeeds (creates it, or overwrites
+    /// it in a handoff). Should the header then
     /// fail the seal (the compares cannot see a restore: the restored epoch record is the
     /// same), the key this transaction created is taken back, exactly that version, and the
     /// answer is SEALED: whatever it granted is never handed out.
@@ -99,21 +125,55 @@ impl Sealed {
         let resp = self.etcd.txn(txn).await?;
         if let Err(sealed) = self.check(resp.header()) {
             if resp.succeeded() {
-                let revision = resp.header().map_or(0, ResponseHeader::revision);
-                let undo = Txn::new()
-                    .when(vec![Compare::create_revision(
-                        created_key,
-                        CompareOp::Equal,
-                        revision,
-                    )])
-                    .and_then(vec![TxnOp::delete(created_key, None)]);
-                if let Err(e) = self.etcd.txn(undo).await {
-                    tracing::warn!(error = %e, "could not withdraw a write made on a sealed store");
-                }
+                self.withdraw(created_key, resp.header()).await;
             }
             return Err(sealed);
         }
         Ok(resp)
+    }
+
+    /// A grant or release transaction that writes `writes` (about `bytes` of keys and
+    /// values), sent in the next group commit (`batch.rs`); its answer passes the seal like
+    /// any other.
+    pub async fn txn_batched(
+        &self,
+        txn: Txn,
+        writes: Vec<String>,
+        bytes: usize,
+    ) -> Result<Answer, ArbiterError> {
+        let answer = self.batcher.txn(txn, writes, bytes).await?;
+        self.check(answer.header())?;
+        Ok(answer)
+    }
+
+    /// [`Sealed::txn_creating`], sent in the next group commit. `writes` includes
+    /// `created_key`.
+    pub async fn txn_creating_batched(
+        &self,
+        txn: Txn,
+        created_key: &str,
+        writes: Vec<String>,
+        bytes: usize,
+    ) -> Result<Answer, ArbiterError> {
+        let answer = self.batcher.txn(txn, writes, bytes).await?;
+        if let Err(sealed) = self.check(answer.header()) {
+            if answer.succeeded() {
+                self.withdraw(created_key, answer.header()).await;
+            }
+            return Err(sealed);
+        }
+        Ok(answer)
+    }
+
+    /// Takes back the version of `key` a transaction wrote on a sealed store.
+    async fn withdraw(&self, key: &str, header: Option<&ResponseHeader>) {
+        let revision = header.map_or(0, ResponseHeader::revision);
+        let undo = Txn::new()
+            .when(vec![Compare::mod_revision(key, CompareOp::Equal, revision)])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        if let Err(e) = self.etcd.txn(undo).await {
+            tracing::warn!(error = %e, "could not withdraw a write made on a sealed store");
+        }
     }
 
     /// A linearizable read of one key.
@@ -167,70 +227,22 @@ impl Sealed {
         }
     }
 
-    /// Opens a watch; each response it yields has passed the cluster-ID seal.
-    pub async fn watch(
+    /// Opens a watch stream with its first watch. One stream carries every queue head's
+    /// watch (`watch_hub.rs`), so it is not wrapped: the hub checks each response against
+    /// this view's epoch (`Epoch::check_header`) before acting on it.
+    pub async fn watch_stream(
         &self,
         key: &str,
         options: WatchOptions,
-    ) -> Result<SealedWatch, ArbiterError> {
+    ) -> Result<WatchStream, ArbiterError> {
         let mut watches = self.etcd.watch_client();
-        let stream = self.etcd.bounded(watches.watch(key, Some(options))).await?;
-        Ok(SealedWatch {
-            stream,
-            epoch: self.epoch.clone(),
-        })
+        self.etcd.bounded(watches.watch(key, Some(options))).await
     }
 
-    /// Opens an etcd keepalive stream for `lease`; each renewal it returns has passed the
-    /// cluster-ID seal.
-    pub async fn keep_alive(&self, lease: i64) -> Result<SealedKeeper, ArbiterError> {
-        let mut leases = self.etcd.lease();
-        let (keeper, stream) = self.etcd.bounded(leases.keep_alive(lease)).await?;
-        Ok(SealedKeeper {
-            store: Store {
-                etcd: self.etcd.clone(),
-                epochs: self.epochs.clone(),
-            },
-            keeper,
-            stream,
-        })
-    }
-}
-
-/// A watch whose responses are checked against the epoch it was opened under.
-pub struct SealedWatch {
-    stream: WatchStream,
-    epoch: Epoch,
-}
-
-impl SealedWatch {
-    /// The next response; None when the stream ended. A response from another cluster is
-    /// SEALED (a watch only wakes a waiter; the grant that follows is checked in full).
-    pub async fn next(&mut self) -> Result<Option<WatchResponse>, ArbiterError> {
-        let Some(resp) = self.stream.message().await? else {
-            return Ok(None);
-        };
-        self.epoch.check_header(resp.header())?;
-        Ok(Some(resp))
-    }
-}
-
-/// One lease's etcd keepalive stream.
-pub struct SealedKeeper {
-    store: Store,
-    keeper: LeaseKeeper,
-    stream: LeaseKeepAliveStream,
-}
-
-impl SealedKeeper {
-    /// One renewal, bounded; the answer's header has passed the seal.
-    pub async fn renew(&mut self) -> Result<LeaseKeepAliveResponse, ArbiterError> {
-        let etcd = &self.store.etcd;
-        etcd.bounded(self.keeper.keep_alive()).await?;
-        let resp = etcd
-            .bounded(self.stream.message())
-            .await?
-            .ok_or(ArbiterError::NoQuorum)?;
+    /// Renews `lease` once on the arbiter's shared keepalive stream (`renewals.rs`); the
+    /// answer's header has passed the seal.
+    pub async fn renew(&self, lease: i64) -> Result<LeaseKeepAliveResponse, ArbiterError> {
+        let resp = self.etcd.renewals().renew(lease).await?;
         self.store.check_stream(resp.header()).await?;
         Ok(resp)
     }

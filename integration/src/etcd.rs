@@ -229,6 +229,11 @@ impl Etcd {
         self.metric_sum("grpc_server_msg_received_total", method)
     }
 
+    /// Streams started for `method` (e.g. "LeaseKeepAlive": one per etcd keepalive stream).
+    pub fn streams_started(&self, method: &str) -> anyhow::Result<u64> {
+        self.metric_sum("grpc_server_started_total", method)
+    }
+
     /// A metric without labels (or the sum over its labels), e.g.
     /// `etcd_server_proposals_committed_total`.
     pub fn metric(&self, metric: &str) -> anyhow::Result<u64> {

@@ -69,6 +69,43 @@ async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
     }
 }
 
+/// Issue 18: renewals of every session go out on one etcd LeaseKeepAlive stream per
+/// arbiter, not one per session (40,000 streams at the records' scale point).
+#[tokio::test]
+async fn every_session_renews_on_one_etcd_keepalive_stream_per_arbiter() {
+    const SESSIONS: usize = lock_integration::registry::WAITERS;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let streams_before = stack.etcd.streams_started("LeaseKeepAlive").unwrap();
+    let renewals_before = stack.etcd.stream_messages("LeaseKeepAlive").unwrap();
+    let mut holds = Vec::new();
+    for i in 0..SESSIONS {
+        // One identity each: one session and one client KeepAlive stream each.
+        let client = stack.lock_client(&waiter_id(i)).unwrap();
+        let key = format!("{FAST_PREFIX}/one-stream-{i}");
+        holds.push(
+            client
+                .acquire(&key, Duration::ZERO, no_fence())
+                .await
+                .unwrap(),
+        );
+    }
+    // Two TTLs: every session must have been renewed to still hold.
+    tokio::time::sleep(Duration::from_secs(2 * u64::from(FAST_TTL))).await;
+    assert!(holds.iter().all(|h| h.can_start() && !h.is_fenced()));
+    let streams = stack.etcd.streams_started("LeaseKeepAlive").unwrap() - streams_before;
+    let renewals = stack.etcd.stream_messages("LeaseKeepAlive").unwrap() - renewals_before;
+    eprintln!("{SESSIONS} sessions: {renewals} renewals on {streams} etcd keepalive streams");
+    assert!(renewals >= SESSIONS as u64, "{renewals} renewals");
+    assert!(
+        streams <= stack.arbiters.len() as u64,
+        "{streams} etcd keepalive streams for {SESSIONS} sessions on {} arbiters",
+        stack.arbiters.len()
+    );
+    for h in holds {
+        h.release().await.unwrap();
+    }
+}
+
 /// How the edge fails under a holder.
 #[derive(Debug, Clone, Copy)]
 enum EdgeFailure {

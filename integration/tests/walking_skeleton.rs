@@ -95,15 +95,27 @@ async fn grant_held_leak_release_and_a_larger_token() {
         })
         .await;
     assert_eq!(refused(r).1, Reason::StaleToken);
-    ledger
+    let released = ledger
         .release(ReleaseRequest {
             key: key.into(),
             token: g1.token,
             session_id: s1,
         })
         .await
-        .unwrap();
+        .unwrap()
+        .into_inner();
     assert_eq!(holder_create_revision(&stack, key).await, None);
+    // The answer names the delete's revision: nothing has written since, so it is the
+    // store's current revision.
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let now = etcd
+        .get("/", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    assert_eq!(released.released_at_revision, now);
     // Releasing twice is a stale token, not a silent success.
     let r = ledger
         .release(ReleaseRequest {

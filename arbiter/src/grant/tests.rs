@@ -57,6 +57,18 @@ fn verdict_table() {
             Verdict::Granted { revision: 60 },
         ),
         (
+            "handed on to this session by a release: the grant is the overwrite",
+            refused(
+                Some(5),
+                Some(40),
+                Some(HolderSeen {
+                    mod_revision: 75,
+                    ..holder("7a", ME, 60).unwrap()
+                }),
+            ),
+            Verdict::Granted { revision: 75 },
+        ),
+        (
             "held by this identity, another session",
             refused(Some(5), Some(40), holder("9", ME, 60)),
             Verdict::LeakedHold,
