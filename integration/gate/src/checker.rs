@@ -14,13 +14,21 @@
 //!    never accepts a write with a lower token than a write it accepted earlier; the
 //!    PostgreSQL fence is strict (`fence < $token`), so it never accepts one token twice.
 //! 5. Releases: an acknowledged release ended a hold that was live (its holder record was
-//!    deleted, and not by the store revoking it first); a release of a hold that was never
-//!    deleted is not refused STALE_TOKEN.
+//!    deleted, and not by the store revoking it first), at the revision the arbiter names
+//!    (`released_at_revision`); a release of a hold that was never deleted is not refused
+//!    STALE_TOKEN.
+//! 6. Attacks: no call of the attacker on another client's key, session or token, or around
+//!    the edge, succeeds.
+//! 7. Store identity: every holder record in etcd's history names the identity of the
+//!    certificate that acquired it: the identity that opened the session (lease) it is
+//!    written on, and one that asked for that key. Checked from the store's side, so a grant
+//!    nobody was told about (an attack whose answer was lost) counts too.
 //!
 //! Operations with unknown outcome constrain nothing: an unacknowledged grant is no hold.
 
 use super::history::{Kind, Op};
 use super::store_log::StoreTruth;
+use lock_arbiter::layout::HOLDER_PREFIX;
 use lock_config::FencingToken;
 use lock_integration::registry::gate_id;
 use std::collections::BTreeMap;
@@ -78,7 +86,66 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
             }
         }
     }
+    attacks(ops, &mut out);
+    store_identity(ops, truth, &mut out);
     out
+}
+
+fn attacks(ops: &[Op], out: &mut Vec<Violation>) {
+    for a in ops.iter().filter(|o| o.kind == Kind::Attack && o.ok()) {
+        out.push(Violation {
+            check: "attack",
+            key: a.key.clone().unwrap_or_default(),
+            detail: format!(
+                "client {}'s {} succeeded",
+                a.client,
+                a.via.as_deref().unwrap_or("attack")
+            ),
+        });
+    }
+}
+
+fn store_identity(ops: &[Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
+    let mut owner: BTreeMap<i64, u32> = BTreeMap::new();
+    let mut asked = std::collections::BTreeSet::new();
+    for op in ops {
+        match op.kind {
+            Kind::Open if op.ok() => {
+                if let Some(s) = op.session {
+                    owner.insert(s, op.client);
+                }
+            }
+            Kind::Acquire if !op.failed() => {
+                if let Some(k) = &op.key {
+                    asked.insert((k.as_str(), gate_id(op.client as usize)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut holds: Vec<_> = truth.hold_identity.iter().collect();
+    holds.sort();
+    for ((hkey, rev), who) in holds {
+        let key = hkey.strip_prefix(HOLDER_PREFIX).unwrap_or(hkey);
+        let lease = truth.hold_lease.get(&(hkey.clone(), *rev));
+        let problem = match lease.and_then(|l| owner.get(l)) {
+            Some(c) if gate_id(*c as usize) != *who => Some(format!(
+                "is on the session of client {c} ({}), but names {who}",
+                gate_id(*c as usize)
+            )),
+            _ if !asked.contains(&(key, who.clone())) => {
+                Some(format!("names {who}, who never asked for this key"))
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            out.push(Violation {
+                check: "store-identity",
+                key: key.to_owned(),
+                detail: format!("the holder record created at revision {rev} {problem}"),
+            });
+        }
+    }
 }
 
 /// Sweeps `later` in invocation order against the largest token among `earlier` already
@@ -189,8 +256,39 @@ fn backed(key: &str, grants: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
     }
 }
 
-/// What a release's answer says about the hold it names, against the store's history.
+/// What a release's answer says about the hold it names, against the store's history;
+/// and every handoff (the next holder's record written over a hold) was a release of that
+/// hold that was not refused, made before the store showed it.
 fn releases(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
+    let hkey = format!("{HOLDER_PREFIX}{key}");
+    let mut handed: Vec<&(String, i64)> = truth
+        .handed_off
+        .iter()
+        .filter(|(k, _)| *k == hkey)
+        .collect();
+    handed.sort();
+    for (_, rev) in handed {
+        let by = truth
+            .hold_seen
+            .get(&(hkey.clone(), *rev))
+            .and_then(|(_, gone)| *gone)
+            .unwrap_or(u64::MAX);
+        let released = ops.iter().any(|r| {
+            r.kind == Kind::Release
+                && !r.failed()
+                && r.invoked <= by
+                && r.token.map(revision) == Some(*rev)
+        });
+        if !released {
+            out.push(Violation {
+                check: "release",
+                key: key.into(),
+                detail: format!(
+                    "the hold made at revision {rev} was handed on to the next holder, but no release of it was made (or it was refused)"
+                ),
+            });
+        }
+    }
     for r in ops.iter().filter(|o| o.kind == Kind::Release) {
         let Some(t) = r.token else { continue };
         let rev = revision(t);
@@ -206,7 +304,13 @@ fn releases(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>
                 (Some(_), Some(at)) => Some(format!(
                     "acknowledged, but the store had already revoked the hold at revision {at}"
                 )),
-                (Some(_), None) => None,
+                // The arbiter names the revision of its delete: it must be the one that
+                // ended this hold.
+                (Some(d), None) => r.rev.filter(|said| *said != d).map(|said| {
+                    format!(
+                        "acknowledged as the delete at revision {said}, but the hold was deleted at {d}"
+                    )
+                }),
             }
         } else if r.why.as_deref() == Some("STALE_TOKEN") && deleted.is_none() {
             Some("refused STALE_TOKEN, though the hold was never deleted (still live)".to_owned())

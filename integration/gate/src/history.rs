@@ -38,6 +38,9 @@ pub enum Kind {
     PgWrite,
     /// `lockctl epoch advance`, run by the gate as an operator would after a restore.
     Advance,
+    /// A call of the attacker on another client's key, session or token, or around the
+    /// edge (`via` names it): it must be refused.
+    Attack,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +77,12 @@ pub struct Event {
     /// Which way the call went: "edge" (Envoy) or "direct:<i>" (arbiter i).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<String>,
+    /// On a completion: the arbiter that answered (its `x-lock-arbiter` reply header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<String>,
+    /// On an acknowledged release: the store revision of its delete, as the arbiter said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rev: Option<i64>,
 }
 
 /// Appends events to a file, one line each, flushed per line.
@@ -131,6 +140,12 @@ pub struct Op {
     /// Completion time and phase; None: the process never reported (unknown outcome).
     pub done: Option<(u64, Phase)>,
     pub why: Option<String>,
+    /// The route (`edge`, `direct:<i>`) or the attack (`attack:<name>`).
+    pub via: Option<String>,
+    /// The arbiter that answered, if it said.
+    pub served: Option<String>,
+    /// A release's delete revision, as the arbiter said.
+    pub rev: Option<i64>,
 }
 
 impl Op {
@@ -169,6 +184,9 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
                     invoked: e.t,
                     done: None,
                     why: None,
+                    via: e.via.clone(),
+                    served: None,
+                    rev: None,
                 });
             }
             ph => {
@@ -177,6 +195,8 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
                 {
                     op.done = Some((e.t, ph));
                     op.why = e.why.clone();
+                    op.served = e.served.clone();
+                    op.rev = e.rev;
                     if e.token.is_some() {
                         op.token = e.token;
                     }

@@ -26,6 +26,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// The attacker's client id (and identity, `gate_id`): granted the gate's prefixes like
+/// every client, used by no worker.
+pub const ATTACKER: usize = lock_integration::registry::GATE_CLIENTS;
+
 /// The most a run is extended past its duration to reach `min_faults`.
 pub const MAX_EXTENSION: Duration = Duration::from_secs(180);
 
@@ -44,10 +48,17 @@ pub struct GateOptions {
     pub fault_gap: Duration,
     /// Deliberate arbiter bugs (`--inject-bug`, debug builds only).
     pub inject_bugs: Vec<String>,
+    /// Edge checks switched off (the filter's `unsafeTestSwitches`, debug builds only).
+    pub filter_switches: Vec<String>,
+    /// Run the attacker (in the first worker): see `worker::attacker`.
+    pub attacker: bool,
     /// Write to the PostgreSQL reference fence too.
     pub postgres: bool,
     pub direct_percent: u32,
     pub replay_percent: u32,
+    /// Share of holds that stall past their session's TTL before writing (see
+    /// `WorkerPlan::stall_percent`).
+    pub stall_percent: u32,
     pub durable_percent: u32,
     /// Share of key picks from up to `lookback` generations back (frozen holders' keys).
     pub lookback_percent: u32,
@@ -71,9 +82,12 @@ impl Default for GateOptions {
             faults: faults::ALL.to_vec(),
             fault_gap: Duration::from_secs(2),
             inject_bugs: Vec::new(),
+            filter_switches: Vec::new(),
+            attacker: true,
             postgres: true,
             direct_percent: 25,
             replay_percent: 20,
+            stall_percent: 2,
             durable_percent: 20,
             lookback_percent: 30,
             lookback: 4,
@@ -90,9 +104,18 @@ pub struct GateReport {
     pub operations: usize,
     pub by_kind: BTreeMap<(Kind, &'static str), usize>,
     pub grants: usize,
+    /// Holds ended by a handoff: the release's own transaction granted the key to the
+    /// queue head (one write for both).
+    pub handoffs: usize,
+    /// Group commits seen in the store: transactions that wrote two or more holder records,
+    /// and the writes they carried (see `StoreTruth::batches`).
+    pub batches: usize,
+    pub batched_writes: usize,
     /// Writes refused by each fence from a holder whose session the store had already
     /// ended when it wrote (a frozen holder that resumed): the case fencing exists for.
     pub stale_refused: BTreeMap<Kind, usize>,
+    /// The attacker's calls by attack and outcome (`refused <REASON>`, `ok`, `unknown`).
+    pub attacks: BTreeMap<(String, String), usize>,
     pub faults: Vec<Injected>,
     pub violations: Vec<checker::Violation>,
     pub linearizable: usize,
@@ -113,10 +136,13 @@ impl GateReport {
     pub fn summary(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "gate: {} operations in {:.0} s, {} grants; {} faults injected\n",
+            "gate: {} operations in {:.0} s, {} grants ({} by handoff in the release's transaction); {} grant and release writes in {} group commits of two or more; {} faults injected\n",
             self.operations,
             self.elapsed.as_secs_f64(),
             self.grants,
+            self.handoffs,
+            self.batched_writes,
+            self.batches,
             self.faults.len()
         ));
         let mut kinds: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
@@ -140,6 +166,18 @@ impl GateReport {
             "  stale holder refused (its session ended before it wrote): {}\n",
             stale.join(", ")
         ));
+        if !self.attacks.is_empty() {
+            s.push_str(
+                "  attacker (on others: must be refused; on its own keys: the grant is its own):\n",
+            );
+            let mut per: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+            for ((name, outcome), n) in &self.attacks {
+                per.entry(name).or_default().push(format!("{outcome} {n}"));
+            }
+            for (name, parts) in per {
+                s.push_str(&format!("    {name}: {}\n", parts.join(", ")));
+            }
+        }
         s.push_str(&format!(
             "  linearizability (per key): {} linearizable, {} not, {} unchecked (budget)\n",
             self.linearizable,
@@ -200,6 +238,7 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
         registry,
         keep_dir: Some(dir.join("stack")),
         arbiter_args,
+        filter_switches: opts.filter_switches.clone(),
         ..StackOptions::default()
     })
     .await?;
@@ -223,6 +262,9 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
     let stop_file = dir.join("stop");
     let run_id = format!("r{:x}", origin % 0xfffff);
     let mut workers = Vec::new();
+    let histories: Vec<PathBuf> = (0..opts.workers)
+        .map(|w| history_dir.join(format!("worker-{w}.jsonl")))
+        .collect();
     for w in 0..opts.workers {
         let mut clients = Vec::new();
         for c in 0..opts.clients_per_worker {
@@ -237,7 +279,21 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
                 ca: svid.ca,
             });
         }
-        let history = history_dir.join(format!("worker-{w}.jsonl"));
+        let history = histories[w].clone();
+        let attacker = if w == 0 && opts.attacker {
+            let svid = stack.pki.svid("gate-attacker", &gate_id(ATTACKER))?;
+            Some(worker::AttackerPlan {
+                id: u32::try_from(ATTACKER)?,
+                cert: svid.cert,
+                key: svid.key,
+                ca: svid.ca,
+                victims: histories.clone(),
+                own_prefix: format!("{GATE_PREFIX}/{run_id}/attacker"),
+                ungranted_key: "pay/ledger/gate-attack".into(),
+            })
+        } else {
+            None
+        };
         let plan = worker::WorkerPlan {
             clients,
             endpoint: stack.endpoint(),
@@ -264,6 +320,11 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             history: history.clone(),
             seed: opts.seed.wrapping_mul(1000).wrapping_add(w as u64),
             replay_percent: opts.replay_percent,
+            stall_percent: opts.stall_percent,
+            // Past the TTL by two seconds: the store has ended the session (renewals stop
+            // with the stall) and a waiter has been granted and written.
+            stall_ms: u64::from(GATE_TTL) * 1000 + 2000,
+            attacker,
         };
         let plan_path = dir.join(format!("worker-{w}.json"));
         std::fs::write(&plan_path, serde_json::to_string_pretty(&plan)?)?;
@@ -291,6 +352,8 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             token: None,
             why,
             via: None,
+            served: None,
+            rev: None,
         });
         op
     };
@@ -378,7 +441,7 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
 
 /// A recorded history folder's operations (every `*.jsonl` but the store's) and the store
 /// log (`store.jsonl`).
-fn read_history(
+pub fn read_history(
     history_dir: &std::path::Path,
 ) -> anyhow::Result<(Vec<history::Op>, Vec<store_log::StoreEvent>)> {
     let mut files = Vec::new();
@@ -425,9 +488,28 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
             *stale_refused.entry(op.kind).or_insert(0) += 1;
         }
     }
+    let mut attacks = BTreeMap::new();
+    for op in &ops {
+        let Some(name) = op.via.as_deref().and_then(|v| v.strip_prefix("attack:")) else {
+            continue;
+        };
+        let outcome = match op.done {
+            Some((_, Phase::Ok)) => "ok".to_owned(),
+            Some((_, Phase::Fail)) => {
+                let why = op.why.as_deref().unwrap_or("");
+                format!("refused {}", why.split(" (").next().unwrap_or(why))
+            }
+            _ => "unknown".to_owned(),
+        };
+        *attacks.entry((name.to_owned(), outcome)).or_insert(0) += 1;
+    }
     let report = GateReport {
         operations: ops.len(),
         stale_refused,
+        attacks,
+        handoffs: truth.handed_off.len(),
+        batches: truth.batches,
+        batched_writes: truth.batched_writes,
         grants: ops
             .iter()
             .filter(|o| o.kind == Kind::Acquire && o.ok())

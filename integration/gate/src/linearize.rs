@@ -273,7 +273,13 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
     let mut out = Vec::new();
     let mut pseudo = 1u64 << 40;
     let mut sessions: BTreeMap<i64, u64> = BTreeMap::new();
-    for op in ops.iter().filter(|o| o.key.as_deref() == Some(key)) {
+    let ops: Vec<&Op> = ops
+        .iter()
+        .copied()
+        .filter(|o| o.key.as_deref() == Some(key))
+        .collect();
+    let effects = store_effects(key, &ops, truth);
+    for op in &ops {
         let Some(session) = op.session else { continue };
         // Only a session that may have held the key (a grant acknowledged or of unknown
         // outcome) has a hold for its end to take away; the others' ends change nothing
@@ -291,6 +297,10 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             _ => continue,
         };
         let ret = match (op.kind, op.done, op.why.as_deref()) {
+            // Its effect, if it had one, is among the store's (below).
+            (_, None, _) | (_, Some((_, super::history::Phase::Info)), _) if effects.is_some() => {
+                continue;
+            }
             (_, None, _) | (_, Some((_, super::history::Phase::Info)), _) => None,
             (Kind::Acquire, Some((t, super::history::Phase::Ok)), _) => {
                 Some((t, MutexRet::Granted(op.token.unwrap_or(0))))
@@ -318,8 +328,25 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             ret,
         });
     }
+    for (op, invoked, ret) in effects.unwrap_or_default() {
+        pseudo += 1;
+        out.push(ModelOp {
+            thread: pseudo,
+            op,
+            at: None,
+            invoked,
+            ret: Some(ret),
+        });
+    }
     for (session, first) in sessions {
         if let Some(seen) = truth.session_end_seen.get(&session) {
+            // Ended before its first acquire that may have held was even invoked (that
+            // acquire's answer was lost, e.g. NO_QUORUM from a slow store): it never held
+            // the key, and an end before the call would be a window that closes before it
+            // opens.
+            if *seen < first {
+                continue;
+            }
             pseudo += 1;
             let at = truth.session_end.get(&session).copied();
             out.push(ModelOp {
@@ -361,6 +388,87 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
         });
     }
     out
+}
+
+/// What the operations whose answers were lost did, from the store's own history
+/// (None without a store log: they are searched as operations of unknown outcome).
+///
+/// An acquire has an effect only by creating a holder record on its session's lease, a
+/// release only by deleting the hold its token names. So every unknown operation is left
+/// out, and each such store change that an unknown operation may have made becomes an
+/// operation of its own: "session L was granted T", from the earliest call of L that may
+/// have made it until the store showed it (or an acknowledgement came back, if earlier);
+/// "T was released", likewise. A change an acknowledged operation also claims is added
+/// anyway for a grant: a grant the session already has is answered again (a retry), so the
+/// extra operation changes nothing when the acknowledged one made it, and gives the
+/// earlier start when the lost one did. A delete an acknowledged release claims is that
+/// release's (the checks hold it to the revision it names); deletes made by a session end
+/// or an epoch advance are theirs, not a release's.
+///
+/// Without this, each lost answer may be placed anywhere after its call, and a key with a
+/// dozen NO_QUORUM answers exhausts the search.
+type Effect = (MutexOp, u64, (u64, MutexRet));
+
+fn store_effects(key: &str, ops: &[&Op], truth: &StoreTruth) -> Option<Vec<Effect>> {
+    if truth.hold_seen.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    let sessions: BTreeSet<i64> = ops
+        .iter()
+        .filter(|o| o.unknown() && matches!(o.kind, Kind::Acquire | Kind::Release))
+        .filter_map(|o| o.session)
+        .collect();
+    for session in sessions {
+        for (rev, made, gone) in truth.holds_on(key, session) {
+            let Some(token) = truth.epoch_at(rev).and_then(|e| {
+                let e = u16::try_from(e).ok()?;
+                lock_config::FencingToken::pack(e, u64::try_from(rev).ok()?).ok()
+            }) else {
+                continue;
+            };
+            let token = token.as_u64();
+            let mine = |o: &&&Op, kind: Kind| o.kind == kind && o.session == Some(session);
+            // The grant: calls of this session that may have made it.
+            let granting: Vec<&&Op> = ops
+                .iter()
+                .filter(|o| mine(o, Kind::Acquire) && o.invoked <= made)
+                .filter(|o| o.unknown() || o.token == Some(token))
+                .collect();
+            if granting.iter().any(|o| o.unknown()) {
+                let from = granting.iter().map(|o| o.invoked).min().unwrap_or(made);
+                let by = granting
+                    .iter()
+                    .filter(|o| o.ok())
+                    .filter_map(|o| o.returned())
+                    .fold(made, u64::min);
+                out.push((
+                    MutexOp::Acquire { session },
+                    from,
+                    (by.max(from), MutexRet::Granted(token)),
+                ));
+            }
+            // The release: only a delete no session end or advance made.
+            let Some(gone) = gone else { continue };
+            if truth.revoked_at(key, rev).is_some() {
+                continue;
+            }
+            let releasing: Vec<&&Op> = ops
+                .iter()
+                .filter(|o| mine(o, Kind::Release) && o.token == Some(token))
+                .filter(|o| o.invoked <= gone && !o.failed())
+                .collect();
+            if !releasing.iter().any(|o| o.ok()) && !releasing.is_empty() {
+                let from = releasing.iter().map(|o| o.invoked).min().unwrap_or(gone);
+                out.push((
+                    MutexOp::Release { session, token },
+                    from,
+                    (gone.max(from), MutexRet::Released),
+                ));
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Checks one key with the WGL search and a budget of `steps` search steps.

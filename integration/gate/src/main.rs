@@ -38,6 +38,9 @@ enum Cmd {
         /// Debug builds: arbiter bugs to inject (the gate must then fail).
         #[arg(long)]
         inject_bug: Vec<String>,
+        /// Percent of holds that stall past their session's TTL before writing.
+        #[arg(long, default_value_t = GateOptions::default().stall_percent)]
+        stall_percent: u32,
         /// Skip the PostgreSQL reference fence.
         #[arg(long)]
         no_postgres: bool,
@@ -128,6 +131,7 @@ fn main() -> std::process::ExitCode {
             faults,
             fault_gap,
             inject_bug,
+            stall_percent,
             no_postgres,
             out,
             seed,
@@ -138,6 +142,7 @@ fn main() -> std::process::ExitCode {
                 clients_per_worker,
                 fault_gap: Duration::from_secs(fault_gap),
                 inject_bugs: inject_bug,
+                stall_percent,
                 postgres: !no_postgres,
                 out_dir: out,
                 seed,

@@ -26,6 +26,19 @@ pub struct StoreEvent {
     /// For a holder record's put: the identity the record names (from its value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
+    /// The hold this event is about: the mod revision of the record put (a put's own
+    /// revision) or deleted (its previous value's). A release may hand a key on by
+    /// overwriting the record, which keeps its create revision, so holds are told apart by
+    /// mod revision. Absent in logs from before handoffs: the create revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<i64>,
+}
+
+impl StoreEvent {
+    /// See [`StoreEvent::hold`].
+    pub fn hold_id(&self) -> i64 {
+        self.hold.unwrap_or(self.create_revision)
+    }
 }
 
 /// Records every event until stopped, then until it has caught up with the store.
@@ -100,9 +113,9 @@ async fn watch_all(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<StoreEvent> 
                     for e in resp.events() {
                         let Some(kv) = e.kv() else { continue };
                         let delete = e.event_type() == EventType::Delete;
-                        let (create_revision, lease) = match (delete, e.prev_kv()) {
-                            (true, Some(p)) => (p.create_revision(), p.lease()),
-                            _ => (kv.create_revision(), kv.lease()),
+                        let (create_revision, lease, hold) = match (delete, e.prev_kv()) {
+                            (true, Some(p)) => (p.create_revision(), p.lease(), p.mod_revision()),
+                            _ => (kv.create_revision(), kv.lease(), kv.mod_revision()),
                         };
                         let key = String::from_utf8_lossy(kv.key()).into_owned();
                         let holder = (!delete && key.starts_with(HOLDER_PREFIX))
@@ -116,6 +129,7 @@ async fn watch_all(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<StoreEvent> 
                             create_revision,
                             lease,
                             holder,
+                            hold: Some(hold),
                         });
                         next = next.max(kv.mod_revision() + 1);
                     }
@@ -146,29 +160,57 @@ async fn watch_all(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<StoreEvent> 
 /// The store's history, indexed for the checker.
 #[derive(Debug, Default)]
 pub struct StoreTruth {
-    /// (holder key, create revision) -> the revision that deleted it.
+    /// (holder key, the hold's revision — the mod revision of the write that made it) ->
+    /// the revision that ended it (a delete, or a handoff's overwrite).
     pub holds: HashMap<(String, i64), Option<i64>>,
+    /// Holds that ended by a handoff (the next holder's record written over them).
+    pub handed_off: HashSet<(String, i64)>,
     /// (holder key, create revision) -> its lease.
     pub hold_lease: HashMap<(String, i64), i64>,
     /// (holder key, create revision) -> the identity its record names.
     pub hold_identity: HashMap<(String, i64), String>,
+    /// (holder key, create revision) -> when the watcher saw it created, and deleted.
+    pub hold_seen: HashMap<(String, i64), (u64, Option<u64>)>,
     /// Lease -> the revision its session record was deleted at (expiry or close).
     pub session_end: HashMap<i64, i64>,
     /// Revisions at which the epoch record was written (init or advance).
     pub epoch_writes: HashSet<i64>,
     /// Session record deletions with the time the watcher saw them.
     pub session_end_seen: HashMap<i64, u64>,
+    /// Group commit seen in the store: revisions at which two or more holder records were
+    /// written (grants, handoffs, releases of distinct keys in one transaction), and the
+    /// writes in them. A lease revoke also deletes several records at one revision, all of
+    /// one lease and never a put, so such revisions are not counted (nor, alike, a batch of
+    /// two releases by one session).
+    pub batches: usize,
+    pub batched_writes: usize,
 }
 
 impl StoreTruth {
     pub fn from_events(events: &[StoreEvent]) -> Self {
         let mut t = Self::default();
+        // The live hold of each holder key, to end it when a handoff writes over it.
+        let mut live: HashMap<String, i64> = HashMap::new();
         for e in events {
             if let Some(_key) = e.key.strip_prefix(HOLDER_PREFIX) {
-                let id = (e.key.clone(), e.create_revision);
+                let id = (e.key.clone(), e.hold_id());
                 if e.delete {
+                    if let Some(seen) = t.hold_seen.get_mut(&id) {
+                        seen.1 = Some(e.seen);
+                    }
                     t.holds.insert(id, Some(e.revision));
-                } else if e.create_revision == e.revision {
+                    live.remove(&e.key);
+                } else {
+                    if let Some(before) = live.insert(e.key.clone(), e.revision) {
+                        let ended = (e.key.clone(), before);
+                        if let Some(seen) = t.hold_seen.get_mut(&ended) {
+                            seen.1 = Some(e.seen);
+                        }
+                        t.holds.insert(ended.clone(), Some(e.revision));
+                        t.handed_off.insert(ended);
+                    }
+                    let id = (e.key.clone(), e.revision);
+                    t.hold_seen.insert(id.clone(), (e.seen, None));
                     t.holds.entry(id.clone()).or_insert(None);
                     if let Some(who) = &e.holder {
                         t.hold_identity.insert(id.clone(), who.clone());
@@ -184,6 +226,20 @@ impl StoreTruth {
                 }
             } else if e.key == EPOCH_KEY && !e.delete {
                 t.epoch_writes.insert(e.revision);
+            }
+        }
+        // Per revision: holder-record writes, and whether any was a put or leases differ.
+        let mut at: HashMap<i64, (usize, bool, HashSet<i64>)> = HashMap::new();
+        for e in events.iter().filter(|e| e.key.starts_with(HOLDER_PREFIX)) {
+            let w = at.entry(e.revision).or_default();
+            w.0 += 1;
+            w.1 |= !e.delete;
+            w.2.insert(e.lease);
+        }
+        for (n, put, leases) in at.into_values() {
+            if n > 1 && (put || leases.len() > 1) {
+                t.batches += 1;
+                t.batched_writes += n;
             }
         }
         t
@@ -215,6 +271,22 @@ impl StoreTruth {
         self.holds
             .get(&(format!("{HOLDER_PREFIX}{key}"), revision))
             .copied()
+    }
+
+    /// Holds of `key` written on `lease`: (create revision, seen created, seen deleted).
+    pub fn holds_on(&self, key: &str, lease: i64) -> Vec<(i64, u64, Option<u64>)> {
+        let hkey = format!("{HOLDER_PREFIX}{key}");
+        let mut out: Vec<_> = self
+            .hold_lease
+            .iter()
+            .filter(|((k, _), l)| *k == hkey && **l == lease)
+            .filter_map(|((k, rev), _)| {
+                let (made, gone) = self.hold_seen.get(&(k.clone(), *rev))?;
+                Some((*rev, *made, *gone))
+            })
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// The epoch the store was in at `revision`: how many times the epoch record had been

@@ -101,13 +101,24 @@ pub fn render(
                 _ => "op",
             };
             let title = format!(
-                "{:?} session {:x}{token} {}",
+                "{:?} session {:x}{token} {}{}{}{}",
                 op.kind,
                 op.session.unwrap_or(0),
                 op.why.as_deref().unwrap_or(match op.done {
                     Some((_, Phase::Ok)) => "ok",
                     _ => "unknown",
-                })
+                }),
+                op.via
+                    .as_deref()
+                    .map(|v| format!(" via {v}"))
+                    .unwrap_or_default(),
+                op.served
+                    .as_deref()
+                    .map(|a| format!(", served by {a}"))
+                    .unwrap_or_default(),
+                op.rev
+                    .map(|r| format!(", deleted at r{r}"))
+                    .unwrap_or_default(),
             );
             let _ = write!(
                 svg,

@@ -6,18 +6,20 @@
 use super::history::{Event, Kind, Phase, Recorder, mono_ns};
 use super::register::RegisterClient;
 
+mod attacker;
 mod plan;
 mod renewals;
 
+pub use attacker::{ATTACKS, AttackerPlan};
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::{self as remote, Svid};
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
 pub use plan::{ClientPlan, KeyPlan, WorkerPlan};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
-use renewals::{Session, renew};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use renewals::Session;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::transport::Channel;
 
@@ -26,14 +28,24 @@ pub const KEEPALIVE_CLIENT: u32 = 10_000;
 /// Bound on a call's answer beyond its own wait.
 const CALL_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// Keys whose holder is stalled, with when the stall ends (CLOCK_MONOTONIC ns): the
+/// worker's other clients wait for them.
+type Contested = Arc<Mutex<Vec<(String, u64)>>>;
+
 /// Runs every client of the plan until its end; returns when all have stopped.
 pub async fn run(plan: WorkerPlan) -> anyhow::Result<()> {
     let rec = Arc::new(Recorder::create(&plan.history)?);
+    let contested = Contested::default();
     let mut tasks = Vec::new();
     for (n, c) in plan.clients.iter().enumerate() {
-        let client =
-            Client::connect(&plan, c, rec.clone(), plan.seed.wrapping_add(n as u64)).await?;
+        let seed = plan.seed.wrapping_add(n as u64);
+        let client = Client::connect(&plan, c, rec.clone(), contested.clone(), seed).await?;
         tasks.push(tokio::spawn(client.run()));
+    }
+    if let Some(me) = plan.attacker.clone() {
+        let seed = plan.seed.wrapping_add(0xa77ac4);
+        let attacker = attacker::Attacker::connect(&plan, me, rec.clone(), seed).await?;
+        tasks.push(tokio::spawn(attacker.run()));
     }
     for t in tasks {
         t.await??;
@@ -54,6 +66,7 @@ struct Client {
     next_op: u64,
     session: Option<Session>,
     ops: u64,
+    contested: Contested,
 }
 
 /// A call's outcome as the history records it.
@@ -63,12 +76,25 @@ enum Outcome<T> {
     Unknown(String),
 }
 
+/// What a completion records beyond its phase.
+#[derive(Default)]
+struct Answer {
+    token: Option<u64>,
+    /// The arbiter that answered.
+    served: Option<String>,
+    /// A release's delete revision.
+    rev: Option<i64>,
+}
+
 fn classify<T>(
     r: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
-) -> Outcome<T> {
+) -> Outcome<(T, Option<String>)> {
     match r {
         Err(_) => Outcome::Unknown("timeout".into()),
-        Ok(Ok(resp)) => Outcome::Ok(resp.into_inner()),
+        Ok(Ok(resp)) => {
+            let served = lock_integration::answered_by(&resp);
+            Outcome::Ok((resp.into_inner(), served))
+        }
         Ok(Err(status)) => match lock_integration::reason_of(&status) {
             // NO_QUORUM may follow a transaction that committed (README "Errors").
             Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
@@ -91,6 +117,7 @@ impl Client {
         plan: &WorkerPlan,
         c: &ClientPlan,
         rec: Arc<Recorder>,
+        contested: Contested,
         seed: u64,
     ) -> anyhow::Result<Self> {
         let svid = Svid {
@@ -129,6 +156,7 @@ impl Client {
             next_op: 0,
             session: None,
             ops: 0,
+            contested,
         })
     }
 
@@ -144,6 +172,8 @@ impl Client {
             token: None,
             why: None,
             via: None,
+            served: None,
+            rev: None,
         }
     }
 
@@ -165,14 +195,16 @@ impl Client {
         self.next_op
     }
 
-    fn complete<T>(&self, op: u64, f: Kind, outcome: &Outcome<T>, token: Option<u64>) {
+    fn complete<T>(&self, op: u64, f: Kind, outcome: &Outcome<T>, answer: Answer) {
         let (ph, why) = match outcome {
             Outcome::Ok(_) => (Phase::Ok, None),
             Outcome::Fail(w) => (Phase::Fail, Some(w.clone())),
             Outcome::Unknown(w) => (Phase::Info, Some(w.clone())),
         };
         let mut e = self.event(op, ph, f);
-        e.token = token;
+        e.token = answer.token;
+        e.served = answer.served;
+        e.rev = answer.rev;
         e.why = why;
         self.rec.record(&e);
     }
@@ -201,7 +233,10 @@ impl Client {
 
     async fn run(mut self) -> anyhow::Result<()> {
         while !self.done() {
-            let key = self.plan.keys.pick(&mut self.rng, self.plan.origin);
+            let (key, contested) = match self.contested_key() {
+                Some(k) => (k, true),
+                None => (self.plan.keys.pick(&mut self.rng, self.plan.origin), false),
+            };
             if self
                 .session
                 .as_ref()
@@ -213,7 +248,10 @@ impl Client {
                     continue;
                 }
             }
-            let wait = if self.rng.random_range(0..100) < 30 {
+            let wait = if contested {
+                // Long enough for the stalled holder's session to expire.
+                self.plan.stall_ms
+            } else if self.rng.random_range(0..100) < 30 {
                 0
             } else {
                 self.rng.random_range(200..2000)
@@ -226,6 +264,17 @@ impl Client {
             }
         }
         Ok(())
+    }
+
+    /// A key whose holder (another client of this worker) is stalled, most of the time
+    /// there is one.
+    fn contested_key(&mut self) -> Option<String> {
+        let now = mono_ns();
+        let mut list = self.contested.lock().ok()?;
+        list.retain(|(_, until)| *until > now);
+        let key = list.first().map(|(k, _)| k.clone())?;
+        drop(list);
+        (self.rng.random_range(0..100) < 80).then_some(key)
     }
 
     async fn pause(&mut self, lo: u64, hi: u64) {
@@ -242,22 +291,17 @@ impl Client {
         )
         .await;
         let outcome = classify(r);
-        if let Outcome::Ok(resp) = &outcome {
-            let dead = Arc::new(AtomicBool::new(false));
-            self.session = Some(Session {
-                id: resp.session_id,
-                dead: dead.clone(),
-            });
-            tokio::spawn(renew(
-                self.edge.clone(),
-                self.rec.clone(),
+        let mut answer = Answer::default();
+        if let Outcome::Ok((resp, served)) = &outcome {
+            answer.served = served.clone();
+            self.session = Some(Session::start(
+                &self.edge,
+                &self.rec,
                 self.id + KEEPALIVE_CLIENT,
-                resp.session_id,
-                Duration::from_millis(u64::from(resp.ttl_seconds.max(1)) * 1000 / 3),
-                dead,
+                resp,
             ));
         }
-        self.complete(op, Kind::Open, &outcome, None);
+        self.complete(op, Kind::Open, &outcome, answer);
         matches!(outcome, Outcome::Ok(_))
     }
 
@@ -281,16 +325,17 @@ impl Client {
             client.acquire(req),
         )
         .await;
+        let mut answer = Answer::default();
         let outcome = match classify(r) {
-            Outcome::Ok(resp) => Outcome::Ok(resp.token),
+            Outcome::Ok((resp, served)) => {
+                answer.token = Some(resp.token);
+                answer.served = served;
+                Outcome::Ok(resp.token)
+            }
             Outcome::Fail(w) => Outcome::Fail(w),
             Outcome::Unknown(w) => Outcome::Unknown(w),
         };
-        let token = match &outcome {
-            Outcome::Ok(t) => Some(*t),
-            _ => None,
-        };
-        self.complete(op, Kind::Acquire, &outcome, token);
+        self.complete(op, Kind::Acquire, &outcome, answer);
         outcome
     }
 
@@ -308,12 +353,17 @@ impl Client {
             &via,
         );
         let r = tokio::time::timeout(CALL_TIMEOUT, client.release(req)).await;
+        let mut answer = Answer::default();
         let outcome = match classify(r) {
-            Outcome::Ok(_) => Outcome::Ok(()),
+            Outcome::Ok((resp, served)) => {
+                answer.served = served;
+                answer.rev = Some(resp.released_at_revision);
+                Outcome::Ok(())
+            }
             Outcome::Fail(w) => Outcome::Fail(w),
             Outcome::Unknown(w) => Outcome::Unknown(w),
         };
-        self.complete(op, Kind::Release, &outcome, None);
+        self.complete(op, Kind::Release, &outcome, answer);
         outcome
     }
 
@@ -327,7 +377,7 @@ impl Client {
                 Ok(Err(e)) => Outcome::Unknown(e.to_string()),
                 Err(_) => Outcome::Unknown("timeout".into()),
             };
-        self.complete(op, Kind::Write, &outcome, None);
+        self.complete(op, Kind::Write, &outcome, Answer::default());
         if self.pg.is_none() {
             return;
         }
@@ -337,7 +387,7 @@ impl Client {
             Ok(false) => Outcome::Fail("STALE".into()),
             Err(e) => Outcome::Unknown(e.to_string()),
         };
-        self.complete(op, Kind::PgWrite, &outcome, None);
+        self.complete(op, Kind::PgWrite, &outcome, Answer::default());
     }
 
     async fn pg_write(&mut self, key: &str, token: u64) -> anyhow::Result<bool> {
@@ -367,6 +417,9 @@ impl Client {
         // The work, then its write: a holder frozen during the work resumes to write with
         // its old token, which the fences must refuse once a newer holder has written.
         self.pause(50, 300).await;
+        if self.rng.random_range(0..100) < self.plan.stall_percent {
+            self.stall(key).await;
+        }
         self.write(key, token).await;
         let released = self.release(key, token).await;
         if matches!(released, Outcome::Ok(()))
@@ -380,6 +433,24 @@ impl Client {
                 self.release(key, again).await;
             }
         }
+    }
+}
+
+impl Client {
+    /// Stops this holder (and its renewals) past its session's TTL while the worker's other
+    /// clients wait for its key: the store ends the session, a waiter is granted and
+    /// writes, and this holder then resumes believing it still holds.
+    async fn stall(&mut self, key: &str) {
+        let Some(stalled) = self.session.as_ref().map(|s| s.stalled.clone()) else {
+            return;
+        };
+        let until = mono_ns() + self.plan.stall_ms * 1_000_000;
+        if let Ok(mut list) = self.contested.lock() {
+            list.push((key.to_owned(), until));
+        }
+        stalled.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(self.plan.stall_ms)).await;
+        stalled.store(false, Ordering::SeqCst);
     }
 }
 

@@ -3,6 +3,7 @@
 //! long version.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use lock_gate::history::Kind;
 use lock_gate::{GateOptions, GateReport, faults};
 use std::time::Duration;
 
@@ -34,6 +35,13 @@ async fn every_fault_kind_with_zero_violations() {
         );
     }
     assert!(report.grants >= 300, "too little load to mean anything");
+    // The attacker ran, and every one of its attacks was tried.
+    for attack in lock_gate::worker::ATTACKS {
+        assert!(
+            report.attacks.keys().any(|(name, _)| name == attack),
+            "the attacker never tried {attack}"
+        );
+    }
     assert!(
         report.passed(),
         "violations under faults; history kept in {}",
@@ -83,11 +91,108 @@ async fn catches_a_release_without_the_token_compare() {
 
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn catches_a_grant_without_the_epoch_compare() {
+async fn catches_a_grant_without_the_epoch_compare_on_every_key_it_touched() {
     let advances = vec![faults::Fault::EpochAdvance];
     let report = run(with_bug("grant-without-epoch-compare", 25, advances)).await;
     assert!(!report.passed());
-    // After an advance an arbiter with the old epoch cached minted old-epoch tokens: smaller
-    // than tokens already granted for the same key.
-    assert!(found(&report, "token-order") || !report.not_linearizable.is_empty());
+    // After an advance an arbiter with the old epoch cached minted old-epoch tokens. Every
+    // key given such a token (its epoch is not the store's at its revision, per the store
+    // log) must be reported, not just one of them.
+    let (ops, store) = lock_gate::read_history(&report.dir.join("history")).unwrap();
+    let truth = lock_gate::store_log::StoreTruth::from_events(&store);
+    let mut touched = std::collections::BTreeSet::new();
+    for g in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
+        let (Some(key), Some(t)) = (&g.key, g.token) else {
+            continue;
+        };
+        let t = lock_config::FencingToken::from_u64(t).unwrap();
+        let rev = i64::try_from(t.revision()).unwrap();
+        if truth
+            .epoch_at(rev)
+            .is_some_and(|e| e != u32::from(t.epoch()))
+        {
+            touched.insert(key.clone());
+        }
+    }
+    let caught: std::collections::BTreeSet<String> = report
+        .violations
+        .iter()
+        .map(|v| v.key.clone())
+        .chain(report.not_linearizable.iter().cloned())
+        .collect();
+    assert!(
+        !touched.is_empty(),
+        "the bug minted no stale token: no test"
+    );
+    let missed: Vec<&String> = touched.difference(&caught).collect();
+    assert!(
+        missed.is_empty(),
+        "keys given stale-epoch tokens but not reported: {missed:?}"
+    );
+}
+
+/// A handoff that does not check the releaser's grant is still the holder: a replayed
+/// release hands the session's newer grant (or someone else's) on to the queue head, while
+/// its holder still believes in it.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_handoff_without_the_holder_compare() {
+    let report = run(with_bug("handoff-without-holder-compare", 20, vec![])).await;
+    assert!(report.handoffs > 0, "no handoff happened: no test");
+    assert!(!report.passed());
+    assert!(
+        found(&report, "exclusion")
+            || found(&report, "release")
+            || !report.not_linearizable.is_empty()
+    );
+}
+
+/// Group commit that answers each member of a batch with the next member's sub-result: a
+/// grant told it committed when its own compare failed (or the reverse), a release told
+/// it deleted a record it did not.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_batch_that_cross_answers() {
+    // More clients on more keys than the default: calls on distinct keys must overlap for
+    // a batch to form.
+    let report = run(GateOptions {
+        clients_per_worker: 8,
+        keys_per_generation: 8,
+        ..with_bug("batch-cross-answer", 20, vec![])
+    })
+    .await;
+    assert!(report.batches > 0, "no group commit happened: no test");
+    assert!(!report.passed());
+}
+
+/// The attacker's forgeries succeed once the layers that stop them are switched off (the
+/// filter keeps `x-lock-*` trailers, the arbiter reads edge headers from merged metadata
+/// and admits any peer certificate), and the gate reports them.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_the_attacker_once_the_boundary_is_switched_off() {
+    let report = run(GateOptions {
+        duration: Duration::from_secs(20),
+        faults: vec![],
+        inject_bugs: vec!["edge-headers-from-metadata".into(), "admit-any-peer".into()],
+        filter_switches: vec!["ignore-trailers".into()],
+        postgres: false,
+        ..GateOptions::default()
+    })
+    .await;
+    assert!(!report.passed());
+    let admitted = |attack: &str| {
+        report
+            .violations
+            .iter()
+            .any(|v| v.check == "attack" && v.detail.contains(attack))
+    };
+    assert!(
+        admitted("release-forged-identity-trailer") || admitted("close-forged-identity-trailer"),
+        "no forged trailer got through"
+    );
+    assert!(
+        admitted("direct-with-workload-cert"),
+        "no direct call with a workload certificate got through"
+    );
 }

@@ -193,6 +193,8 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     token: (ph == Phase::Invoke).then_some(a.token),
                     why: None,
                     via: None,
+                    served: None,
+                    rev: None,
                 });
             }
         }),
@@ -228,6 +230,8 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     token: (ph == Phase::Invoke).then_some(token),
                     why: None,
                     via: None,
+                    served: None,
+                    rev: None,
                 });
             }
         }),

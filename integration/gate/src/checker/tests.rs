@@ -25,6 +25,8 @@ fn ev(c: u32, op: u64, t: u64, ph: Phase, f: Kind, s: i64, token: Option<u64>) -
         token,
         why: None,
         via: None,
+        served: None,
+        rev: None,
     }
 }
 
@@ -55,6 +57,7 @@ fn epoch_write(rev: i64) -> StoreEvent {
         create_revision: 1,
         lease: 0,
         holder: None,
+        hold: None,
     }
 }
 
@@ -67,6 +70,7 @@ fn put(rev: i64, lease: i64) -> StoreEvent {
         create_revision: rev,
         lease,
         holder: None,
+        hold: None,
     }
 }
 
@@ -79,6 +83,7 @@ fn del(rev: i64, created: i64, lease: i64) -> StoreEvent {
         create_revision: created,
         lease,
         holder: None,
+        hold: None,
     }
 }
 
@@ -91,6 +96,7 @@ fn session_end(rev: i64, lease: i64) -> StoreEvent {
         create_revision: 1,
         lease,
         holder: None,
+        hold: None,
     }
 }
 
@@ -177,7 +183,58 @@ fn a_holder_record_naming_another_identity_is_caught() {
     p.holder = Some(lock_integration::registry::gate_id(1));
     assert_eq!(run(e.clone(), &[p.clone(), del(6, 5, 10)]), vec![]);
     p.holder = Some(lock_integration::registry::gate_id(2));
-    assert_eq!(checks(&run(e, &[p, del(6, 5, 10)])), vec!["backed"]);
+    // Seen from the grant (backed) and from the store's side (nobody with that identity
+    // asked for the key).
+    assert_eq!(
+        checks(&run(e, &[p, del(6, 5, 10)])),
+        vec!["backed", "store-identity"]
+    );
+}
+
+/// A holder record nobody was told about (the answer of its grant was lost): only the
+/// store's side can see that it names another identity than the session's owner.
+#[test]
+fn a_holder_record_of_a_lost_answer_naming_another_identity_is_caught() {
+    let open = |c: u32, s: i64| {
+        let mut e = [
+            ev(c, 7, 0, Phase::Invoke, Kind::Open, 0, None),
+            ev(c, 7, 1, Phase::Ok, Kind::Open, s, None),
+        ];
+        e[0].session = None;
+        e
+    };
+    let mut e: Vec<Event> = open(1, 10).into();
+    e.extend(open(2, 11));
+    // Client 1's acquire never answered; client 2 asked for the key too.
+    e.push(ev(1, 1, 2, Phase::Invoke, Kind::Acquire, 10, None));
+    e.push(ev(2, 1, 2, Phase::Invoke, Kind::Acquire, 11, None));
+    e.push(ev(2, 1, 3, Phase::Fail, Kind::Acquire, 11, None));
+    let mut p = put(5, 10);
+    p.holder = Some(lock_integration::registry::gate_id(1));
+    assert_eq!(run(e.clone(), &[p.clone()]), vec![]);
+    // On client 1's session, naming client 2 (who asked, and was refused).
+    p.holder = Some(lock_integration::registry::gate_id(2));
+    assert_eq!(
+        checks(&run(e.clone(), &[p.clone()])),
+        vec!["store-identity"]
+    );
+    // Naming an identity that never asked for the key.
+    p.holder = Some(lock_integration::registry::gate_id(3));
+    assert_eq!(checks(&run(e, &[p])), vec!["store-identity"]);
+}
+
+#[test]
+fn an_attack_that_succeeded_is_caught_and_refused_ones_are_not() {
+    let mut e = Vec::new();
+    for (op, ph) in [(1, Phase::Fail), (2, Phase::Info), (3, Phase::Ok)] {
+        let mut i = ev(64, op, op * 10, Phase::Invoke, Kind::Attack, 10, None);
+        i.via = Some("attack:release-other-session".into());
+        e.push(i);
+        e.push(ev(64, op, op * 10 + 1, ph, Kind::Attack, 10, None));
+    }
+    let found = run(e, &[]);
+    assert_eq!(checks(&found), vec!["attack"]);
+    assert!(found[0].detail.contains("release-other-session"));
 }
 
 #[test]
@@ -273,4 +330,44 @@ fn a_fence_accepting_a_lower_token_is_caught() {
         ev(4, 1, 7, Phase::Fail, Kind::Write, 13, None),
     ];
     assert_eq!(checks(&run(e, &[])), vec!["fence"]);
+}
+
+/// The arbiter names its delete's revision: a release acknowledged as a delete the store
+/// does not have (another delete ended the hold) is caught.
+#[test]
+fn a_release_naming_another_delete_is_caught() {
+    let mut e = hold(1, 10, 5, 0, 10, 20);
+    e[3].rev = Some(6);
+    let store = [put(5, 10), del(6, 5, 10)];
+    assert_eq!(run(e.clone(), &store), vec![]);
+    e[3].rev = Some(9);
+    assert_eq!(checks(&run(e, &store)), vec!["release"]);
+}
+
+/// A handoff (issue 18): client 1's release writes client 2's record over its own at
+/// revision 7 (create revision stays 5), answering both from that commit. Clean; and a
+/// handoff nobody released (client 1's release refused) is caught.
+#[test]
+fn a_handoff_is_a_release_and_a_grant_in_one_write() {
+    let mut e = hold(1, 10, 5, 0, 10, 20);
+    e[3].rev = Some(7);
+    e.extend(hold(2, 11, 7, 15, 22, 40));
+    let overwrite = StoreEvent {
+        revision: 7,
+        seen: 21,
+        key: format!("/l/{K}"),
+        delete: false,
+        create_revision: 5,
+        lease: 11,
+        holder: None,
+        hold: Some(7),
+    };
+    let store = [put(5, 10), overwrite, del(8, 7, 11)];
+    let mut store = store.to_vec();
+    store[2].hold = Some(7);
+    assert_eq!(run(e.clone(), &store), vec![]);
+    e[3].ph = Phase::Fail;
+    e[3].why = Some("STALE_TOKEN".into());
+    e[3].rev = None;
+    assert_eq!(checks(&run(e, &store)), vec!["release"]);
 }

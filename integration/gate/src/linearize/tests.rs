@@ -16,6 +16,9 @@ fn op(client: u32, kind: Kind, session: i64, token: Option<u64>, t: (u64, u64), 
         invoked: t.0,
         done: Some((t.1, ph)),
         why: None,
+        via: None,
+        served: None,
+        rev: None,
     }
 }
 
@@ -243,6 +246,9 @@ fn an_epoch_advance_falls_at_its_commit_revision() {
         invoked: 3,
         done: Some((20, Phase::Ok)),
         why: None,
+        via: None,
+        served: None,
+        rev: None,
     };
     let refs: Vec<&Op> = ops.iter().collect();
     let by_time = StoreTruth::default();
@@ -284,6 +290,151 @@ fn a_session_that_ended_before_it_asked_is_no_anomaly() {
     let refs: Vec<&Op> = ops.iter().collect();
     assert_eq!(
         check_key(K, &refs, &[], &truth, 100_000),
+        Verdict::Linearizable
+    );
+}
+
+/// The store settles an answer that was lost: the grant created a hold on the caller's
+/// lease (so a grant to someone else while it was live is a double grant), and a release
+/// whose hold was never deleted did nothing.
+#[test]
+fn a_lost_answer_is_settled_by_the_store() {
+    use crate::store_log::StoreEvent;
+    let hold = |rev: i64, seen: u64, lease: i64, delete: bool| StoreEvent {
+        revision: if delete { rev + 1 } else { rev },
+        seen,
+        key: format!("/l/{K}"),
+        delete,
+        create_revision: rev,
+        lease,
+        holder: None,
+        hold: None,
+    };
+    let epoch = StoreEvent {
+        revision: 1,
+        seen: 0,
+        key: "/sys/epoch".into(),
+        delete: false,
+        create_revision: 1,
+        lease: 0,
+        holder: None,
+        hold: None,
+    };
+    let mut lost = op(1, Kind::Acquire, 10, None, (0, 5), Phase::Info);
+    lost.done = None;
+    // Client 2 is granted at revision 8 while client 1's hold (revision 5) lives on.
+    let ops = vec![
+        lost.clone(),
+        op(
+            2,
+            Kind::Acquire,
+            11,
+            Some((1 << 48) | 8),
+            (10, 12),
+            Phase::Ok,
+        ),
+    ];
+    let unseen = StoreTruth::default();
+    assert_eq!(verdict(&ops, &unseen), Verdict::Linearizable);
+    let seen =
+        StoreTruth::from_events(&[epoch.clone(), hold(5, 3, 10, false), hold(8, 11, 11, false)]);
+    assert_eq!(verdict(&ops, &seen), Verdict::NotLinearizable);
+    // Released by client 1 (its answer lost too) before client 2's grant: fine.
+    let mut rel = op(
+        1,
+        Kind::Release,
+        10,
+        Some((1 << 48) | 5),
+        (6, 7),
+        Phase::Info,
+    );
+    rel.done = None;
+    let mut with_release = ops.clone();
+    with_release.push(rel.clone());
+    let released = StoreTruth::from_events(&[
+        epoch.clone(),
+        hold(5, 3, 10, false),
+        hold(5, 8, 10, true),
+        hold(8, 11, 11, false),
+    ]);
+    assert_eq!(verdict(&with_release, &released), Verdict::Linearizable);
+    // The same lost release, but the store never ended the hold (client 2's grant left no
+    // record): it did nothing.
+    let never = StoreTruth::from_events(&[epoch.clone(), hold(5, 3, 10, false)]);
+    assert_eq!(verdict(&with_release, &never), Verdict::NotLinearizable);
+    // A handoff (client 2's record written over client 1's) ends the hold like a delete:
+    // the lost release made it.
+    assert_eq!(verdict(&with_release, &seen), Verdict::Linearizable);
+}
+
+/// Found by `make gate`: a session ended (seen at t = 25) before a call of it whose answer
+/// was lost (NO_QUORUM, t = 30): that call never held the key, and the session's end must
+/// not be a window that closes before it opens.
+#[test]
+fn a_session_that_ended_before_a_lost_call_is_no_anomaly() {
+    let mut lost = op(3, Kind::Acquire, 12, None, (30, 31), Phase::Info);
+    lost.why = Some("NO_QUORUM".into());
+    let ops = [
+        op(1, Kind::Acquire, 10, Some((1 << 48) | 5), (0, 2), Phase::Ok),
+        op(
+            1,
+            Kind::Release,
+            10,
+            Some((1 << 48) | 5),
+            (40, 41),
+            Phase::Ok,
+        ),
+        lost,
+    ];
+    // It ended at revision 4, before client 1's grant at revision 5 (t = 0..2): placed at
+    // its revision, its window must not open only at the lost call.
+    let mut truth = StoreTruth::default();
+    truth.session_end.insert(12, 4);
+    truth.session_end_seen.insert(12, 25);
+    let refs: Vec<&Op> = ops.iter().collect();
+    assert_eq!(
+        check_key(K, &refs, &[], &truth, 100_000),
+        Verdict::Linearizable
+    );
+}
+
+/// Found by `make gate`: a grant whose answer was lost (NO_QUORUM) created the hold; the
+/// session's retry later got the same token back. Another client's HELD in between is
+/// explained by the lost grant, which the store shows, not by the retry.
+#[test]
+fn a_lost_grant_answered_again_by_a_retry_explains_a_refusal_before_it() {
+    use crate::store_log::StoreEvent;
+    let store = [
+        StoreEvent {
+            revision: 1,
+            seen: 0,
+            key: "/sys/epoch".into(),
+            delete: false,
+            create_revision: 1,
+            lease: 0,
+            holder: None,
+            hold: None,
+        },
+        StoreEvent {
+            revision: 5,
+            seen: 3,
+            key: format!("/l/{K}"),
+            delete: false,
+            create_revision: 5,
+            lease: 10,
+            holder: None,
+            hold: None,
+        },
+    ];
+    let mut lost = op(1, Kind::Acquire, 10, None, (0, 2), Phase::Info);
+    lost.why = Some("NO_QUORUM".into());
+    let ops = vec![
+        lost,
+        refused(2, 11, (4, 5)),
+        op(1, Kind::Acquire, 10, Some((1 << 48) | 5), (6, 7), Phase::Ok),
+    ];
+    assert_eq!(
+        verdict(&ops, &StoreTruth::from_events(&store)),
         Verdict::Linearizable
     );
 }

@@ -42,6 +42,18 @@ pub struct WorkerPlan {
     pub seed: u64,
     /// Share of releases followed by a re-grant and a replay of the old release.
     pub replay_percent: u32,
+    /// Share of holds that stall past the session's TTL before writing, as a holder paused
+    /// by GC or a stalled VM would (renewals stop too); the worker's other clients then
+    /// wait for that key, so a new holder is granted and writes before the stalled one
+    /// resumes and writes with its old token.
+    #[serde(default)]
+    pub stall_percent: u32,
+    /// How long a stall lasts (past the session's TTL).
+    #[serde(default)]
+    pub stall_ms: u64,
+    /// This worker also runs the attacker.
+    #[serde(default)]
+    pub attacker: Option<super::attacker::AttackerPlan>,
 }
 
 /// Keys rotate: generation `g` (every `generation_ms`) uses `<prefix>/<run>/g<g>/k<i>`, so
