@@ -51,10 +51,12 @@ pub struct HotCell {
 }
 
 impl HotCell {
-    /// Grant attempts per handoff: Txns less the releases' own, per handoff.
+    /// Grant attempts per handoff: Txns less the releases' own, per handoff. With handoffs
+    /// in the release's transaction this is 0: the release is the grant (floored at 0,
+    /// since a release that ends the run hands nothing on).
     pub fn attempts(&self) -> Option<f64> {
         let txns = self.txns?;
-        Some(txns - self.releases as f64 / self.handoffs.max(1) as f64)
+        Some((txns - self.releases as f64 / self.handoffs.max(1) as f64).max(0.0))
     }
 }
 

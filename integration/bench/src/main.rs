@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 /// Every workload, in the order they run.
-const WORKLOADS: &str = "uncontended,hot,renewal,filter,memory,scale";
+const WORKLOADS: &str = "uncontended,hot,renewal,filter,memory,scale,scale-tmpfs";
 
 #[derive(Parser)]
 struct Args {
@@ -131,6 +131,9 @@ struct Cell {
     p99_us: u64,
     /// Latency at each of [`chart::PERCENTILES`], for the charts.
     curve: Vec<u64>,
+    /// etcd raft proposals committed per operation (None: not an etcd system). An
+    /// acquire+release is two writes; fewer means writes were shared (group commit).
+    proposals: Option<f64>,
 }
 
 /// The floor's grant: put `key` with `lease` if it does not exist, as the arbiter's grant
@@ -218,6 +221,34 @@ fn authoriser_cost_in_wasm(n: usize, lookups: usize) -> anyhow::Result<String> {
     ))
 }
 
+/// The bench's stack (one arbiter, Envoy, etcd), a plaintext arbiter beside it, Redis and
+/// PostgreSQL; in `dir` if given (the scale steps on tmpfs), else a temp folder on disk.
+async fn start_env(registry: &std::path::Path, dir: Option<PathBuf>) -> anyhow::Result<Env> {
+    let stack = Stack::start(StackOptions {
+        arbiters: 1,
+        registry: registry.to_path_buf(),
+        keep_dir: dir,
+        ..Default::default()
+    })
+    .await?;
+    let redis = Redis::start(&stack.dir)?;
+    let pg = Postgres::start(&stack.dir)?;
+    let plaintext = lock_integration::arbiter::Arbiter::start_with(
+        &stack.dir,
+        "arbiter-plaintext",
+        &stack.etcd_urls(),
+        registry,
+        &stack.pki,
+        &["--insecure-plaintext"],
+    )?;
+    Ok(Env {
+        stack,
+        plaintext,
+        redis,
+        pg,
+    })
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -228,28 +259,7 @@ async fn main() -> anyhow::Result<()> {
     // (hot-key waiters need one each).
     let registry_dir = tempfile::tempdir()?;
     let registry = write_test_registry(registry_dir.path())?;
-    let stack = Stack::start(StackOptions {
-        arbiters: 1,
-        registry: registry.clone(),
-        ..Default::default()
-    })
-    .await?;
-    let redis = Redis::start(&stack.dir)?;
-    let pg = Postgres::start(&stack.dir)?;
-    let plaintext = lock_integration::arbiter::Arbiter::start_with(
-        &stack.dir,
-        "arbiter-plaintext",
-        &stack.etcd_urls(),
-        &registry,
-        &stack.pki,
-        &["--insecure-plaintext"],
-    )?;
-    let env = Env {
-        stack,
-        plaintext,
-        redis,
-        pg,
-    };
+    let env = start_env(&registry, None).await?;
     let mut results = Vec::new();
     let concurrency = if run("uncontended") {
         args.concurrency.clone()
@@ -413,6 +423,29 @@ async fn main() -> anyhow::Result<()> {
         );
         std::fs::write(args.out.join("scale.svg"), svg)?;
     }
+    if run("scale-tmpfs") {
+        // The same steps with etcd's data directory on tmpfs, on a fresh stack: the disk's
+        // fsync stalls set the tail of the run above, and this one shows the software's own.
+        drop(env);
+        let shm = tempfile::Builder::new()
+            .prefix("lock-bench-tmpfs-")
+            .tempdir_in("/dev/shm")
+            .context("a folder on /dev/shm (tmpfs)")?;
+        let on_tmpfs = start_env(&registry, Some(shm.path().to_path_buf())).await?;
+        let plan = scale::plan(args.scale_max_sessions);
+        let s = scale::steps(
+            &on_tmpfs,
+            &plan,
+            Duration::from_secs(args.scale_window),
+            Duration::from_secs(args.scale_budget),
+        )
+        .await?;
+        table.push_str(
+            "\nThe same scale steps with etcd's data directory on tmpfs (tmpfs: not durable; isolates the software from fsync stalls):\n",
+        );
+        table.push_str(&render_scale(&s));
+        drop(on_tmpfs);
+    }
     println!("{table}");
     std::fs::create_dir_all(&args.out)?;
     // Only a run of every workload replaces latest.md (the README's table comes from it);
@@ -489,7 +522,19 @@ async fn measure(env: &Env, sys: System, workers: usize, length: Duration) -> an
     for w in 0..workers {
         ops.push(Op::new(env, sys, w).await?);
     }
-    measure_ops(ops, length).await
+    let on_etcd = !matches!(sys, System::Redis | System::Postgres);
+    let proposals = || {
+        env.stack
+            .etcd
+            .metric("etcd_server_proposals_committed_total")
+    };
+    let before = if on_etcd { proposals()? } else { 0 };
+    let mut cell = measure_ops(ops, length).await?;
+    if on_etcd {
+        let during = proposals()?.saturating_sub(before);
+        cell.proposals = Some(during as f64 / cell.ops.max(1) as f64);
+    }
+    Ok(cell)
 }
 
 /// Runs prepared workers side by side for `length`; latencies of every operation.
@@ -514,6 +559,7 @@ async fn measure_ops(ops: Vec<Op>, length: Duration) -> anyhow::Result<Cell> {
             .iter()
             .map(|p| percentile(&lat, *p))
             .collect(),
+        proposals: None,
     })
 }
 
@@ -747,7 +793,7 @@ fn render(results: &[(System, usize, Cell)]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| system | concurrency | ops/s | p50 µs | p99 µs | ops/s ÷ floor | p50 ÷ floor | ops/s ÷ v3lock |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| system | concurrency | ops/s | p50 µs | p99 µs | ops/s ÷ floor | p50 ÷ floor | ops/s ÷ v3lock | etcd proposals / op |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (sys, c, cell) in results {
         let find = |s: System| {
@@ -761,7 +807,7 @@ fn render(results: &[(System, usize, Cell)]) -> String {
         let v3 = find(System::V3Lock);
         let _ = writeln!(
             out,
-            "| {} | {c} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {c} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} | {} |",
             sys.name(),
             tput(cell),
             cell.p50_us,
@@ -769,6 +815,7 @@ fn render(results: &[(System, usize, Cell)]) -> String {
             floor.map_or(0.0, |f| tput(cell) / tput(f)),
             floor.map_or(0.0, |f| cell.p50_us as f64 / f.p50_us.max(1) as f64),
             v3.map_or(0.0, |v| tput(cell) / tput(v)),
+            cell.proposals.map_or("–".to_owned(), |p| format!("{p:.2}")),
         );
     }
     out
