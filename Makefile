@@ -7,12 +7,14 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench fuzz clean
+.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench heap-profile fuzz clean
 
 # `make soak`: minutes of gate rounds.
 SOAK_MINUTES ?= 60
 # `make fuzz`: seconds per fuzz target.
 FUZZ_SECONDS ?= 60
+# `make heap-profile`: queued waiters in each of its two runs.
+HEAP_WAITERS ?= 2000
 # `make gate`: how long the workers run under faults, and extra `gate run` flags.
 GATE_SECONDS ?= 120
 GATE_ARGS ?=
@@ -74,6 +76,20 @@ bench: deps ## Side-by-side benchmark (release build): writes bench-results/late
 	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
 	$(CARGO) build --release --workspace
 	target/release/bench --out bench-results
+
+heap-profile: deps ## The arbiter's heap by allocation site with HEAP_WAITERS queued (2000), all heads and ten per key (dhat)
+	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
+	$(CARGO) build --release --target-dir target/dhat -p lock-arbiter --features dhat-heap
+	$(CARGO) build --release --target-dir target/dhat -p lock-bench -p lockctl
+	mkdir -p bench-results/heap
+	for k in 1 10; do \
+	  LOCK_DHAT_FILE=$(CURDIR)/bench-results/heap/waiters-per-key-$$k.json \
+	  LOCK_FILTER_WASM=$(CURDIR)/target/wasm32-wasip1/release/lock_filter.wasm \
+	  target/dhat/release/bench --out bench-results/heap --only memory --memory-holds 5000 \
+	    --memory-waiters $(HEAP_WAITERS) --memory-waiters-per-key $$k || exit 1; \
+	  python3 integration/scripts/dhat_top.py bench-results/heap/waiters-per-key-$$k.json eb 25 \
+	    > bench-results/heap/waiters-per-key-$$k.txt; done
+	@echo "heap by site at the waiters' steady state: bench-results/heap/*.txt (the peak: dhat_top.py FILE gb)"
 
 fuzz: ## libFuzzer on the filter's request decoding and config parsing (FUZZ_SECONDS=60 per target)
 	@bash integration/scripts/install-deps.sh fuzz

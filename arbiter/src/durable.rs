@@ -7,10 +7,15 @@
 //! next lower create revision) and re-checks when it goes; the first waiter runs the grant
 //! transaction, which also requires its own entry to still exist. Entries with a lower
 //! create revision cannot appear later, so a waiter that is first stays first.
+//!
+//! Handoff (issue 18): a release of a durable key reads the first entry and, in its own
+//! transaction, overwrites the holder record with that waiter's and deletes its entry, at
+//! whatever arbiter the waiter waits (`release.rs`). The first waiter therefore watches
+//! the holder record for overwrites as well as deletes, and finds the record its own.
 
 use crate::error::ArbiterError;
 use crate::grant::{Attempt, Grant, Granter, QueuePlace};
-use crate::layout::{QUEUE_PREFIX, holder_key, lease_hex};
+use crate::layout::{QUEUE_PREFIX, SessionRecord, decode, holder_key, lease_hex, session_key};
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
 use crate::store::{Sealed, Store};
@@ -47,24 +52,26 @@ pub async fn acquire(
     let prefix = queue_prefix(key);
     // A retried Acquire whose first answer was lost gets its grant back rather than a
     // refusal or a place behind waiters for its own key (found by the release gate).
-    if let Some(g) = granter.held_by(session, key, class).await? {
+    if let Some(g) = Box::pin(granter.held_by(session, key, class)).await? {
         return Ok(g);
     }
     if wait.is_zero() {
         // A caller that will not wait must not overtake those who do: refused while anyone
         // is queued, even in the moment the key is free between two holders, and said so
         // (the release gate's model must not read it as "held").
-        let queued = waiters(&store.sealed().await?, key).await?;
+        let queued = Box::pin(async { waiters(&store.sealed().await?, key).await }).await?;
         if queued > 0 {
             return Err(ArbiterError::Queued { waiters: queued });
         }
-        return match granter.attempt(session, key, class, None).await? {
+        return match Box::pin(granter.attempt(session, key, class, None)).await? {
             Attempt::Granted(g) => Ok(g),
             Attempt::Held { .. } => Err(ArbiterError::Held),
         };
     }
     let deadline = Instant::now() + wait;
-    let mut entry = enqueue(store, session, &prefix).await?;
+    // Every etcd call is boxed: this future lives as long as the wait, and inline it would
+    // be as large as the largest of them (found by `make heap-profile`).
+    let mut entry = Box::pin(enqueue(store, session, &prefix)).await?;
     let _leave = LeaveOnDrop {
         store: store.clone(),
         key: entry.key.clone(),
@@ -72,27 +79,38 @@ pub async fn acquire(
     let hkey = holder_key(key);
     loop {
         if Instant::now() >= deadline {
-            return Err(ArbiterError::HeldDeadline);
+            return Box::pin(give_up(granter, session, key, class, &entry)).await;
         }
-        let (predecessor, seen_at) = predecessor(store, &prefix, entry.create_revision).await?;
+        let (predecessor, seen_at) =
+            Box::pin(predecessor(store, &prefix, entry.create_revision)).await?;
         let wake = match predecessor {
             Some(p) => release_watch::wait(store, &p, seen_at + 1, deadline).await,
             // First in line. A predecessor that just left was usually granted: read the
             // holder (a range, not a transaction) and watch it rather than attempt a grant
             // that cannot succeed, so each release still costs one grant attempt.
-            None => match held_at(store, &hkey).await? {
-                Some(revision) => release_watch::wait(store, &hkey, revision + 1, deadline).await,
-                None => match granter.attempt(session, key, class, Some(&entry)).await {
+            None => match Box::pin(held_at(store, &hkey)).await? {
+                // A release handed the key on to this waiter: the grant is the record's.
+                Some((_, lease)) if lease == session.lease => {
+                    match Box::pin(granter.held_by(session, key, class)).await? {
+                        Some(g) => return Ok(g),
+                        // Gone between the two reads (expired, or an advance): look again.
+                        None => continue,
+                    }
+                }
+                Some((revision, _)) => {
+                    release_watch::wait_or_overwrite(store, &hkey, revision + 1, deadline).await
+                }
+                None => match Box::pin(granter.attempt(session, key, class, Some(&entry))).await {
                     Ok(Attempt::Granted(g)) => return Ok(g),
                     Ok(Attempt::Held { revision }) => {
-                        release_watch::wait(store, &hkey, revision + 1, deadline).await
+                        release_watch::wait_or_overwrite(store, &hkey, revision + 1, deadline).await
                     }
                     // The key is free but the transaction keeps failing: our entry is gone.
                     // An epoch advance deletes every durable waiter (found by the release
                     // gate: the waiter answered HELD for a free key). Take a place again;
                     // the advance emptied the queue, so order restarts from here.
-                    Err(ArbiterError::Held) if !entry_exists(store, &entry).await? => {
-                        entry = enqueue(store, session, &prefix).await?;
+                    Err(ArbiterError::Held) if !Box::pin(entry_exists(store, &entry)).await? => {
+                        entry = Box::pin(enqueue(store, session, &prefix)).await?;
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -101,16 +119,35 @@ pub async fn acquire(
         };
         match wake {
             Wake::Released { .. } => {}
-            Wake::Deadline => return Err(ArbiterError::HeldDeadline),
+            Wake::Deadline => return Box::pin(give_up(granter, session, key, class, &entry)).await,
             Wake::Broken => {
                 if timeout_at(deadline, tokio::time::sleep(release_watch::poll_interval()))
                     .await
                     .is_err()
                 {
-                    return Err(ArbiterError::HeldDeadline);
+                    return Box::pin(give_up(granter, session, key, class, &entry)).await;
                 }
             }
         }
+    }
+}
+
+/// The deadline passed: leave the queue, then look whether a release handed the key on
+/// before the entry went (a grant the caller is told, not a hold left behind it). Once the
+/// delete has committed no handoff can pick this waiter, so the read that follows decides.
+/// A delete that fails is that error (NO_QUORUM, retryable): a retried Acquire gets a
+/// handed-on grant back.
+async fn give_up(
+    granter: &Granter<'_>,
+    session: &Session,
+    key: &LockKey,
+    class: &ResolvedClass<'_>,
+    entry: &QueuePlace,
+) -> Result<Grant, ArbiterError> {
+    granter.store.sealed().await?.delete(&entry.key).await?;
+    match granter.held_by(session, key, class).await? {
+        Some(g) => Ok(g),
+        None => Err(ArbiterError::HeldDeadline),
     }
 }
 
@@ -183,13 +220,60 @@ async fn entry_exists(store: &Store, entry: &QueuePlace) -> Result<bool, Arbiter
         .is_some_and(|kv| kv.create_revision() == entry.create_revision))
 }
 
-/// The revision at which `hkey` was read held, or None when it is free.
-async fn held_at(store: &Store, hkey: &str) -> Result<Option<i64>, ArbiterError> {
+/// The revision at which `hkey` was read held and the holder's lease, or None when free.
+async fn held_at(store: &Store, hkey: &str) -> Result<Option<(i64, i64)>, ArbiterError> {
     let resp = store.sealed().await?.get(hkey).await?;
     Ok(resp
         .kvs()
         .first()
-        .map(|_| resp.header().map_or(0, |h| h.revision())))
+        .map(|kv| (resp.header().map_or(0, |h| h.revision()), kv.lease())))
+}
+
+/// The first waiter of a durable key, as a release that hands the key on sees it.
+#[derive(Debug, Clone)]
+pub struct FirstWaiter {
+    /// Its `/q/` entry: the handoff compares it still there and deletes it.
+    pub entry: QueuePlace,
+    pub lease: i64,
+    /// Its session record's create revision and identity (for the holder record).
+    pub session_create_revision: i64,
+    pub spiffe_id: String,
+}
+
+/// The key's first durable waiter, if any, with its session; None when nobody waits or the
+/// first waiter's session record is gone (its entry goes with its lease).
+pub async fn first_waiter(
+    sealed: &Sealed,
+    key: &LockKey,
+) -> Result<Option<FirstWaiter>, ArbiterError> {
+    let opts = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    let resp = sealed.range(&queue_prefix(key), Some(opts)).await?;
+    let Some(kv) = resp.kvs().first() else {
+        return Ok(None);
+    };
+    let (entry, lease) = (
+        QueuePlace {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            create_revision: kv.create_revision(),
+        },
+        kv.lease(),
+    );
+    let resp = sealed.get(&session_key(lease)).await?;
+    let Some(s) = resp.kvs().first() else {
+        return Ok(None);
+    };
+    let Some(record) = decode::<SessionRecord>(s.value()) else {
+        return Ok(None);
+    };
+    Ok(Some(FirstWaiter {
+        entry,
+        lease,
+        session_create_revision: s.create_revision(),
+        spiffe_id: record.spiffe_id,
+    }))
 }
 
 /// A waiter that stops waiting (deadline, error, cancelled request) takes its entry out,

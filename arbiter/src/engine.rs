@@ -13,7 +13,7 @@ use crate::etcd::Etcd;
 use crate::grant::{Grant, Granter, MAX_ATTEMPTS, reseal_once};
 use crate::layout::{EPOCH_KEY, Holder, decode, holder_key};
 use crate::queue::Queues;
-use crate::release::Releaser;
+use crate::release::{Heads, Releaser};
 use crate::sessions::{Keepers, Session, Sessions};
 use crate::store::Store;
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
@@ -150,11 +150,18 @@ impl Engine {
         token: FencingToken,
         lease: Option<i64>,
     ) -> Result<i64, ArbiterError> {
+        // A key with no class (the registry changed under a hold) is released plainly.
+        let class = self.class_for(key).ok();
+        let heads = match &class {
+            Some(c) if c.spec.fairness == Fairness::Durable => Heads::Durable { class: c.name },
+            Some(_) => Heads::Fifo(&self.queues),
+            None => Heads::None,
+        };
         let releaser = Releaser {
             store: &self.store,
             sessions: &self.sessions,
             bugs: &self.bugs,
-            queues: Some(&self.queues),
+            heads,
         };
         let outcome = releaser.release(identity, key, token, lease).await?;
         // A handoff left the key held by the head, which has its answer: waking the next

@@ -157,7 +157,10 @@ async fn wait_as_head(
         }
         if ticket.held_at().is_none() {
             // A handoff may race this attempt: both then name this session's one grant.
-            match granter.attempt(session, key, class, None).await? {
+            // Boxed (as the etcd calls below): a head's future lives as long as its wait,
+            // and inline it would be as large as its largest etcd call (17 KiB a head,
+            // found by `make heap-profile`).
+            match Box::pin(granter.attempt(session, key, class, None)).await? {
                 Attempt::Granted(g) => {
                     // The next head starts by watching, not by a doomed transaction.
                     ticket.saw_held(g.revision);
@@ -198,7 +201,7 @@ async fn wait_as_head(
         match wake {
             Wake::Released { revision } => {
                 if granter.bugs.has(Bug::GrantOnWatchEvent) && revision > 0 {
-                    let sealed = granter.store.sealed().await?;
+                    let sealed = Box::pin(granter.store.sealed()).await?;
                     ticket.saw_held(revision);
                     return mint(sealed.epoch(), revision, class);
                 }

@@ -5,14 +5,17 @@
 //! operator's `lockctl release`), the holder's identity must be the caller's: read first,
 //! then the transaction compares the holder unchanged since that read.
 //!
-//! Handoff (issue 18): when the key's FIFO queue head waits at this arbiter, the same
-//! transaction instead overwrites the holder record with the head's: one consensus write
-//! ends one grant and makes the next.
+//! Handoff (issue 18): when the key's FIFO queue head waits at this arbiter, or (durable
+//! class) the key's `/q/` queue has a first waiter anywhere, the same transaction instead
+//! overwrites the holder record with the head's (and deletes a durable head's entry): one
+//! consensus write ends one grant and makes the next.
 
 use crate::bugs::{Bug, Bugs};
+use crate::durable::FirstWaiter;
 use crate::error::ArbiterError;
+use crate::grant::QueuePlace;
 use crate::grant::{MAX_ATTEMPTS, now_ms, reseal_once};
-use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, session_key};
+use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
 use crate::queue::{Handed, Offer, Queues};
 use crate::sessions::Sessions;
 use crate::store::{Sealed, Store};
@@ -90,13 +93,86 @@ enum HeadTold {
     NotNow,
 }
 
+/// Whom a release may hand the key on to, by the key's class.
+pub enum Heads<'a> {
+    /// Nobody: plain releases only.
+    None,
+    /// FIFO class: this arbiter's queue head, if it waits here (its offer).
+    Fifo(&'a Queues),
+    /// Durable class: the first entry of the key's `/q/` queue, wherever it waits; the
+    /// class names the head's holder record.
+    Durable { class: &'a str },
+}
+
+/// The waiter a handoff grants the key to.
+struct Head {
+    lease: i64,
+    /// The create revision of its `/s/` binding (compared: a session that ended gets nothing).
+    session_create_revision: i64,
+    holder: Holder,
+    /// Durable: its `/q/` entry, compared still there and deleted in the same transaction.
+    entry: Option<QueuePlace>,
+    /// FIFO: the waiting head's answer (a durable head reads the record itself).
+    reply: Option<tokio::sync::oneshot::Sender<Handed>>,
+}
+
+impl Head {
+    fn from_offer(offer: Offer) -> Self {
+        Self {
+            lease: offer.lease,
+            session_create_revision: offer.session_create_revision,
+            holder: offer.holder,
+            entry: None,
+            reply: Some(offer.reply),
+        }
+    }
+
+    fn durable(first: FirstWaiter, class: &str) -> Self {
+        Self {
+            lease: first.lease,
+            session_create_revision: first.session_create_revision,
+            holder: Holder {
+                spiffe_id: first.spiffe_id,
+                session: lease_hex(first.lease),
+                class: class.to_owned(),
+                acquired_at_ms: 0,
+            },
+            entry: Some(first.entry),
+            reply: None,
+        }
+    }
+
+    fn tell(&mut self, handed: Handed) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(handed);
+        }
+    }
+}
+
+/// Where a release attempt stands among its retries.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    /// The epoch was just re-read (see [`token_epoch_verdict`]).
+    fresh: bool,
+    /// The last attempt: a plain release, no handoff.
+    last: bool,
+}
+
+impl Round {
+    fn new(fresh: bool, attempt: usize) -> Self {
+        Self {
+            fresh,
+            last: attempt + 1 >= MAX_ATTEMPTS,
+        }
+    }
+}
+
 pub struct Releaser<'a> {
     pub store: &'a Store,
     pub sessions: &'a Sessions,
     pub bugs: &'a Bugs,
-    /// This arbiter's FIFO queues: a head waiting here gets the key in the release's own
-    /// transaction (one write for both). None: plain releases only.
-    pub queues: Option<&'a Queues>,
+    /// A head found here gets the key in the release's own transaction (one write for both).
+    pub heads: Heads<'a>,
 }
 
 impl Releaser<'_> {
@@ -113,7 +189,14 @@ impl Releaser<'_> {
         let mut fresh = false;
         for attempt in 0..MAX_ATTEMPTS {
             match self
-                .try_release(&sealed, identity, key, token, lease, fresh)
+                .try_release(
+                    &sealed,
+                    identity,
+                    key,
+                    token,
+                    lease,
+                    Round::new(fresh, attempt),
+                )
                 .await
             {
                 Ok(Released::Done(revision)) => {
@@ -147,13 +230,13 @@ impl Releaser<'_> {
         key: &LockKey,
         token: FencingToken,
         lease: Option<i64>,
-        fresh: bool,
+        round: Round,
     ) -> Result<Released, ArbiterError> {
         let hkey = holder_key(key);
         let hkey = hkey.as_str();
         let revision = i64::try_from(token.revision()).map_err(|_| ArbiterError::MalformedToken)?;
         let epoch = sealed.epoch();
-        if let Err(not_now) = token_epoch_verdict(token.epoch(), epoch.record.epoch, fresh) {
+        if let Err(not_now) = token_epoch_verdict(token.epoch(), epoch.record.epoch, round.fresh) {
             return Ok(not_now);
         }
         let mut compares = vec![Compare::mod_revision(
@@ -168,8 +251,18 @@ impl Releaser<'_> {
         match lease {
             Some(lease) => {
                 self.sessions.owned(self.store, lease, identity).await?;
-                if let Some(offer) = self.queues.and_then(|q| q.take_offer(key.as_str())) {
-                    return self.try_handoff(sealed, hkey, revision, lease, offer).await;
+                // The last attempt is a plain release: heads that keep leaving (deadlines,
+                // ended sessions) must not use up the attempts of a live holder's release.
+                let head = match &self.heads {
+                    _ if round.last => None,
+                    Heads::None => None,
+                    Heads::Fifo(queues) => queues.take_offer(key.as_str()).map(Head::from_offer),
+                    Heads::Durable { class } => crate::durable::first_waiter(sealed, key)
+                        .await?
+                        .map(|first| Head::durable(first, class)),
+                };
+                if let Some(head) = head {
+                    return self.try_handoff(sealed, hkey, revision, lease, head).await;
                 }
                 compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
             }
@@ -207,19 +300,20 @@ impl Releaser<'_> {
     /// The release as a handoff (issue 18): while the releaser's grant is still the holder
     /// (the record's mod revision is the token's, on the releaser's lease), the epoch
     /// unchanged and the head's session still bound, overwrite the holder record with the
-    /// head's, on the head's lease. The releaser and the head are answered from the same
-    /// commit, whose revision is the head's token. Every taken offer is answered; an error
-    /// drops it, and the head re-checks the key with its own grant transaction.
+    /// head's, on the head's lease (a durable head's entry deleted with it). The releaser
+    /// and a FIFO head are answered from the same commit, whose revision is the head's
+    /// token; a durable head finds the record its own. Every taken offer is answered; an
+    /// error drops it, and the head re-checks the key with its own grant transaction.
     async fn try_handoff(
         &self,
         sealed: &Sealed,
         hkey: &str,
         revision: i64,
         lease: i64,
-        offer: Offer,
+        mut head: Head,
     ) -> Result<Released, ArbiterError> {
         let epoch = sealed.epoch();
-        let head_session = session_key(offer.lease);
+        let head_session = session_key(head.lease);
         let mut compares = vec![Compare::mod_revision(
             EPOCH_KEY,
             CompareOp::Equal,
@@ -232,30 +326,43 @@ impl Releaser<'_> {
         compares.push(Compare::create_revision(
             head_session.as_str(),
             CompareOp::Equal,
-            offer.session_create_revision,
+            head.session_create_revision,
         ));
         let holder = Holder {
             acquired_at_ms: now_ms(),
-            ..offer.holder.clone()
+            ..head.holder.clone()
         };
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::put(
-                hkey,
-                encode(&holder),
-                Some(PutOptions::new().with_lease(offer.lease)),
-            )])
-            .or_else(vec![
-                TxnOp::get(EPOCH_KEY, None),
-                TxnOp::get(head_session.as_str(), None),
-            ]);
-        let bytes = 3 * hkey.len() + 2 * head_session.len() + 256;
+        let mut success = vec![TxnOp::put(
+            hkey,
+            encode(&holder),
+            Some(PutOptions::new().with_lease(head.lease)),
+        )];
+        let mut writes = vec![hkey.to_owned()];
+        let mut bytes = 3 * hkey.len() + 2 * head_session.len() + 256;
+        if let Some(entry) = &head.entry {
+            compares.push(Compare::create_revision(
+                entry.key.as_str(),
+                CompareOp::Equal,
+                entry.create_revision,
+            ));
+            success.push(TxnOp::delete(entry.key.as_str(), None));
+            writes.push(entry.key.clone());
+            bytes += 2 * entry.key.len();
+        }
+        let mut failure = vec![
+            TxnOp::get(EPOCH_KEY, None),
+            TxnOp::get(head_session.as_str(), None),
+        ];
+        if let Some(entry) = &head.entry {
+            failure.push(TxnOp::get(entry.key.as_str(), None));
+        }
+        let txn = Txn::new().when(compares).and_then(success).or_else(failure);
         let resp = sealed
-            .txn_creating_batched(txn, hkey, vec![hkey.to_owned()], bytes)
+            .txn_creating_batched(txn, hkey, writes, bytes)
             .await?;
         if resp.succeeded() {
             let at = resp.header().map_or(0, |h| h.revision());
-            let _ = offer.reply.send(Handed::Granted {
+            head.tell(Handed::Granted {
                 revision: at,
                 epoch: epoch.clone(),
             });
@@ -267,10 +374,14 @@ impl Releaser<'_> {
             _ => None,
         };
         let epoch_unchanged = got(0).map(KeyValue::mod_revision) == Some(epoch.mod_revision);
+        // A durable head that left the queue (deadline, cancelled) is gone as a head too.
         let head_bound =
-            got(1).map(KeyValue::create_revision) == Some(offer.session_create_revision);
+            got(1).map(KeyValue::create_revision) == Some(head.session_create_revision)
+                && head.entry.as_ref().is_none_or(|e| {
+                    got(2).map(KeyValue::create_revision) == Some(e.create_revision)
+                });
         let (told, released) = handoff_verdict(epoch_unchanged, head_bound);
-        let _ = offer.reply.send(match told {
+        head.tell(match told {
             HeadTold::SessionGone => Handed::SessionGone,
             HeadTold::NotNow => Handed::NotNow,
         });

@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, timeout_at};
 
 pub enum Wake {
-    /// The holder key was deleted (release, session expiry or epoch advance) at `revision`.
+    /// The holder key was deleted (release, session expiry or epoch advance) at `revision`,
+    /// or, for a watch that asked for overwrites, handed on by a release at `revision`.
     Released { revision: i64 },
     /// The caller's wait deadline passed.
     Deadline,
@@ -19,7 +20,30 @@ pub enum Wake {
 /// arbiter's one watch stream (`watch_hub.rs`); giving up (the deadline, or the caller
 /// dropping this future) cancels the watch.
 pub async fn wait(store: &Store, holder_key: &str, from_revision: i64, deadline: Instant) -> Wake {
-    let mut watching = store.watch_hub().watch(holder_key, from_revision);
+    wait_for(store, holder_key, from_revision, false, deadline).await
+}
+
+/// [`wait`], woken by an overwrite of the record too: a durable queue's first waiter, to
+/// whom a release may hand the key on by overwriting the holder record (`release.rs`).
+pub async fn wait_or_overwrite(
+    store: &Store,
+    holder_key: &str,
+    from_revision: i64,
+    deadline: Instant,
+) -> Wake {
+    wait_for(store, holder_key, from_revision, true, deadline).await
+}
+
+async fn wait_for(
+    store: &Store,
+    holder_key: &str,
+    from_revision: i64,
+    overwrites: bool,
+    deadline: Instant,
+) -> Wake {
+    let mut watching = store
+        .watch_hub()
+        .watch(holder_key, from_revision, overwrites);
     match timeout_at(deadline, watching.next()).await {
         Err(_) => Wake::Deadline,
         Ok(wake) => wake,

@@ -15,7 +15,7 @@
 use crate::epoch::Epoch;
 use crate::release_watch::Wake;
 use crate::store::Store;
-use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::{WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -26,6 +26,7 @@ enum Cmd {
         id: i64,
         key: String,
         from_revision: i64,
+        overwrites: bool,
         reply: oneshot::Sender<Wake>,
     },
     Cancel {
@@ -70,14 +71,17 @@ impl WatchHub {
         }
     }
 
-    /// Watches `holder_key` for its first delete at or after `from_revision`.
-    pub fn watch(&self, holder_key: &str, from_revision: i64) -> Watching {
+    /// Watches `holder_key` for its first delete at or after `from_revision`; with
+    /// `overwrites`, for its first put too (a durable head: a release may hand the key on
+    /// to it by overwriting the record, and that is a release for whoever waits).
+    pub fn watch(&self, holder_key: &str, from_revision: i64, overwrites: bool) -> Watching {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         let _ = self.tx.send(Cmd::Watch {
             id,
             key: holder_key.to_owned(),
             from_revision,
+            overwrites,
             reply,
         });
         Watching {
@@ -88,11 +92,15 @@ impl WatchHub {
     }
 }
 
-fn options(id: i64, from_revision: i64) -> WatchOptions {
-    WatchOptions::new()
+fn options(id: i64, from_revision: i64, overwrites: bool) -> WatchOptions {
+    let options = WatchOptions::new()
         .with_watch_id(id)
-        .with_start_revision(from_revision)
-        .with_filters([WatchFilterType::NoPut])
+        .with_start_revision(from_revision);
+    if overwrites {
+        options
+    } else {
+        options.with_filters([WatchFilterType::NoPut])
+    }
 }
 
 /// What one response means for the head whose watch it names.
@@ -100,12 +108,10 @@ fn wake_of(resp: &WatchResponse) -> Option<Wake> {
     if resp.canceled() {
         return Some(Wake::Broken);
     }
-    resp.events()
-        .iter()
-        .find(|e| e.event_type() == EventType::Delete)
-        .map(|e| Wake::Released {
-            revision: e.kv().map_or(0, |kv| kv.mod_revision()),
-        })
+    // Deletes only, unless the watch asked for overwrites too (then puts reach it).
+    resp.events().first().map(|e| Wake::Released {
+        revision: e.kv().map_or(0, |kv| kv.mod_revision()),
+    })
 }
 
 async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Cmd>) {
@@ -122,6 +128,7 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Cmd>) {
             id,
             key,
             from_revision,
+            overwrites,
             reply,
         } = cmd
         else {
@@ -132,7 +139,7 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Cmd>) {
         let opened = async {
             let sealed = store.sealed().await?;
             let stream = sealed
-                .watch_stream(&key, options(id, from_revision))
+                .watch_stream(&key, options(id, from_revision, overwrites))
                 .await?;
             Ok::<(Epoch, WatchStream), crate::ArbiterError>((sealed.epoch().clone(), stream))
         };
@@ -148,8 +155,8 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Cmd>) {
         loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
-                    Some(Cmd::Watch { id, key, from_revision, reply }) => {
-                        if stream.watch(key.as_str(), Some(options(id, from_revision))).await.is_err() {
+                    Some(Cmd::Watch { id, key, from_revision, overwrites, reply }) => {
+                        if stream.watch(key.as_str(), Some(options(id, from_revision, overwrites))).await.is_err() {
                             let _ = reply.send(Wake::Broken);
                             break;
                         }

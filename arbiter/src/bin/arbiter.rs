@@ -76,8 +76,18 @@ struct Args {
     inject_bug: Vec<lock_arbiter::bugs::Bug>,
 }
 
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Written when the profiler drops: at the stop signal, before connections drain, so the
+    // profile's peak is the load's and a hung drain cannot lose it.
+    #[cfg(feature = "dhat-heap")]
+    let profiler = dhat::Profiler::builder()
+        .file_name(std::env::var_os("LOCK_DHAT_FILE").unwrap_or_else(|| "dhat-heap.json".into()))
+        .build();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -113,7 +123,14 @@ async fn main() -> anyhow::Result<()> {
     // The harness waits for this line (port 0 picks a free port).
     println!("arbiter {} listening on {addr}", args.id);
     tracing::info!(id = args.id, %addr, "serving lock.v1");
-    server::serve(listener, engine, &args.id, transport, shutdown()).await?;
+    #[cfg(feature = "dhat-heap")]
+    let stop = async move {
+        shutdown().await;
+        drop(profiler);
+    };
+    #[cfg(not(feature = "dhat-heap"))]
+    let stop = shutdown();
+    server::serve(listener, engine, &args.id, transport, stop).await?;
     Ok(())
 }
 

@@ -391,6 +391,17 @@ pub async fn memory(
         seen
     };
     stage(format!("+ {queued} queued waiters"))?;
+    // A heap profile ends here, with the waiters queued: its end is their steady state,
+    // its peak their arrival (the arbiter stops, so the rest of the row is not measured).
+    if write_heap_profile(pids.arbiter)? {
+        wait_tasks.abort_all();
+        return Ok(Memory {
+            holds,
+            waiters,
+            keys_waited,
+            stages,
+        });
+    }
     // Dropping the calls resets their streams: the arbiter must forget each waiter.
     wait_tasks.abort_all();
     while wait_tasks.join_next().await.is_some() {}
@@ -426,6 +437,38 @@ pub async fn memory(
         keys_waited,
         stages,
     })
+}
+
+/// With `LOCK_DHAT_FILE` set (make heap-profile: an arbiter built with the `dhat-heap`
+/// feature inherits it), stops the arbiter with SIGTERM, which writes the heap profile
+/// there, and waits for the file (true: written).
+fn write_heap_profile(arbiter: u32) -> anyhow::Result<bool> {
+    let Some(file) = std::env::var_os("LOCK_DHAT_FILE").map(std::path::PathBuf::from) else {
+        return Ok(false);
+    };
+    let _ = std::fs::remove_file(&file);
+    let ok = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(arbiter.to_string())
+        .status()?
+        .success();
+    anyhow::ensure!(ok, "kill -TERM {arbiter} failed");
+    let until = Instant::now() + Duration::from_secs(120);
+    // dhat writes the whole file at once; a size that stops changing is a finished file.
+    let mut last = None;
+    while Instant::now() < until {
+        let len = std::fs::metadata(&file).map(|m| m.len()).ok();
+        if len.is_some() && len == last {
+            eprintln!("memory: heap profile in {}", file.display());
+            return Ok(true);
+        }
+        last = len;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    anyhow::bail!(
+        "no heap profile at {} within 120 s (is the arbiter built with --features dhat-heap?)",
+        file.display()
+    )
 }
 
 /// Waiters queued over keys `{prefix}/0..keys`, by Inspect.
