@@ -129,7 +129,7 @@ impl LockClient {
                 session_id: s.id,
                 wait_millis: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
             };
-            let err = match rpc.acquire(req).await {
+            let err = match rpc.acquire(crate::stub::keyed(req, key)).await {
                 Ok(r) => {
                     let token = FencingToken::from_u64(r.into_inner().token)
                         .map_err(|e| LockError::InvalidRequest(e.to_string()))?;
@@ -231,9 +231,12 @@ impl LockClient {
         let sent = Instant::now();
         let mut rpc = self.rpc()?;
         let r = rpc
-            .open_session(OpenSessionRequest {
-                key: key.to_owned(),
-            })
+            .open_session(crate::stub::keyed(
+                OpenSessionRequest {
+                    key: key.to_owned(),
+                },
+                key,
+            ))
             .await?
             .into_inner();
         let session = Session::new(
@@ -256,11 +259,14 @@ impl LockClient {
         session: i64,
     ) -> Result<(), LockError> {
         let mut rpc = self.rpc()?;
-        rpc.release(ReleaseRequest {
-            key: key.to_owned(),
-            token: token.as_u64(),
-            session_id: session,
-        })
+        rpc.release(crate::stub::keyed(
+            ReleaseRequest {
+                key: key.to_owned(),
+                token: token.as_u64(),
+                session_id: session,
+            },
+            key,
+        ))
         .await?;
         Ok(())
     }

@@ -61,3 +61,16 @@ pub async fn connect(
         })?;
     Ok(LockClient::new(channel))
 }
+
+/// `msg` for a keyed call, with its key as `lock-key` metadata (issue 19): the edge then
+/// decides on the request's headers instead of pausing for its body. Every valid key has
+/// an ASCII encoding (`encode_key`), so the value always parses; the arbiter refuses a
+/// body key other than the one the edge admitted from it.
+pub fn keyed<T>(msg: T, key: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    if let Ok(v) = lock_config::edge_headers::encode_key(key).parse() {
+        req.metadata_mut()
+            .insert(lock_config::edge_headers::METADATA_KEY_HEADER, v);
+    }
+    req
+}

@@ -12,6 +12,11 @@
 
 /// The key of a keyed request, percent-encoded (see [`encode_key`]).
 pub const KEY_HEADER: &str = "x-lock-key";
+/// The key as request metadata from the client (issue 19), encoded as [`encode_key`] does:
+/// the edge decides a keyed call on its headers with it instead of pausing for the body.
+/// The client's to send (not an `x-lock-*` header); the edge removes it once read, and
+/// the arbiter refuses a body key other than the `x-lock-key` the edge set from it.
+pub const METADATA_KEY_HEADER: &str = "lock-key";
 /// The caller's SPIFFE ID, from the verified peer certificate.
 pub const IDENTITY_HEADER: &str = "x-lock-identity";
 /// A reply header naming the arbiter that answered (affinity is checked with it; the

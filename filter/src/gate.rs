@@ -1,4 +1,5 @@
-//! The per-request decision: identity on headers, key on the first body frame.
+//! The per-request decision: identity on headers, key on the headers when the client sent
+//! it as `lock-key` metadata (the fast path), else on the first body frame.
 //!
 //! On headers: method, gRPC content type, identity (`connection.mtls`, the URI SAN of the
 //! peer certificate — exactly one, counted in the connection manager's XFCC — a valid
@@ -28,7 +29,7 @@ use crate::method::{Keyed, Method};
 use crate::rate::{Bucket, Verdict};
 use crate::xfcc::{XFCC_HEADER, uri_sans};
 pub use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER};
-use lock_config::edge_headers::{encode_key, is_edge_header};
+use lock_config::edge_headers::{METADATA_KEY_HEADER, decode_key, encode_key, is_edge_header};
 use lock_config::filter_config::EdgeTestSwitches;
 use lock_config::status_details::{STATUS_DETAILS_HEADER, encode_status_header};
 use lock_config::{CompiledFilterConfig, LockKey, SpiffeId};
@@ -146,6 +147,7 @@ impl RequestGate {
         if let Some(budget) = config.rates.get(grant).copied().flatten() {
             rate_limit(host, identity.as_str(), budget)?;
         }
+        let metadata_key = host.request_header(METADATA_KEY_HEADER);
         match method {
             Method::Session => {
                 host.count("lock_edge.allowed.sessions");
@@ -153,6 +155,18 @@ impl RequestGate {
                 Ok(Step::Continue)
             }
             Method::Keyed(_) if eos => Err(EdgeError::Truncated),
+            // The fast path (issue 19): the client named the key in the request's metadata,
+            // so the decision needs no body and the upstream request starts now. The body's
+            // key is the arbiter's to match against `x-lock-key` (it refuses any other,
+            // before etcd), so a granted metadata key cannot carry an ungranted body key.
+            Method::Keyed(_) if metadata_key.is_some() => {
+                let value = metadata_key.unwrap_or_default();
+                host.set_request_header(METADATA_KEY_HEADER, None);
+                let key = decode_key(value.as_bytes()).ok_or(EdgeError::Undecodable)?;
+                let key = LockKey::parse(&key).map_err(EdgeError::InvalidKey)?;
+                host.count("lock_edge.fast_path");
+                self.admit(host, &config, identity.as_str(), &key)
+            }
             Method::Keyed(method) => {
                 self.state = State::Body {
                     method,
@@ -181,9 +195,23 @@ impl RequestGate {
         let State::Body { identity, .. } = &self.state else {
             return Err(EdgeError::Unconfigured);
         };
+        let identity = identity.clone();
+        self.admit(host, &config, &identity, &key)
+    }
+
+    /// The key's decision, the same on both paths: grant, then region (so an identity
+    /// without a grant learns nothing about where a namespace lives); admitted, the key is
+    /// set as `x-lock-key` for the ring hash and the arbiter.
+    fn admit(
+        &mut self,
+        host: &mut impl Host,
+        config: &CompiledFilterConfig,
+        identity: &str,
+        key: &LockKey,
+    ) -> Result<Step, EdgeError> {
         config
             .authoriser
-            .authorise(identity, &key)
+            .authorise(identity, key)
             .ok_or(EdgeError::NotGranted)?;
         match config.namespaces.get(key.namespace()) {
             Some(home) if *home != config.region => {

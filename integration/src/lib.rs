@@ -75,13 +75,14 @@ pub fn as_from_edge<T>(msg: T, key: Option<&str>, identity: Option<&str>) -> ton
     r
 }
 
-/// A request for either route: through Envoy (`direct_as` None: the filter sets the edge's
-/// headers) or straight to an arbiter as `direct_as` (the caller sets them, as the filter
-/// would). The gate and the benches drive both routes with one code path.
+/// A request for either route: through Envoy (`direct_as` None: the key as `lock-key`
+/// metadata, as lock-client sends it, and the filter sets the edge's headers) or straight
+/// to an arbiter as `direct_as` (the caller sets them, as the filter would). The gate and
+/// the benches drive both routes with one code path.
 pub fn routed<T>(msg: T, key: &str, direct_as: Option<&str>) -> tonic::Request<T> {
     match direct_as {
         Some(identity) => as_from_edge(msg, Some(key), Some(identity)),
-        None => tonic::Request::new(msg),
+        None => lock_client::stub::keyed(msg, key),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use crate::{Conn, Failure};
 use lock_client::proto::lock_client::LockClient;
+use lock_client::stub::keyed;
 use lock_client::stub::{self, ConnectError, Svid};
 use lock_config::proto::v1::{
     AcquireRequest, InspectRequest, OpenSessionRequest, ReleaseRequest, ValidateTokenRequest,
@@ -50,18 +51,24 @@ fn refused(status: tonic::Status) -> Failure {
 pub async fn acquire(conn: &Conn, key: &str) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
     let session = client
-        .open_session(OpenSessionRequest {
-            key: key.to_owned(),
-        })
+        .open_session(keyed(
+            OpenSessionRequest {
+                key: key.to_owned(),
+            },
+            key,
+        ))
         .await
         .map_err(refused)?
         .into_inner();
     let grant = client
-        .acquire(AcquireRequest {
-            key: key.to_owned(),
-            session_id: session.session_id,
-            wait_millis: 0,
-        })
+        .acquire(keyed(
+            AcquireRequest {
+                key: key.to_owned(),
+                session_id: session.session_id,
+                wait_millis: 0,
+            },
+            key,
+        ))
         .await
         .map_err(refused)?
         .into_inner();
@@ -85,11 +92,14 @@ pub async fn acquire(conn: &Conn, key: &str) -> Result<(), Failure> {
 pub async fn release(conn: &Conn, key: &str, token: u64) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
     client
-        .release(ReleaseRequest {
-            key: key.to_owned(),
-            token,
-            session_id: 0,
-        })
+        .release(keyed(
+            ReleaseRequest {
+                key: key.to_owned(),
+                token,
+                session_id: 0,
+            },
+            key,
+        ))
         .await
         .map_err(refused)?;
     println!("released {key}");
@@ -99,9 +109,12 @@ pub async fn release(conn: &Conn, key: &str, token: u64) -> Result<(), Failure> 
 pub async fn inspect(conn: &Conn, key: &str) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
     let i = client
-        .inspect(InspectRequest {
-            key: key.to_owned(),
-        })
+        .inspect(keyed(
+            InspectRequest {
+                key: key.to_owned(),
+            },
+            key,
+        ))
         .await
         .map_err(refused)?
         .into_inner();
@@ -123,10 +136,13 @@ pub async fn inspect(conn: &Conn, key: &str) -> Result<(), Failure> {
 pub async fn validate(conn: &Conn, key: &str, token: u64) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
     let valid = client
-        .validate_token(ValidateTokenRequest {
-            key: key.to_owned(),
-            token,
-        })
+        .validate_token(keyed(
+            ValidateTokenRequest {
+                key: key.to_owned(),
+                token,
+            },
+            key,
+        ))
         .await
         .map_err(refused)?
         .into_inner()

@@ -722,3 +722,84 @@ fn filter_config_with(switches: &[&str]) -> FilterConfig {
     c.unsafe_test_switches = switches.iter().map(|s| (*s).to_owned()).collect();
     c
 }
+
+/// The fast path (issue 19): with the key as `lock-key` metadata a keyed call is decided
+/// on its headers, never paused for its body.
+#[test]
+fn a_metadata_key_is_decided_on_headers() {
+    for key in ["pay/ledger/42", "pay/ledger/über", "pay/ledger/ключ"] {
+        let mut h = host("Acquire", Some(LEDGER));
+        h.headers.insert("lock-key".into(), encode_key(key));
+        h.headers
+            .insert("x-lock-key".into(), "pay/ledger/forged".into());
+        let mut gate = RequestGate::new(Some(config()));
+        assert_eq!(
+            gate.on_request_headers(&mut h, false),
+            Step::Continue,
+            "{key}"
+        );
+        assert!(h.reply.is_none());
+        assert_eq!(h.headers["x-lock-key"], encode_key(key));
+        assert!(!h.headers.contains_key("lock-key"), "read and removed");
+        assert_eq!(h.headers["x-lock-identity"], LEDGER);
+        // Decided: the body passes untouched, whatever it says (the arbiter matches it).
+        h.body = acquire_body("pay/other");
+        let n = h.body.len();
+        assert_eq!(gate.on_request_body(&mut h, n, true), Step::Continue);
+        assert!(h.reply.is_none());
+    }
+}
+
+/// Every refusal on the fast path is the body path's, byte for byte (code, message and
+/// status details): a free, a held or a nonexistent key all look alike to an identity
+/// without a grant (ADR-19), whichever path its client takes.
+#[test]
+fn fast_path_refusals_are_the_body_paths() {
+    let cases = [
+        (Some(LEDGER), "pay/ledgers"),
+        (Some(LEDGER), "nope/x"),
+        (Some("spiffe://dev.lock.local/stranger"), "pay/ledger/1"),
+        (Some(LEDGER), "archive/x"),
+        (Some(LEDGER), "pay/a//b"),
+        (None, "pay/ledger/1"),
+    ];
+    for (san, key) in cases {
+        let mut body = host("Acquire", san);
+        run(&mut body, acquire_body(key), 5);
+        let mut fast = host("Acquire", san);
+        fast.headers.insert("lock-key".into(), encode_key(key));
+        let mut gate = RequestGate::new(Some(config()));
+        assert_eq!(gate.on_request_headers(&mut fast, false), Step::Pause);
+        assert!(body.reply.is_some(), "{key}: refused on the body path");
+        assert_eq!(
+            fast.reply, body.reply,
+            "{key}: the same reply on both paths"
+        );
+    }
+}
+
+/// A `lock-key` that is not exactly one key's encoding is malformed, not a key.
+#[test]
+fn a_metadata_key_in_another_spelling_is_refused() {
+    for value in [
+        "pay/ledger/%c3%bc",
+        "pay/ledger/%41",
+        "pay/ledger/%",
+        "pay/ledger/ x",
+    ] {
+        let mut h = host("Acquire", Some(LEDGER));
+        h.headers.insert("lock-key".into(), value.into());
+        let mut gate = RequestGate::new(Some(config()));
+        assert_eq!(
+            gate.on_request_headers(&mut h, false),
+            Step::Pause,
+            "{value}"
+        );
+        assert_eq!(
+            reason(&h),
+            Some((GrpcCode::InvalidArgument, "MALFORMED_REQUEST".into())),
+            "{value}"
+        );
+        assert!(!h.headers.contains_key("x-lock-key"));
+    }
+}

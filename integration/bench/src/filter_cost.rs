@@ -3,7 +3,7 @@
 //! filter would have set. Cells alternate (A, B, A, B, ...) so drift on a shared machine
 //! falls on both; the median of each side's p50 is reported.
 
-use super::{Cell, Env, Op, measure_ops};
+use super::{Cell, Env, Op, Route, measure_ops};
 use lock_client::stub::{self as remote, Svid};
 use lock_integration::envoy::{Envoy, EnvoyConfig};
 use lock_integration::pki::OPERATOR;
@@ -55,13 +55,15 @@ pub async fn measure(
             let mut ops = Vec::new();
             for w in 0..concurrency {
                 let key = format!("pay/ledger/filter-cost-{round}-{w}");
-                let (url, set_headers) = if filtered {
-                    (env.stack.endpoint(), false)
+                // With the filter on its fast path (the key as `lock-key`, as lock-client
+                // sends it); without, the bench sets the edge's headers itself.
+                let (url, route) = if filtered {
+                    (env.stack.endpoint(), Route::Edge)
                 } else {
-                    (plain_url.clone(), true)
+                    (plain_url.clone(), Route::SetHeaders)
                 };
                 let c = remote::connect(&url, &s, "localhost").await?;
-                ops.push(Op::arbiter(c, key, set_headers).await?);
+                ops.push(Op::arbiter(c, key, route).await?);
             }
             let cell = measure_ops(ops, cell).await?;
             if filtered {

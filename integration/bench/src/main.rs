@@ -87,17 +87,21 @@ enum System {
     /// `ArbiterDirect` it prices the mutual TLS every edge-to-arbiter hop pays.
     ArbiterPlaintext,
     FullPath,
+    /// The full path for a client that does not send `lock-key` (grpcurl, other stubs):
+    /// the edge pauses for the body.
+    FullPathBody,
     Redis,
     Postgres,
 }
 
 impl System {
-    const ALL: [System; 7] = [
+    const ALL: [System; 8] = [
         System::RawTxn,
         System::V3Lock,
         System::ArbiterDirect,
         System::ArbiterPlaintext,
         System::FullPath,
+        System::FullPathBody,
         System::Redis,
         System::Postgres,
     ];
@@ -109,6 +113,7 @@ impl System {
             System::ArbiterDirect => "arbiter direct (mTLS)",
             System::ArbiterPlaintext => "arbiter direct, plaintext (unsafe baseline)",
             System::FullPath => "full path (Envoy+filter+arbiter)",
+            System::FullPathBody => "full path, key in the body only (no lock-key)",
             System::Redis => "Redis SET NX PX",
             System::Postgres => "PostgreSQL advisory",
         }
@@ -579,7 +584,7 @@ enum Op {
         c: LockClient<Channel>,
         key: String,
         session: i64,
-        direct: bool,
+        route: Route,
     },
     Redis {
         conn: redis::aio::MultiplexedConnection,
@@ -592,9 +597,25 @@ enum Op {
     },
 }
 
+/// How a worker's requests travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Through the edge with the key as `lock-key` metadata (the fast path).
+    Edge,
+    /// Through the edge with the key in the body only.
+    EdgeBody,
+    /// With the headers the edge would set: straight to an arbiter, or through an Envoy
+    /// without the filter.
+    SetHeaders,
+}
+
 /// Through Envoy the edge sets the headers; straight to the arbiter the bench does.
-fn with_headers<T>(msg: T, key: &str, direct: bool) -> tonic::Request<T> {
-    lock_integration::routed(msg, key, direct.then_some(OPERATOR))
+fn with_headers<T>(msg: T, key: &str, route: Route) -> tonic::Request<T> {
+    match route {
+        Route::Edge => lock_integration::routed(msg, key, None),
+        Route::EdgeBody => tonic::Request::new(msg),
+        Route::SetHeaders => lock_integration::routed(msg, key, Some(OPERATOR)),
+    }
 }
 
 impl Op {
@@ -618,8 +639,15 @@ impl Op {
                     }
                 }
             }
-            System::ArbiterDirect | System::ArbiterPlaintext | System::FullPath => {
-                let direct = sys != System::FullPath;
+            System::ArbiterDirect
+            | System::ArbiterPlaintext
+            | System::FullPath
+            | System::FullPathBody => {
+                let route = match sys {
+                    System::FullPath => Route::Edge,
+                    System::FullPathBody => Route::EdgeBody,
+                    _ => Route::SetHeaders,
+                };
                 let c = match sys {
                     System::ArbiterDirect => env.stack.arbiter_direct(0).await?,
                     System::ArbiterPlaintext => {
@@ -627,7 +655,7 @@ impl Op {
                     }
                     _ => env.stack.workload(OPERATOR).await?,
                 };
-                Op::arbiter(c, key, direct).await?
+                Op::arbiter(c, key, route).await?
             }
             System::Redis => {
                 let client = redis::Client::open(env.redis.url())?;
@@ -648,19 +676,18 @@ impl Op {
         })
     }
 
-    /// An arbiter worker over `c`; with `set_headers` the bench sets the headers the edge
-    /// filter would (straight to the arbiter, or through an Envoy without the filter).
+    /// An arbiter worker over `c`, its requests sent by `route`.
     /// The session's TTL (30 s) outlasts a cell, so no renewals run.
     async fn arbiter(
         mut c: LockClient<Channel>,
         key: String,
-        set_headers: bool,
+        route: Route,
     ) -> anyhow::Result<Self> {
         let session = c
             .open_session(with_headers(
                 OpenSessionRequest { key: key.clone() },
                 &key,
-                set_headers,
+                route,
             ))
             .await?
             .into_inner()
@@ -669,7 +696,7 @@ impl Op {
             c,
             key,
             session,
-            direct: set_headers,
+            route,
         })
     }
 
@@ -712,7 +739,7 @@ impl Op {
                 c,
                 key,
                 session,
-                direct,
+                route,
             } => {
                 let g = c
                     .acquire(with_headers(
@@ -722,7 +749,7 @@ impl Op {
                             wait_millis: 0,
                         },
                         key,
-                        *direct,
+                        *route,
                     ))
                     .await?
                     .into_inner();
@@ -733,7 +760,7 @@ impl Op {
                         session_id: *session,
                     },
                     key,
-                    *direct,
+                    *route,
                 ))
                 .await?;
             }
