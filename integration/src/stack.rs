@@ -36,6 +36,9 @@ pub struct StackOptions {
     /// Edge checks to switch off (`unsafeTestSwitches`, e.g. `ignore-trailers`); non-empty
     /// loads the filter's debug build, the only one that honours them.
     pub filter_switches: Vec<String>,
+    /// Another Envoy release than the default 1.40 (e.g. "1.36.4": `.deps/bin/envoy-1.36.4`,
+    /// installed by install-deps.sh for the compatibility tests).
+    pub envoy_version: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -52,6 +55,7 @@ impl Default for StackOptions {
             etcd_args: Vec::new(),
             isolatable_etcd: false,
             filter_switches: Vec::new(),
+            envoy_version: None,
         }
     }
 }
@@ -166,6 +170,9 @@ impl Stack {
             EnvoyConfig::new(&pki.dir, filter, arbiters.iter().map(|a| a.addr).collect())?;
         if !opts.filter_switches.is_empty() {
             config.wasm = crate::paths::filter_wasm_debug()?;
+        }
+        if let Some(v) = &opts.envoy_version {
+            config.binary = format!("envoy-{v}");
         }
         if let Some((listen, admin)) = opts.envoy_ports {
             config.listen_port = listen;
