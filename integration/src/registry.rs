@@ -182,3 +182,21 @@ spec:
     std::fs::write(out.join("zz-test.yaml"), text)?;
     Ok(out)
 }
+
+/// The dev registry copied into `dir` with one more reviewed grant (`spiffe_id` may lock
+/// under `prefix`): what security edits before a `lockctl grants push`.
+pub fn dev_registry_with_grant(dir: &Path, spiffe_id: &str, prefix: &str) -> anyhow::Result<()> {
+    for e in std::fs::read_dir(dev_registry())? {
+        let p = e?.path();
+        if let Some(name) = p.file_name() {
+            std::fs::copy(&p, dir.join(name))?;
+        }
+    }
+    std::fs::write(
+        dir.join("extra.yaml"),
+        format!(
+            "apiVersion: lock.dev/v1alpha1\nkind: LockGrant\nmetadata: {{name: extra-grant}}\nspec:\n  spiffeId: {spiffe_id}\n  prefixes: [{prefix}]\n"
+        ),
+    )?;
+    Ok(())
+}

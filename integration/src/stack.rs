@@ -275,6 +275,29 @@ impl Stack {
         Ok(self.lockctl_cmd(svid, args)?.output()?)
     }
 
+    /// `lockctl grants push REGISTRY` to this stack's Envoy (its file ECDS resource), as
+    /// security pushes reviewed grants: no restart.
+    pub fn push_grants(&self, registry: &Path) -> anyhow::Result<Output> {
+        let ecds = self.envoy_config.ecds_path();
+        let wasm = self.envoy_config.wasm.clone();
+        lockctl(
+            &[
+                "grants",
+                "push",
+                path_str(registry),
+                "--region",
+                "local",
+                "--trust-domain",
+                crate::pki::TRUST_DOMAIN,
+                "--out",
+                path_str(&ecds),
+                "--wasm",
+                path_str(&wasm),
+            ],
+            &[],
+        )
+    }
+
     /// The real `lockctl` with `svid` as its identity, not yet started.
     pub fn lockctl_cmd(&self, svid: &SvidFiles, args: &[&str]) -> anyhow::Result<Command> {
         let mut cmd = Command::new(workspace_bin("lockctl")?);

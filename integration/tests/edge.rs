@@ -5,11 +5,12 @@
 use lock_config::proto::v1::*;
 use lock_config::{KeyPrefix, LockKey, Reason};
 use lock_integration::paths::{dev_registry, filter_wasm};
-use lock_integration::pki::{LEDGER, OPERATOR, ORDERS, TRUST_DOMAIN};
+use lock_integration::pki::{LEDGER, OPERATOR, ORDERS};
 use lock_integration::process::eventually;
 use lock_integration::reason_of;
-use lock_integration::registry::{FAST_PREFIX, LIMITED, waiter_id, write_test_registry};
-use lock_integration::stack::lockctl;
+use lock_integration::registry::{
+    FAST_PREFIX, LIMITED, dev_registry_with_grant, waiter_id, write_test_registry,
+};
 use lock_integration::{Stack, StackOptions};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -21,24 +22,7 @@ fn reason(r: Result<InspectResponse, tonic::Status>) -> Option<Reason> {
 }
 
 fn push(stack: &Stack, registry: &std::path::Path) -> std::process::Output {
-    let ecds = stack.pki.dir.with_file_name("lock-edge.ecds.yaml");
-    lockctl(
-        &[
-            "grants",
-            "push",
-            registry.to_str().unwrap(),
-            "--region",
-            "local",
-            "--trust-domain",
-            TRUST_DOMAIN,
-            "--out",
-            ecds.to_str().unwrap(),
-            "--wasm",
-            filter_wasm().unwrap().to_str().unwrap(),
-        ],
-        &[],
-    )
-    .unwrap()
+    stack.push_grants(registry).unwrap()
 }
 
 fn stat(stack: &Stack, name: &str) -> u64 {
@@ -118,15 +102,7 @@ async fn grants_are_pushed_live_and_a_refused_push_keeps_the_previous_config() {
 
     // A reviewed change: the orders worker may now lock pay/ledger.
     let dir = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(dev_registry()).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("extra.yaml"),
-        format!("apiVersion: lock.dev/v1alpha1\nkind: LockGrant\nmetadata: {{name: orders-ledger}}\nspec:\n  spiffeId: {ORDERS}\n  prefixes: [pay/ledger]\n"),
-    )
-    .unwrap();
+    dev_registry_with_grant(dir.path(), ORDERS, "pay/ledger").unwrap();
     let reloads = stat(
         &stack,
         "extension_config_discovery.http_filter.lock_edge.config_reload",

@@ -9,10 +9,9 @@
 use lock_client::stub::keyed;
 use lock_config::Reason;
 use lock_config::proto::v1::*;
-use lock_integration::paths::{dev_registry, filter_wasm};
-use lock_integration::pki::{LEDGER, OPERATOR, ORDERS, TRUST_DOMAIN};
+use lock_integration::pki::{LEDGER, OPERATOR, ORDERS};
 use lock_integration::process::eventually;
-use lock_integration::stack::lockctl;
+use lock_integration::registry::dev_registry_with_grant;
 use lock_integration::{Stack, StackOptions, reason_of};
 use std::time::Duration;
 
@@ -124,34 +123,9 @@ async fn take_refuse_redirect_push(version: &str) {
     };
     assert_eq!(refused(ask(orders.clone()).await), Some(Reason::NotGranted));
     let dir = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(dev_registry()).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("extra.yaml"),
-        format!("apiVersion: lock.dev/v1alpha1\nkind: LockGrant\nmetadata: {{name: orders-ledger}}\nspec:\n  spiffeId: {ORDERS}\n  prefixes: [pay/ledger]\n"),
-    )
-    .unwrap();
-    let ecds = stack.pki.dir.with_file_name("lock-edge.ecds.yaml");
+    dev_registry_with_grant(dir.path(), ORDERS, "pay/ledger").unwrap();
     let pid = stack.envoy.proc.pid();
-    let out = lockctl(
-        &[
-            "grants",
-            "push",
-            dir.path().to_str().unwrap(),
-            "--region",
-            "local",
-            "--trust-domain",
-            TRUST_DOMAIN,
-            "--out",
-            ecds.to_str().unwrap(),
-            "--wasm",
-            filter_wasm().unwrap().to_str().unwrap(),
-        ],
-        &[],
-    )
-    .unwrap();
+    let out = stack.push_grants(dir.path()).unwrap();
     assert!(
         out.status.success(),
         "{}",
