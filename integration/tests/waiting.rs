@@ -290,6 +290,18 @@ async fn validate_token_and_inspect() {
     assert!(valid(&mut w0, g2.token).await);
 }
 
+/// The durable queue entries of `key` in etcd.
+async fn durable_entries(etcd: &mut etcd_client::Client, key: &str) -> usize {
+    let q = etcd
+        .get(
+            format!("/q/{key}/"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    q.kvs().len()
+}
+
 #[tokio::test]
 async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
     use lock_integration::registry::FAIR_PREFIX;
@@ -322,14 +334,7 @@ async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
     }
     // Durable waiters are keys on their session leases.
     let mut etcd = stack.etcd_client().await.unwrap();
-    let q = etcd
-        .get(
-            format!("/q/{key}/"),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(q.kvs().len(), N);
+    assert_eq!(durable_entries(&mut etcd, &key).await, N);
 
     // A caller that will not wait does not overtake them, even though it is its turn to ask.
     let (mut late, ls) = waiter(&stack, N + 1).await;
@@ -358,14 +363,11 @@ async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
     // (Before durable handoffs: N+1 releases and N grant transactions.)
     assert_eq!(txns, (N + 1) as u64, "one transaction per handoff");
     until_waiters(&holder, &key, 0).await.unwrap();
-    let q = etcd
-        .get(
-            format!("/q/{key}/"),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(q.kvs().len(), 0, "every entry went with its handoff");
+    assert_eq!(
+        durable_entries(&mut etcd, &key).await,
+        0,
+        "every entry went with its handoff"
+    );
 }
 
 #[tokio::test]
