@@ -89,3 +89,74 @@ pub async fn measure(
         without_ops,
     })
 }
+
+/// What a refusal costs and shows: an identity without a grant (the orders worker on
+/// `pay/ledger`) asks about a held key, a free key and a key of an undeclared namespace, on
+/// both paths. Every answer is the same NOT_GRANTED from the edge; the latencies should be
+/// too (a difference would tell the caller something about a key it may not see, ADR-19).
+pub struct Denial {
+    pub state: &'static str,
+    pub fast: bool,
+    pub p50_us: u64,
+    pub p99_us: u64,
+}
+
+pub async fn denials(env: &Env, calls: usize) -> anyhow::Result<Vec<Denial>> {
+    use lock_config::proto::v1::{AcquireRequest, InspectRequest, OpenSessionRequest};
+    use lock_integration::pki::{LEDGER, ORDERS};
+    // The held key, held by its rightful owner for the whole measurement.
+    let held = "pay/ledger/denial-held";
+    let mut owner = env.stack.workload(LEDGER).await?;
+    let session = owner
+        .open_session(remote::keyed(OpenSessionRequest { key: held.into() }, held))
+        .await?
+        .into_inner()
+        .session_id;
+    owner
+        .acquire(remote::keyed(
+            AcquireRequest {
+                key: held.into(),
+                session_id: session,
+                wait_millis: 0,
+            },
+            held,
+        ))
+        .await?;
+    let mut stranger = env.stack.workload(ORDERS).await?;
+    let mut out = Vec::new();
+    for (state, key) in [
+        ("held", held),
+        ("free", "pay/ledger/denial-free"),
+        ("nonexistent namespace", "nope/denial"),
+    ] {
+        for fast in [true, false] {
+            let mut lat = Vec::with_capacity(calls);
+            for _ in 0..calls {
+                let msg = InspectRequest { key: key.into() };
+                let req = if fast {
+                    remote::keyed(msg, key)
+                } else {
+                    tonic::Request::new(msg)
+                };
+                let t = std::time::Instant::now();
+                let r = stranger.inspect(req).await;
+                lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+                let reason = r
+                    .err()
+                    .and_then(|s| lock_integration::reason_of(&s).map(|r| r.0));
+                anyhow::ensure!(
+                    reason == Some(lock_config::Reason::NotGranted),
+                    "{key}: expected NOT_GRANTED, got {reason:?}"
+                );
+            }
+            lat.sort_unstable();
+            out.push(Denial {
+                state,
+                fast,
+                p50_us: super::percentile(&lat, 0.50),
+                p99_us: super::percentile(&lat, 0.99),
+            });
+        }
+    }
+    Ok(out)
+}

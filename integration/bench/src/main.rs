@@ -378,6 +378,21 @@ async fn main() -> anyhow::Result<()> {
             ));
         }
     }
+    if run("filter") {
+        let rows = filter_cost::denials(&env, 300).await?;
+        table.push_str("\n| NOT_GRANTED for an identity without a grant (300 sequential Inspects each) | path | p50 µs | p99 µs |\n|---|---|---:|---:|\n");
+        for d in rows {
+            let path = if d.fast { "lock-key (fast)" } else { "body" };
+            eprintln!(
+                "denial {} {path}: p50 {} us p99 {} us",
+                d.state, d.p50_us, d.p99_us
+            );
+            table.push_str(&format!(
+                "| {} key | {path} | {} | {} |\n",
+                d.state, d.p50_us, d.p99_us
+            ));
+        }
+    }
     if run("memory") {
         let m = scale::memory(
             &env,
