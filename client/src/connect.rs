@@ -4,6 +4,10 @@ use crate::error::LockError;
 use std::path::PathBuf;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
+/// How often the client PINGs the edge, and how long it waits for the answer.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(20);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where the workload's SVID lives and where the service is.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -44,6 +48,13 @@ impl Config {
             .map_err(|e| LockError::InvalidRequest(format!("endpoint: {e}")))?
             .tls_config(tls)
             .map_err(|e| LockError::InvalidRequest(format!("TLS: {e}")))?
+            // HTTP/2 PINGs on the one connection, idle or not: a path that silently drops
+            // packets (a dead edge node, a NAT that forgot the flow) shows as a broken
+            // connection within seconds, and tonic reconnects, instead of each call
+            // waiting for TCP's own timeout.
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
             .connect_lazy())
     }
 }
