@@ -105,10 +105,13 @@ impl Envoy {
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, config.render()?)?;
         let mut cmd = Command::new(dep(&config.binary)?);
+        // Two workers, as tests of state shared across workers need; `LOCK_ENVOY_CONCURRENCY`
+        // overrides it for measurements.
+        let workers = std::env::var("LOCK_ENVOY_CONCURRENCY").unwrap_or_else(|_| "2".into());
         cmd.arg("-c").arg(&config_path).args([
             "--disable-hot-restart",
             "--concurrency",
-            "2",
+            workers.as_str(),
             "--log-level",
             "warn",
         ]);
