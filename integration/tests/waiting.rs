@@ -447,6 +447,60 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
     assert_eq!(*order.lock().unwrap(), vec![1, 2, 3]);
 }
 
+/// A durable entry outlives its request (the owning arbiter restarted), so a release hands
+/// the key to that entry's session while nobody is asking; the session's next Acquire gets
+/// the grant back at the handoff's revision, as after a lost answer, not HELD.
+#[tokio::test]
+async fn a_handoff_to_an_entry_whose_request_died_is_its_sessions_grant() {
+    use lock_integration::registry::FAIR_PREFIX;
+    let (mut stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let key = format!("{FAIR_PREFIX}/orphan");
+    let (mut holder, hs) = waiter(&stack, 0).await;
+    let _ka0 = keep_alive(holder.clone(), hs);
+    let first = acquire(&mut holder, &key, hs, 0).await.unwrap();
+    let owner = lock_integration::answered_by(
+        &holder
+            .inspect(InspectRequest { key: key.clone() })
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+
+    let (w, ws) = waiter(&stack, 1).await;
+    let _ka1 = keep_alive(w.clone(), ws);
+    let (mut w2, k) = (w.clone(), key.clone());
+    let pending = tokio::spawn(async move { acquire(&mut w2, &k, ws, 60_000).await });
+    until_waiters(&holder, &key, 1).await.unwrap();
+    let arbiter = stack.arbiters.iter_mut().find(|a| a.id == owner).unwrap();
+    arbiter.restart().unwrap();
+    assert!(pending.await.unwrap().is_err(), "the wait died with its arbiter");
+
+    let released_at = holder
+        .release(ReleaseRequest {
+            key: key.clone(),
+            token: first.token,
+            session_id: hs,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .released_at_revision;
+    let i = inspect(&mut holder, &key).await.unwrap();
+    assert!(i.held, "handed on to the waiting entry");
+    assert_eq!(i.holder_spiffe_id, waiter_id(1));
+    assert_eq!(i.waiters, 0, "its entry went with the handoff");
+
+    let mut w = w;
+    let g = acquire(&mut w, &key, ws, 0).await.unwrap();
+    let t = FencingToken::from_u64(g.token).unwrap();
+    assert_eq!(
+        i64::try_from(t.revision()).unwrap(),
+        released_at,
+        "the grant is the handoff's write"
+    );
+    assert!(g.token > first.token);
+}
+
 /// Found by the release gate: an epoch advance deletes every durable queue entry; a waiter
 /// whose entry was gone answered HELD for a free key. It takes a place again and gets it.
 #[tokio::test]
