@@ -473,7 +473,10 @@ async fn a_handoff_to_an_entry_whose_request_died_is_its_sessions_grant() {
     until_waiters(&holder, &key, 1).await.unwrap();
     let arbiter = stack.arbiters.iter_mut().find(|a| a.id == owner).unwrap();
     arbiter.restart().unwrap();
-    assert!(pending.await.unwrap().is_err(), "the wait died with its arbiter");
+    assert!(
+        pending.await.unwrap().is_err(),
+        "the wait died with its arbiter"
+    );
 
     let released_at = holder
         .release(ReleaseRequest {
