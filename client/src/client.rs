@@ -1,6 +1,6 @@
 //! The client: sessions per TTL, acquire with waiting and retries, re-entrancy.
 
-use crate::connect::Config;
+use crate::connect::{Config, Stamp};
 use crate::error::LockError;
 use crate::hold::{Hold, Reentry};
 use crate::proto::lock_client::LockClient as Rpc;
@@ -31,7 +31,7 @@ pub struct LockClient {
 
 pub(crate) struct Inner {
     config: Config,
-    rpc: Mutex<(Rpc<Channel>, Vec<Option<SystemTime>>)>,
+    rpc: Mutex<(Rpc<Channel>, Stamp)>,
     /// One session per TTL (seconds), with the sender that stops its keepalive task.
     sessions: Mutex<HashMap<u32, Running>>,
     /// Re-entrancy: outermost holds by key.
@@ -84,7 +84,7 @@ impl LockClient {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// The RPC client, rebuilt when the SVID files changed (rotation).
+    /// The RPC client, rebuilt when the credentials changed (a rotated SVID).
     pub(crate) fn rpc(&self) -> Result<Rpc<Channel>, LockError> {
         let mut guard = self
             .inner

@@ -1,60 +1,269 @@
-//! The TLS channel to Envoy with the workload's X.509-SVID, read from files.
+//! The channel to the lock edge, in one of three ways a workload holds its identity:
+//! X.509-SVID files, the SPIFFE Workload API, or its mesh sidecar (which presents the SVID
+//! for it). Whatever the way, Envoy sees the workload's SPIFFE ID on the TLS connection it
+//! terminates; nothing the client sends in a header is believed (ARCHITECTURE, trust
+//! boundaries).
 
 use crate::error::LockError;
+use std::net::IpAddr;
 use std::path::PathBuf;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use std::time::SystemTime;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// How often the client PINGs the edge, and how long it waits for the answer.
 const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(20);
 const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Where the workload's SVID lives and where the service is.
+/// Where the service is and how this workload proves who it is.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Envoy's lock.v1 endpoint, e.g. `https://127.0.0.1:8443`.
+    /// Envoy's lock.v1 endpoint, e.g. `https://lock-edge.lock.svc:8443`; with
+    /// [`Credentials::MeshSidecar`], the sidecar's plaintext listener on loopback, e.g.
+    /// `http://127.0.0.1:15001`.
     pub endpoint: String,
-    pub svid_cert: PathBuf,
-    pub svid_key: PathBuf,
+    pub credentials: Credentials,
+}
+
+/// The three ways a workload holds its X.509-SVID.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// PEM files written by the SPIRE agent or spiffe-helper; a rewrite (rotation) is
+    /// picked up by the next call.
+    Files(SvidFiles),
+    /// The SPIFFE Workload API: the SVID and bundle come from the agent's stream and a
+    /// rotation it pushes is picked up by the next call. Build the source with
+    /// [`workload_api_source`] (or share one the service already has).
+    WorkloadApi {
+        source: spiffe::X509Source,
+        /// Name verified in Envoy's certificate.
+        server_name: String,
+    },
+    /// The workload's mesh sidecar originates mutual TLS with the workload's SVID; the
+    /// client speaks plaintext HTTP/2 to it, which is allowed only to a loopback address
+    /// (anything farther would carry the calls, and the tokens in them, in the clear).
+    MeshSidecar,
+}
+
+/// An SVID as files on disk.
+#[derive(Debug, Clone)]
+pub struct SvidFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
     /// Trust bundle that signed Envoy's certificate.
     pub bundle: PathBuf,
     /// Name verified in Envoy's certificate.
     pub server_name: String,
 }
 
+/// What the credentials looked like when the channel was built: a change means a rotated
+/// SVID, and the next call builds a new channel with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stamp {
+    Files(Vec<Option<SystemTime>>),
+    WorkloadApi(u64),
+    Fixed,
+}
+
+/// Connects to the SPIFFE Workload API at `socket` (`unix:///run/spire/agent.sock`, or the
+/// value of `SPIFFE_ENDPOINT_SOCKET`) and waits for the first SVID and bundle.
+pub async fn workload_api_source(socket: &str) -> Result<spiffe::X509Source, LockError> {
+    spiffe::X509Source::builder()
+        .endpoint(socket)
+        .build()
+        .await
+        .map_err(|e| LockError::Unauthenticated(format!("SPIFFE Workload API at {socket}: {e}")))
+}
+
 impl Config {
-    /// The files' modification times: a change means a rotated SVID.
-    pub(crate) fn stamp(&self) -> Vec<Option<std::time::SystemTime>> {
-        [&self.svid_cert, &self.svid_key, &self.bundle]
-            .iter()
-            .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-            .collect()
+    /// A config reading the SVID from files.
+    pub fn files(
+        endpoint: impl Into<String>,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+        bundle: impl Into<PathBuf>,
+        server_name: impl Into<String>,
+    ) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            credentials: Credentials::Files(SvidFiles {
+                cert: cert.into(),
+                key: key.into(),
+                bundle: bundle.into(),
+                server_name: server_name.into(),
+            }),
+        }
     }
 
-    /// A channel presenting the SVID as it is on disk now. tonic connects lazily and
+    /// A config for the workload's mesh sidecar at `endpoint` (`http://127.0.0.1:PORT`).
+    pub fn mesh_sidecar(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            credentials: Credentials::MeshSidecar,
+        }
+    }
+
+    pub(crate) fn stamp(&self) -> Stamp {
+        match &self.credentials {
+            Credentials::Files(f) => Stamp::Files(
+                [&f.cert, &f.key, &f.bundle]
+                    .iter()
+                    .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+                    .collect(),
+            ),
+            Credentials::WorkloadApi { source, .. } => Stamp::WorkloadApi(source.updated().last()),
+            Credentials::MeshSidecar => Stamp::Fixed,
+        }
+    }
+
+    /// A channel presenting the credentials as they are now. tonic connects lazily and
     /// reconnects on failure.
     pub(crate) fn channel(&self) -> Result<Channel, LockError> {
-        let read = |p: &PathBuf| {
-            std::fs::read(p)
-                .map_err(|e| LockError::Unauthenticated(format!("{}: {e}", p.display())))
+        Ok(self.endpoint()?.connect_lazy())
+    }
+
+    /// A channel connected now: a command-line call reports an unreachable edge as such.
+    pub async fn connect(&self) -> Result<Channel, LockError> {
+        self.endpoint()?.connect().await.map_err(|e| {
+            LockError::Unavailable(format!("cannot connect to {}: {e}", self.endpoint))
+        })
+    }
+
+    fn endpoint(&self) -> Result<Endpoint, LockError> {
+        let plaintext = matches!(self.credentials, Credentials::MeshSidecar);
+        check_endpoint(&self.endpoint, plaintext).map_err(LockError::InvalidRequest)?;
+        let endpoint = Channel::from_shared(self.endpoint.clone())
+            .map_err(|e| LockError::InvalidRequest(format!("endpoint: {e}")))?;
+        let endpoint = match self.tls()? {
+            Some(tls) => endpoint
+                .tls_config(tls)
+                .map_err(|e| LockError::InvalidRequest(format!("TLS: {e}")))?,
+            None => endpoint,
         };
-        let tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(read(&self.bundle)?))
-            .identity(Identity::from_pem(
-                read(&self.svid_cert)?,
-                read(&self.svid_key)?,
-            ))
-            .domain_name(self.server_name.clone());
-        Ok(Channel::from_shared(self.endpoint.clone())
-            .map_err(|e| LockError::InvalidRequest(format!("endpoint: {e}")))?
-            .tls_config(tls)
-            .map_err(|e| LockError::InvalidRequest(format!("TLS: {e}")))?
-            // HTTP/2 PINGs on the one connection, idle or not: a path that silently drops
-            // packets (a dead edge node, a NAT that forgot the flow) shows as a broken
-            // connection within seconds, and tonic reconnects, instead of each call
-            // waiting for TCP's own timeout.
+        // HTTP/2 PINGs on the one connection, idle or not: a path that silently drops
+        // packets (a dead edge node, a NAT that forgot the flow) shows as a broken
+        // connection within seconds, and tonic reconnects, instead of each call waiting
+        // for TCP's own timeout.
+        Ok(endpoint
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true)
-            .connect_lazy())
+            .keep_alive_while_idle(true))
+    }
+
+    /// The client TLS configuration, or None for the sidecar's plaintext.
+    fn tls(&self) -> Result<Option<ClientTlsConfig>, LockError> {
+        match &self.credentials {
+            Credentials::Files(f) => {
+                let read = |p: &PathBuf| {
+                    std::fs::read(p)
+                        .map_err(|e| LockError::Unauthenticated(format!("{}: {e}", p.display())))
+                };
+                Ok(Some(
+                    ClientTlsConfig::new()
+                        .ca_certificate(Certificate::from_pem(read(&f.bundle)?))
+                        .identity(Identity::from_pem(read(&f.cert)?, read(&f.key)?))
+                        .domain_name(f.server_name.clone()),
+                ))
+            }
+            Credentials::WorkloadApi {
+                source,
+                server_name,
+            } => {
+                let unusable =
+                    |e: spiffe::X509SourceError| LockError::Unauthenticated(format!("SVID: {e}"));
+                let svid = source.svid().map_err(unusable)?;
+                let bundles = source.bundle_set().map_err(unusable)?;
+                let pem = |tag: &str, der: &[u8]| pem::encode(&pem::Pem::new(tag, der.to_vec()));
+                let chain: String = svid
+                    .cert_chain()
+                    .iter()
+                    .map(|c| pem("CERTIFICATE", c.as_bytes()))
+                    .collect();
+                // Every trust domain's authorities: a federated edge verifies too.
+                let roots: String = bundles
+                    .iter()
+                    .flat_map(|(_, b)| b.authorities().iter())
+                    .map(|c| pem("CERTIFICATE", c.as_bytes()))
+                    .collect();
+                let key = pem("PRIVATE KEY", svid.private_key().as_bytes());
+                Ok(Some(
+                    ClientTlsConfig::new()
+                        .ca_certificate(Certificate::from_pem(roots))
+                        .identity(Identity::from_pem(chain, key))
+                        .domain_name(server_name.clone()),
+                ))
+            }
+            Credentials::MeshSidecar => Ok(None),
+        }
+    }
+}
+
+/// `https://` for the client's own TLS; `http://` only to a loopback host, the sidecar
+/// next to the workload.
+fn check_endpoint(endpoint: &str, plaintext: bool) -> Result<(), String> {
+    let (scheme, rest) = endpoint
+        .split_once("://")
+        .ok_or_else(|| format!("endpoint {endpoint:?}: expected https://host:port"))?;
+    match (scheme, plaintext) {
+        ("https", false) => Ok(()),
+        ("http", true) if is_loopback_authority(rest) => Ok(()),
+        ("http", true) => Err(format!(
+            "endpoint {endpoint:?}: plaintext goes only to the workload's sidecar on loopback \
+             (127.0.0.0/8, ::1, localhost)"
+        )),
+        ("http", false) => Err(format!(
+            "endpoint {endpoint:?} is plaintext: use https:// with SVID files or the Workload \
+             API, or the mesh-sidecar mode for a local sidecar"
+        )),
+        (_, true) => Err(format!(
+            "endpoint {endpoint:?}: the mesh sidecar is reached over http://127.0.0.1:PORT"
+        )),
+        (_, false) => Err(format!("endpoint {endpoint:?}: expected https://host:port")),
+    }
+}
+
+/// Whether `host[:port][/path]` names this machine.
+fn is_loopback_authority(rest: &str) -> bool {
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_endpoint;
+
+    #[test]
+    fn endpoints_by_mode() {
+        let cases: &[(&str, bool, bool)] = &[
+            // endpoint, plaintext (sidecar mode), accepted
+            ("https://lock-edge:8443", false, true),
+            ("https://127.0.0.1:8443", false, true),
+            ("http://127.0.0.1:15001", true, true),
+            ("http://127.9.9.9:15001", true, true),
+            ("http://localhost:15001", true, true),
+            ("http://LOCALHOST:15001/", true, true),
+            ("http://[::1]:15001", true, true),
+            // plaintext off the machine: the calls and tokens would cross the network clear
+            ("http://10.0.0.5:15001", true, false),
+            ("http://lock-edge:8443", true, false),
+            ("http://127.0.0.1.evil.example:80", true, false),
+            ("http://[::2]:15001", true, false),
+            // a mode and a scheme that disagree
+            ("http://127.0.0.1:8443", false, false),
+            ("https://127.0.0.1:15001", true, false),
+            ("127.0.0.1:8443", false, false),
+            ("unix:///run/sidecar.sock", true, false),
+        ];
+        for (endpoint, plaintext, ok) in cases {
+            assert_eq!(
+                check_endpoint(endpoint, *plaintext).is_ok(),
+                *ok,
+                "{endpoint} plaintext={plaintext}"
+            );
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! Rust client of the fenced lock service (`lock.v1` through Envoy with the workload's SVID).
+//! Rust client of the fenced lock service (`lock.v1` through Envoy with the workload's SVID:
+//! from files, from the SPIFFE Workload API, or presented by the workload's mesh sidecar).
 //!
 //! - One session (etcd lease) per distinct TTL, opened on first use; one KeepAlive stream per
 //!   session renews every hold attached to it, every TTL/3 (ADR-10).
@@ -15,13 +16,15 @@
 //! use std::time::Duration;
 //!
 //! # async fn run() -> Result<(), lock_client::LockError> {
-//! let client = LockClient::new(Config {
-//!     endpoint: "https://127.0.0.1:8443".into(),
-//!     svid_cert: "svid.pem".into(),
-//!     svid_key: "svid.key".into(),
-//!     bundle: "bundle.pem".into(),
-//!     server_name: "localhost".into(),
-//! })?;
+//! // SVID files; or `Config::mesh_sidecar("http://127.0.0.1:15001")` behind a mesh sidecar, or
+//! // `Credentials::WorkloadApi` with `lock_client::workload_api_source(socket).await?`.
+//! let client = LockClient::new(Config::files(
+//!     "https://127.0.0.1:8443",
+//!     "svid.pem",
+//!     "svid.key",
+//!     "bundle.pem",
+//!     "localhost",
+//! ))?;
 //! let hold = client
 //!     .acquire("pay/ledger/42", Duration::from_secs(5), || {
 //!         eprintln!("lock lost: stop writing");
@@ -46,7 +49,7 @@ mod session;
 pub mod stub;
 
 pub use client::LockClient;
-pub use connect::Config;
+pub use connect::{Config, Credentials, SvidFiles, workload_api_source};
 pub use error::{LockError, refusal};
 pub use hold::Hold;
 pub use lock_config::FencingToken;

@@ -17,6 +17,7 @@ pub mod postgres;
 pub mod process;
 pub mod raw;
 pub mod registry;
+pub mod sidecar;
 pub mod stack;
 
 pub use stack::{Stack, StackOptions};

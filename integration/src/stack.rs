@@ -313,13 +313,13 @@ impl Stack {
     pub fn lock_client(&self, spiffe_id: &str) -> anyhow::Result<lock_client::LockClient> {
         let name = format!("client-{}", spiffe_id.rsplit('/').next().unwrap_or("w"));
         let svid = self.pki.svid(&name, spiffe_id)?;
-        Ok(lock_client::LockClient::new(lock_client::Config {
-            endpoint: self.endpoint(),
-            svid_cert: svid.cert,
-            svid_key: svid.key,
-            bundle: svid.ca,
-            server_name: "localhost".into(),
-        })?)
+        Ok(lock_client::LockClient::new(lock_client::Config::files(
+            self.endpoint(),
+            svid.cert,
+            svid.key,
+            svid.ca,
+            "localhost",
+        ))?)
     }
 }
 

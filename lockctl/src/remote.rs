@@ -3,24 +3,17 @@
 use crate::{Conn, Failure};
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::keyed;
-use lock_client::stub::{self, ConnectError, Svid};
 use lock_config::proto::v1::{
     AcquireRequest, InspectRequest, OpenSessionRequest, ReleaseRequest, ValidateTokenRequest,
 };
 use tonic::transport::Channel;
 
 async fn connect(conn: &Conn) -> Result<LockClient<Channel>, Failure> {
-    let svid = Svid {
-        cert: Some(&conn.svid),
-        key: Some(&conn.svid_key),
-        ca: &conn.ca,
-    };
-    stub::connect(&conn.endpoint, &svid, &conn.server_name)
-        .await
-        .map_err(|e| match e {
-            ConnectError::Connect { .. } => Failure::unreachable(e.to_string()),
-            _ => Failure::input(e.to_string()),
-        })
+    let channel = conn.config().await?.connect().await.map_err(|e| match e {
+        lock_client::LockError::Unavailable(_) => Failure::unreachable(e.to_string()),
+        _ => Failure::input(e.to_string()),
+    })?;
+    Ok(LockClient::new(channel))
 }
 
 /// Prints a refusal as `REASON (code): message [k=v ...]`.

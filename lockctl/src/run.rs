@@ -27,7 +27,7 @@
 //! | refused / bad input / unreachable | never started | none | 1 / 2 / 3 |
 
 use crate::{Conn, Failure};
-use lock_client::{Config, Hold, LockClient, LockError};
+use lock_client::{Hold, LockClient, LockError};
 use rustix::process::{Pid, Signal};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -61,14 +61,8 @@ pub async fn run(
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Failure::input("no command given after --"))?;
-    let client = LockClient::new(Config {
-        endpoint: conn.endpoint.clone(),
-        svid_cert: conn.svid.clone(),
-        svid_key: conn.svid_key.clone(),
-        bundle: conn.ca.clone(),
-        server_name: conn.server_name.clone(),
-    })
-    .map_err(|e| Failure::input(e.to_string()))?;
+    let client =
+        LockClient::new(conn.config().await?).map_err(|e| Failure::input(e.to_string()))?;
     // Installed before the wait, so a signal while waiting still closes the session.
     let mut signals = Signals::install()?;
     let (fenced_tx, mut fenced) = tokio::sync::mpsc::channel::<()>(1);

@@ -97,13 +97,13 @@ async fn main() -> anyhow::Result<()> {
 /// the write it prints `checked` and waits for `go`.
 async fn holder(db: &str, fence: Fence, key: &str, wait_secs: u64) -> anyhow::Result<()> {
     let env = |k: &str| std::env::var(k).with_context(|| format!("{k} is not set"));
-    let client = lock_client::LockClient::new(lock_client::Config {
-        endpoint: env("LOCK_ENDPOINT")?,
-        svid_cert: env("LOCK_SVID")?.into(),
-        svid_key: env("LOCK_SVID_KEY")?.into(),
-        bundle: env("LOCK_CA")?.into(),
-        server_name: std::env::var("LOCK_SERVER_NAME").unwrap_or_else(|_| "localhost".into()),
-    })?;
+    let client = lock_client::LockClient::new(lock_client::Config::files(
+        env("LOCK_ENDPOINT")?,
+        env("LOCK_SVID")?,
+        env("LOCK_SVID_KEY")?,
+        env("LOCK_CA")?,
+        std::env::var("LOCK_SERVER_NAME").unwrap_or_else(|_| "localhost".into()),
+    ))?;
     let db = connect(db).await?;
     // The kit, not the library, decides when this holder writes: a paused holder that
     // already passed its checks is exactly what fencing must stop.
