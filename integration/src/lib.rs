@@ -19,6 +19,7 @@ pub mod raw;
 pub mod registry;
 pub mod sidecar;
 pub mod stack;
+pub mod workload_api;
 
 pub use stack::{Stack, StackOptions};
 

@@ -55,10 +55,7 @@ async fn through_its_sidecar_a_workload_holds_its_own_grants_and_no_others() {
     );
     hold.release().await.unwrap();
 
-    let Err(refused) = client
-        .acquire("orders/mesh", Duration::ZERO, || {})
-        .await
-    else {
+    let Err(refused) = client.acquire("orders/mesh", Duration::ZERO, || {}).await else {
         panic!("the ledger was granted orders/mesh through its sidecar");
     };
     assert!(matches!(refused, LockError::NotGranted), "{refused:?}");

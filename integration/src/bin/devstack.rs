@@ -4,6 +4,8 @@
 
 use clap::Parser;
 use lock_integration::pki::{LEDGER, OPERATOR, ORDERS};
+use lock_integration::sidecar::Sidecar;
+use lock_integration::workload_api::WorkloadApi;
 use lock_integration::{Stack, StackOptions};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -40,6 +42,19 @@ async fn main() -> anyhow::Result<()> {
         stack.pki.svid(name, id)?;
         names.push((name, id));
     }
+    // The ledger's other two ways to connect: its SVID from the Workload API (what a SPIRE
+    // agent serves) and its mesh sidecar (plaintext in, mTLS with its SVID out).
+    let agent = WorkloadApi::start(
+        &stack.pki,
+        &dir.join("agent"),
+        LEDGER,
+        std::time::Duration::from_secs(3600),
+    )?;
+    let sidecar = Sidecar::start(
+        &dir.join("sidecar"),
+        stack.envoy.listen,
+        &stack.pki.files("ledger"),
+    )?;
     let ops = stack.pki.files("ops");
     let env = format!(
         "export LOCK_ENDPOINT={}\nexport LOCK_SVID={}\nexport LOCK_SVID_KEY={}\nexport LOCK_CA={}\nexport LOCK_ETCD={}\nexport PATH=\"{}:$PATH\"\n",
@@ -69,6 +84,12 @@ async fn main() -> anyhow::Result<()> {
     writeln!(msg, "  etcd    {}", stack.etcd.client_url)?;
     writeln!(
         msg,
+        "  the ledger's Workload API {} and mesh sidecar {}",
+        agent.endpoint(),
+        sidecar.endpoint()
+    )?;
+    writeln!(
+        msg,
         "  SVIDs   {}/{{ops,ledger,orders}}.pem",
         stack.pki.dir.display()
     )?;
@@ -83,6 +104,20 @@ async fn main() -> anyhow::Result<()> {
         "  lockctl acquire pay/ledger/42          # prints token=... epoch=... revision=..."
     )?;
     writeln!(msg, "  lockctl release pay/ledger/42 <token>")?;
+    writeln!(
+        msg,
+        "as the ledger, its SVID from the Workload API, or through its sidecar:"
+    )?;
+    writeln!(
+        msg,
+        "  env -u LOCK_SVID SPIFFE_ENDPOINT_SOCKET={} lockctl acquire pay/ledger/43",
+        agent.endpoint()
+    )?;
+    writeln!(
+        msg,
+        "  LOCK_ENDPOINT={} lockctl acquire pay/ledger/44",
+        sidecar.endpoint()
+    )?;
     writeln!(msg, "stop with: make stop")?;
     std::fs::write(dir.join("ready"), &msg)?;
     print!("{msg}");
@@ -92,6 +127,8 @@ async fn main() -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+    drop(sidecar);
+    drop(agent);
     drop(stack);
     Ok(())
 }

@@ -11,6 +11,8 @@
 //! assert!(svid.cert_pem.contains("BEGIN CERTIFICATE"));
 //! ```
 
+pub mod workload_api;
+
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -23,6 +25,10 @@ use time::{Duration, OffsetDateTime};
 pub enum DevCaError {
     #[error("certificate generation failed: {0}")]
     Rcgen(#[from] rcgen::Error),
+    #[error("not a SPIFFE ID: {0:?}")]
+    NotSpiffeId(String),
+    #[error("the CA certificate is not PEM: {0}")]
+    Pem(#[from] pem::PemError),
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -70,11 +76,13 @@ impl Leaf {
     }
 }
 
-/// A certificate and its private key, PEM-encoded.
+/// A certificate and its private key, PEM-encoded and DER (PKCS#8 for the key).
 #[derive(Debug, Clone)]
 pub struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
+    pub cert_der: Vec<u8>,
+    pub key_der: Vec<u8>,
 }
 
 impl Issued {
@@ -148,6 +156,11 @@ impl DevCa {
         &self.cert_pem
     }
 
+    /// The trust bundle as DER (the Workload API's encoding).
+    pub fn bundle_der(&self) -> Result<Vec<u8>, DevCaError> {
+        Ok(pem::parse(&self.cert_pem)?.into_contents())
+    }
+
     /// Issues a leaf certificate for client and server use.
     pub fn issue(&self, leaf: &Leaf) -> Result<Issued, DevCaError> {
         let mut params = CertificateParams::new(leaf.dns_names.clone())?;
@@ -178,6 +191,8 @@ impl DevCa {
         Ok(Issued {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
         })
     }
 }
