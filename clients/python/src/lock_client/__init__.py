@@ -1,0 +1,44 @@
+"""Python client of the fenced lock service (lock.v1 through its Envoy edge).
+
+    from lock_client import LockClient, SvidFiles
+
+    locks = LockClient("https://lock-edge:8443",
+                       SvidFiles("svid.pem", "svid.key", "bundle.pem"))
+    with locks.hold("pay/ledger/42", wait=5, on_fence=stop_writing) as hold:
+        if hold.can_start():
+            db.execute("UPDATE ledger SET ..., fence = %s WHERE id = 42 AND fence < %s",
+                       (hold.token, hold.token))
+    locks.shutdown()
+
+Behind a mesh sidecar: `LockClient("http://127.0.0.1:15001", MeshSidecar())`.
+"""
+
+from .client import Hold, LockClient, MeshSidecar, SvidFiles, check_endpoint
+from .errors import (
+    Fenced,
+    Held,
+    InvalidRequest,
+    LeakedHold,
+    LockError,
+    NoQuorum,
+    NotGranted,
+    OtherError,
+    RateLimited,
+    RegionRedirect,
+    Sealed,
+    SessionExpired,
+    StaleToken,
+    StoreFull,
+    StreamFull,
+    Unauthenticated,
+    Unavailable,
+    WrongSessionTtl,
+)
+from .keys import encode_key
+
+__all__ = [
+    "Fenced", "Held", "Hold", "InvalidRequest", "LeakedHold", "LockClient", "LockError",
+    "MeshSidecar", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
+    "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "SvidFiles",
+    "Unauthenticated", "Unavailable", "WrongSessionTtl", "check_endpoint", "encode_key",
+]

@@ -1,0 +1,126 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class OpenSessionResponse(_message.Message):
+    __slots__ = ("session_id", "ttl_seconds", "class_name")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    ttl_seconds: int
+    class_name: str
+    def __init__(self, session_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., class_name: _Optional[str] = ...) -> None: ...
+
+class KeepAliveRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    def __init__(self, session_id: _Optional[int] = ...) -> None: ...
+
+class KeepAliveResponse(_message.Message):
+    __slots__ = ("session_id", "ttl_seconds")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    ttl_seconds: int
+    def __init__(self, session_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    def __init__(self, session_id: _Optional[int] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("key", "session_id", "wait_millis")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    session_id: int
+    wait_millis: int
+    def __init__(self, key: _Optional[str] = ..., session_id: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
+
+class TokenParts(_message.Message):
+    __slots__ = ("epoch", "revision")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    revision: int
+    def __init__(self, epoch: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("token", "parts", "class_name", "ttl_seconds")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    token: int
+    parts: TokenParts
+    class_name: str
+    ttl_seconds: int
+    def __init__(self, token: _Optional[int] = ..., parts: _Optional[_Union[TokenParts, _Mapping]] = ..., class_name: _Optional[str] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("key", "token", "session_id")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    token: int
+    session_id: int
+    def __init__(self, key: _Optional[str] = ..., token: _Optional[int] = ..., session_id: _Optional[int] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("released_at_revision",)
+    RELEASED_AT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    released_at_revision: int
+    def __init__(self, released_at_revision: _Optional[int] = ...) -> None: ...
+
+class ValidateTokenRequest(_message.Message):
+    __slots__ = ("key", "token")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    token: int
+    def __init__(self, key: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+
+class ValidateTokenResponse(_message.Message):
+    __slots__ = ("valid",)
+    VALID_FIELD_NUMBER: _ClassVar[int]
+    valid: bool
+    def __init__(self, valid: _Optional[bool] = ...) -> None: ...
+
+class InspectRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class InspectResponse(_message.Message):
+    __slots__ = ("held", "holder_spiffe_id", "class_name", "acquired_at_unix_ms", "waiters")
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_SPIFFE_ID_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    held: bool
+    holder_spiffe_id: str
+    class_name: str
+    acquired_at_unix_ms: int
+    waiters: int
+    def __init__(self, held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,542 @@
+"""The client: credentials and channel, sessions per TTL with one KeepAlive stream each,
+acquire with waiting and retries inside the caller's deadline, re-entrancy, holds.
+
+Mirrors the Rust lock-client (client/src): a newcomer reading one can read the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+import grpc
+
+from . import errors
+from ._proto.lock.v1 import lock_pb2, lock_pb2_grpc
+from .keys import keyed
+from .liveness import Liveness
+
+log = logging.getLogger("lock_client")
+
+FenceFn = Callable[[], None]
+
+# Attempts of one acquire (transient errors, session changes), within its deadline.
+MAX_TRIES = 32
+# Bound on one unary call beyond the wait the service was asked for: a dead path shows as
+# an error instead of a hang (the HTTP/2 PINGs below usually find it sooner).
+CALL_SLACK = 10.0
+# Bound on one CloseSession during shutdown.
+CLOSE_TIMEOUT = 5.0
+# The longest wait a caller may ask for; the service grants at most 300 s.
+MAX_WAIT = 24 * 3600.0
+
+# HTTP/2 PINGs on the one connection, idle or not: a silently dead path breaks the
+# connection within seconds and gRPC reconnects (the Rust client does the same).
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+@dataclass(frozen=True)
+class SvidFiles:
+    """The workload's X.509-SVID as PEM files (written by the SPIRE agent or
+    spiffe-helper); a rewrite (rotation) is picked up by the next call."""
+
+    cert: str
+    key: str
+    bundle: str
+    server_name: str = "localhost"
+
+
+@dataclass(frozen=True)
+class MeshSidecar:
+    """The workload's mesh sidecar originates mutual TLS with the workload's SVID; the
+    client speaks plaintext HTTP/2 to it, allowed only to a loopback address."""
+
+
+Credentials = Union[SvidFiles, MeshSidecar]
+
+
+def check_endpoint(endpoint: str, plaintext: bool) -> str:
+    """The `host:port` target of `endpoint`; ValueError unless it is https:// (own TLS)
+    or http:// to a loopback host (the sidecar). The same rule as the Rust client."""
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep:
+        raise ValueError(f"endpoint {endpoint!r}: expected https://host:port")
+    authority = rest.split("/", 1)[0]
+    if scheme == "https" and not plaintext:
+        return authority
+    if scheme == "http" and plaintext:
+        if _is_loopback(authority):
+            return authority
+        raise ValueError(
+            f"endpoint {endpoint!r}: plaintext goes only to the workload's sidecar on "
+            "loopback (127.0.0.0/8, ::1, localhost)"
+        )
+    if scheme == "http":
+        raise ValueError(
+            f"endpoint {endpoint!r} is plaintext: use https:// with SVID files, or "
+            "MeshSidecar for a local sidecar"
+        )
+    raise ValueError(f"endpoint {endpoint!r}: expected https://host:port"
+                     if not plaintext else
+                     f"endpoint {endpoint!r}: the mesh sidecar is reached over http://127.0.0.1:PORT")
+
+
+def _is_loopback(authority: str) -> bool:
+    if authority.startswith("["):
+        host = authority[1:].split("]", 1)[0]
+    else:
+        host = authority.rsplit(":", 1)[0] if ":" in authority else authority
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _stamp(credentials: Credentials) -> Tuple:
+    if isinstance(credentials, SvidFiles):
+        out = []
+        for p in (credentials.cert, credentials.key, credentials.bundle):
+            try:
+                out.append(os.stat(p).st_mtime_ns)
+            except OSError:
+                out.append(None)
+        return tuple(out)
+    return ()
+
+
+def _channel(endpoint: str, credentials: Credentials) -> grpc.Channel:
+    if isinstance(credentials, MeshSidecar):
+        return grpc.insecure_channel(check_endpoint(endpoint, True), options=_CHANNEL_OPTIONS)
+    target = check_endpoint(endpoint, False)
+
+    def read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise errors.Unauthenticated(f"{path}: {e}") from e
+
+    tls = grpc.ssl_channel_credentials(
+        root_certificates=read(credentials.bundle),
+        private_key=read(credentials.key),
+        certificate_chain=read(credentials.cert),
+    )
+    options = _CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", credentials.server_name)]
+    return grpc.secure_channel(target, tls, options=options)
+
+
+def _jitter(d: float) -> float:
+    """`d` with up to ±25 % jitter, so retrying clients do not align."""
+    return d * (0.75 + random.random() * 0.5)
+
+
+class _Session:
+    """One lease for this client per TTL, renewed by one KeepAlive stream however many
+    holds it carries (ADR-10). Its thread sends a keepalive every TTL/3, records the send
+    time of each success, and fences every hold of the session at the deadline."""
+
+    def __init__(self, session_id: int, ttl: float, opened_at: float,
+                 stub: lock_pb2_grpc.LockStub):
+        self.id = session_id
+        self._live = Liveness(ttl, opened_at)
+        self._lock = threading.Lock()
+        self._fences: Dict[int, FenceFn] = {}
+        self._stub = stub
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._keep_alive, name=f"lock-session-{session_id}", daemon=True)
+        self._thread.start()
+
+    # -- state -------------------------------------------------------------------------
+    def can_start(self) -> bool:
+        with self._lock:
+            return self._live.can_start(time.monotonic())
+
+    def remaining(self) -> float:
+        with self._lock:
+            return self._live.remaining(time.monotonic())
+
+    @property
+    def fenced(self) -> bool:
+        with self._lock:
+            return self._live.fenced
+
+    @property
+    def ttl(self) -> float:
+        return self._live.ttl
+
+    def attach(self, hold: int, on_fence: Optional[FenceFn]) -> None:
+        with self._lock:
+            if on_fence is not None:
+                self._fences[hold] = on_fence
+
+    def detach(self, hold: int) -> None:
+        with self._lock:
+            self._fences.pop(hold, None)
+
+    def close(self) -> None:
+        """Closed by its owner: dead from now on, and no on_fence runs."""
+        with self._lock:
+            self._live.expire()
+            self._fences.clear()
+        self._stop.set()
+
+    def _fence_all(self, due: Callable[[Liveness], bool]) -> None:
+        with self._lock:
+            callbacks = list(self._fences.values()) if due(self._live) else []
+            if callbacks:
+                self._fences.clear()
+        for f in callbacks:  # outside the lock: a callback may ask the hold things
+            try:
+                f()
+            except Exception:  # a caller's bug must not stop the fencing of the others
+                log.exception("on_fence raised")
+
+    # -- the keepalive thread ----------------------------------------------------------
+    def _keep_alive(self) -> None:
+        period = self._live.ttl / 3
+        stream: Optional[_KeepAliveStream] = None
+        next_at = time.monotonic() + period
+        try:
+            while True:
+                with self._lock:
+                    deadline = self._live.deadline()
+                wake = min(next_at, deadline)
+                if self._stop.wait(max(wake - time.monotonic(), 0.0)):
+                    return
+                now = time.monotonic()
+                self._fence_all(lambda live: live.fence_due(now))
+                if self.fenced:
+                    return
+                if now < next_at:
+                    continue
+                sent = time.monotonic()
+                wait = max(min(period, deadline - sent), 0.0)
+                try:
+                    if stream is None:
+                        stream = _KeepAliveStream(self._stub)
+                    stream.renew(self.id, wait)
+                    with self._lock:
+                        self._live.renewed(sent)
+                    next_at = sent + period
+                except errors.SessionExpired:
+                    self._fence_all(lambda live: live.expire())
+                    return
+                except errors.LockError as e:
+                    log.warning("keepalive of session failed: %s", e)
+                    with self._lock:
+                        self._live.failed()
+                    if stream is not None:
+                        stream.close()
+                    stream = None
+                    # Retry sooner than a full period while the deadline allows.
+                    next_at = time.monotonic() + period / 3
+        finally:
+            if stream is not None:
+                stream.close()
+
+
+class _KeepAliveStream:
+    """One KeepAlive call: requests from a queue, answers read by a thread into another,
+    so a renewal can wait for its answer with a timeout."""
+
+    _END = object()
+
+    def __init__(self, stub: lock_pb2_grpc.LockStub):
+        self._requests: "queue.Queue[object]" = queue.Queue()
+        self._answers: "queue.Queue[object]" = queue.Queue()
+        self._call = stub.KeepAlive(self._iter())
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _iter(self) -> Iterator[lock_pb2.KeepAliveRequest]:
+        while True:
+            r = self._requests.get()
+            if r is self._END:
+                return
+            yield r  # type: ignore[misc]
+
+    def _read(self) -> None:
+        try:
+            for answer in self._call:
+                self._answers.put(answer)
+            self._answers.put(errors.Unavailable("keepalive stream ended"))
+        except grpc.RpcError as e:
+            self._answers.put(errors.from_rpc_error(e))
+
+    def renew(self, session_id: int, wait: float) -> None:
+        self._requests.put(lock_pb2.KeepAliveRequest(session_id=session_id))
+        try:
+            answer = self._answers.get(timeout=wait)
+        except queue.Empty:
+            raise errors.Unavailable("keepalive timed out") from None
+        if isinstance(answer, errors.LockError):
+            raise answer
+        if answer.ttl_seconds <= 0:
+            raise errors.SessionExpired("the session's lease is gone")
+
+    def close(self) -> None:
+        self._requests.put(self._END)
+        self._call.cancel()
+
+
+@dataclass
+class _Reentry:
+    count: int
+    token: int
+    session: _Session
+
+
+class Hold:
+    """A granted lock. Pass `token` to the guarded write; check `can_start()` before each
+    unit of work; `release()` when done (or use `LockClient.hold` as a context manager)."""
+
+    def __init__(self, client: "LockClient", key: str, hold_id: int, token: int,
+                 session: _Session):
+        self._client = client
+        self.key = key
+        self._id = hold_id
+        self.token = token
+        self._session = session
+        self._done = False
+
+    def can_start(self) -> bool:
+        """False from the first failed renewal on: finish in-flight work, start nothing new."""
+        return self._session.can_start()
+
+    def remaining_ttl(self) -> float:
+        """Seconds left before the local deadline at which the hold is fenced."""
+        return self._session.remaining()
+
+    @property
+    def fenced(self) -> bool:
+        """The hold was fenced (its on_fence ran): it is dead."""
+        return self._session.fenced
+
+    def release(self) -> None:
+        """Releases this acquire; only the outermost hold of a key calls the service.
+        Raises Fenced if the hold was fenced: its work may not have been exclusive."""
+        if self._done:
+            return
+        self._done = True
+        self._client._finish(self.key, self._id, self.token, self._session)
+
+    def __repr__(self) -> str:  # never the token: it is a capability
+        return f"Hold(key={self.key!r}, fenced={self.fenced})"
+
+
+class LockClient:
+    """Client of the fenced lock service through its Envoy edge.
+
+    - One session (etcd lease) per distinct TTL, opened on first use; one KeepAlive stream
+      per session renews every hold attached to it, every TTL/3 (ADR-10).
+    - Drain then fence (ADR-12): `Hold.can_start()` turns False at the first failed
+      renewal; at the send time of the last successful renewal + TTL - 1 s the hold's
+      `on_fence` runs and the hold is dead, before the store's lease can expire.
+    - Re-entrancy (ADR-13): nested acquires of a key this client holds count locally; only
+      the outermost acquire and the final release call the service.
+    - Refusals are `errors.LockError` subclasses; waits, transient errors (with jittered
+      backoff) and rate limits (honouring retry-after) are handled inside the deadline.
+    - Each keyed call sends its key as `lock-key` metadata, the edge's fast path.
+    """
+
+    def __init__(self, endpoint: str, credentials: Credentials):
+        # Validates the endpoint against the mode before anything is sent.
+        check_endpoint(endpoint, isinstance(credentials, MeshSidecar))
+        self._endpoint = endpoint
+        self._credentials = credentials
+        self._lock = threading.Lock()
+        self._channel = _channel(endpoint, credentials)
+        self._stamp = _stamp(credentials)
+        self._sessions: Dict[int, _Session] = {}
+        self._holds: Dict[str, _Reentry] = {}
+        self._next_hold = 1
+
+    # -- public API --------------------------------------------------------------------
+    def acquire(self, key: str, wait: float = 0.0,
+                on_fence: Optional[FenceFn] = None) -> Hold:
+        """Takes `key`, waiting up to `wait` seconds for it. `on_fence` runs (on the
+        session's thread) if the hold is lost: stop touching the resource."""
+        with self._lock:
+            hold_id = self._next_hold
+            self._next_hold += 1
+            entry = self._holds.get(key)
+            if entry is not None and entry.session.fenced:
+                del self._holds[key]
+                entry = None
+            if entry is not None:
+                entry.count += 1
+                entry.session.attach(hold_id, on_fence)
+                return Hold(self, key, hold_id, entry.token, entry.session)
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
+        session = self._any_session()
+        backoff = 0.05
+        for _ in range(MAX_TRIES):
+            s: Optional[_Session] = session
+            session = None
+            try:
+                if s is None:
+                    s = self._open_session(key)
+                left = max(deadline - time.monotonic(), 0.0)
+                req = lock_pb2.AcquireRequest(key=key, session_id=s.id,
+                                              wait_millis=int(left * 1000))
+                try:
+                    r = self._stub().Acquire(req, metadata=keyed(key),
+                                             timeout=left + CALL_SLACK)
+                except grpc.RpcError as e:
+                    raise errors.from_rpc_error(e) from None
+                return self._held(key, hold_id, r.token, s, on_fence)
+            except errors.LockError as err_:
+                err = err_
+            if isinstance(err, errors.WrongSessionTtl):
+                session = self._session_for(err.ttl_seconds)
+                continue
+            if isinstance(err, errors.SessionExpired):
+                if s is not None:
+                    self._forget_session(s)
+                continue
+            if isinstance(err, errors.RateLimited):
+                pause = err.retry_after
+            elif err.transient:
+                backoff = min(backoff * 2, 1.0)
+                pause = _jitter(backoff)
+            else:
+                raise err
+            if time.monotonic() + pause >= deadline:
+                raise err
+            time.sleep(pause)
+            session = s
+        raise errors.Unavailable("gave up after repeated retries")
+
+    @contextlib.contextmanager
+    def hold(self, key: str, wait: float = 0.0,
+             on_fence: Optional[FenceFn] = None) -> Iterator[Hold]:
+        """`with client.hold("pay/ledger/42", wait=5) as h:` ... the key is released when
+        the block ends. If the hold was fenced meanwhile, leaving the block raises Fenced
+        (unless the block raised already): its work may not have been exclusive."""
+        h = self.acquire(key, wait, on_fence)
+        try:
+            yield h
+        except BaseException:
+            with contextlib.suppress(errors.LockError):
+                h.release()
+            raise
+        h.release()
+
+    def shutdown(self) -> None:
+        """Ends every hold of this client now and closes its sessions: one CloseSession
+        per session revokes its lease, so the next waiter is granted at once instead of
+        when the TTL runs out. No on_fence runs: the owner ended the holds."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+            self._holds.clear()
+        first: Optional[errors.LockError] = None
+        for s in sessions:
+            was_fenced = s.fenced
+            s.close()
+            if was_fenced:
+                # Its holds are dead already and its lease lapses within the margin.
+                continue
+            try:
+                self._stub().CloseSession(
+                    lock_pb2.CloseSessionRequest(session_id=s.id), timeout=CLOSE_TIMEOUT)
+            except grpc.RpcError as e:
+                err = errors.from_rpc_error(e)
+                if not isinstance(err, errors.SessionExpired) and first is None:
+                    first = err
+        self._channel.close()
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> "LockClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # -- internals ---------------------------------------------------------------------
+    def _stub(self) -> lock_pb2_grpc.LockStub:
+        """The stub, on a new channel when the SVID files changed (rotation)."""
+        with self._lock:
+            stamp = _stamp(self._credentials)
+            if stamp != self._stamp:
+                # The old channel stays open for the streams already on it.
+                self._channel = _channel(self._endpoint, self._credentials)
+                self._stamp = stamp
+            return lock_pb2_grpc.LockStub(self._channel)
+
+    def _held(self, key: str, hold_id: int, token: int, s: _Session,
+              on_fence: Optional[FenceFn]) -> Hold:
+        s.attach(hold_id, on_fence)
+        with self._lock:
+            self._holds[key] = _Reentry(count=1, token=token, session=s)
+        return Hold(self, key, hold_id, token, s)
+
+    def _any_session(self) -> Optional[_Session]:
+        with self._lock:
+            return next((s for s in self._sessions.values() if not s.fenced), None)
+
+    def _session_for(self, ttl_seconds: int) -> Optional[_Session]:
+        with self._lock:
+            s = self._sessions.get(ttl_seconds)
+            return s if s is not None and not s.fenced else None
+
+    def _forget_session(self, s: _Session) -> None:
+        with self._lock:
+            for ttl in [t for t, x in self._sessions.items() if x is s]:
+                del self._sessions[ttl]
+
+    def _open_session(self, key: str) -> _Session:
+        """Opens the session for `key`'s class (its TTL) and starts renewing it."""
+        sent = time.monotonic()
+        stub = self._stub()
+        try:
+            r = stub.OpenSession(lock_pb2.OpenSessionRequest(key=key), metadata=keyed(key),
+                                 timeout=CALL_SLACK)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        s = _Session(r.session_id, float(r.ttl_seconds), sent, stub)
+        with self._lock:
+            old = self._sessions.get(r.ttl_seconds)
+            self._sessions[r.ttl_seconds] = s
+        if old is not None and old.fenced:
+            old.close()
+        return s
+
+    def _finish(self, key: str, hold_id: int, token: int, s: _Session) -> None:
+        s.detach(hold_id)
+        with self._lock:
+            entry = self._holds.get(key)
+            if entry is None:
+                last = False
+            elif entry.count > 1:
+                entry.count -= 1
+                last = False
+            else:
+                del self._holds[key]
+                last = True
+        if not last:
+            return
+        if s.fenced:
+            raise errors.Fenced("the hold was fenced before its release")
+        try:
+            self._stub().Release(
+                lock_pb2.ReleaseRequest(key=key, token=token, session_id=s.id),
+                metadata=keyed(key), timeout=CALL_SLACK)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None

@@ -1,0 +1,47 @@
+"""The stack the integration tests run against comes from the environment, set by
+integration/tests/python_client.rs (`make test`), which starts etcd, arbiters and Envoy."""
+
+import os
+
+import pytest
+
+from lock_client import LockClient, SvidFiles
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.skip(f"{name} is not set: run through integration/tests/python_client.rs")
+    return value
+
+
+@pytest.fixture
+def stack_env():
+    return {
+        "endpoint": _env("LOCK_ENDPOINT"),
+        "prefix": _env("LOCK_TEST_PREFIX"),
+        "ttl": float(_env("LOCK_TEST_TTL")),
+        "etcd": _env("LOCK_ETCD"),
+    }
+
+
+def _client(prefix: str) -> LockClient:
+    return LockClient(
+        _env("LOCK_ENDPOINT"),
+        SvidFiles(_env(f"{prefix}_SVID"), _env(f"{prefix}_SVID_KEY"), _env("LOCK_CA")),
+    )
+
+
+@pytest.fixture
+def locks():
+    c = _client("LOCK")
+    yield c
+    c.shutdown()
+
+
+@pytest.fixture
+def other_locks():
+    """A client of another identity with the same grants."""
+    c = _client("LOCK_OTHER")
+    yield c
+    c.shutdown()

@@ -1,0 +1,147 @@
+"""The Python client against the real stack (Envoy with the filter, arbiters, etcd)."""
+
+import base64
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from lock_client import (
+    Fenced,
+    Held,
+    InvalidRequest,
+    LockClient,
+    MeshSidecar,
+    NotGranted,
+)
+
+pytestmark = pytest.mark.stack
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}/py-{uuid.uuid4().hex[:10]}"
+
+
+def test_a_hold_gives_a_token_and_a_later_grant_a_greater_one(locks, stack_env):
+    key = fresh(stack_env["prefix"])
+    first = locks.acquire(key)
+    assert first.can_start() and first.token > 0
+    first.release()
+    second = locks.acquire(key)
+    assert second.token > first.token
+    second.release()
+
+
+def test_the_context_manager_holds_for_the_block_and_releases_after(locks, other_locks, stack_env):
+    key = fresh(stack_env["prefix"])
+    with locks.hold(key) as h:
+        assert h.can_start()
+        with pytest.raises(Held):
+            other_locks.acquire(key, wait=0)
+    taken = other_locks.acquire(key, wait=2)
+    assert taken.token > h.token
+    taken.release()
+
+
+def test_a_waiter_is_granted_when_the_holder_releases(locks, other_locks, stack_env):
+    key = fresh(stack_env["prefix"])
+    holder = locks.acquire(key)
+    got = {}
+
+    def wait():
+        got["hold"] = other_locks.acquire(key, wait=10)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.5)
+    assert "hold" not in got, "granted while held"
+    holder.release()
+    t.join(timeout=10)
+    assert got["hold"].token > holder.token
+    got["hold"].release()
+
+
+def test_nested_acquires_count_locally_and_the_last_release_calls(locks, other_locks, stack_env):
+    key = fresh(stack_env["prefix"])
+    outer = locks.acquire(key)
+    inner = locks.acquire(key)
+    assert inner.token == outer.token
+    inner.release()
+    with pytest.raises(Held):
+        other_locks.acquire(key, wait=0)
+    outer.release()
+    other_locks.acquire(key, wait=2).release()
+
+
+def test_many_holds_share_one_session(locks, stack_env):
+    holds = [locks.acquire(fresh(stack_env["prefix"])) for _ in range(20)]
+    assert len({h._session.id for h in holds}) == 1
+    # Renewed past two TTLs: one KeepAlive stream keeps all of them.
+    time.sleep(stack_env["ttl"] * 2)
+    assert all(h.can_start() and not h.fenced for h in holds)
+    for h in holds:
+        h.release()
+
+
+def test_refusals_are_typed(locks, stack_env):
+    with pytest.raises(NotGranted):
+        locks.acquire("archive/py")
+    with pytest.raises(InvalidRequest):
+        locks.acquire(stack_env["prefix"] + "//bad")
+
+
+def test_through_the_mesh_sidecar(stack_env):
+    endpoint = os.environ.get("LOCK_SIDECAR_ENDPOINT")
+    if not endpoint:
+        pytest.skip("LOCK_SIDECAR_ENDPOINT is not set")
+    with LockClient(endpoint, MeshSidecar()) as meshed:
+        with meshed.hold(fresh(stack_env["prefix"])) as h:
+            assert h.can_start()
+        with pytest.raises(NotGranted):
+            meshed.acquire("archive/py")
+
+
+def _etcd_has(etcd: str, key: str) -> bool:
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    req = urllib.request.Request(f"{etcd}/v3/kv/range", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=2) as r:
+        return int(json.load(r).get("count", "0")) > 0
+
+
+@pytest.mark.kills_edge
+def test_drain_then_fence_before_the_lease_expires_when_the_edge_dies(locks, stack_env):
+    key = fresh(stack_env["prefix"])
+    fenced_at = {}
+    hold = locks.acquire(key, on_fence=lambda: fenced_at.setdefault("t", time.monotonic()))
+    assert hold.can_start()
+    assert _etcd_has(stack_env["etcd"], f"/l/{key}")
+
+    os.kill(int(os.environ["LOCK_ENVOY_PID"]), signal.SIGKILL)
+    limit = time.monotonic() + stack_env["ttl"] * 4
+    drained_at = None
+    deleted_at = None
+    while time.monotonic() < limit and deleted_at is None:
+        now = time.monotonic()
+        if drained_at is None and not hold.can_start():
+            drained_at = now
+        if not _etcd_has(stack_env["etcd"], f"/l/{key}"):
+            deleted_at = now
+        time.sleep(0.02)
+    assert drained_at is not None, "can_start never turned false"
+    assert deleted_at is not None, "etcd never deleted the hold"
+    assert "t" in fenced_at, "on_fence did not run"
+    assert drained_at <= fenced_at["t"], "drained before the fence"
+    # The client fences at (last renewal sent) + TTL - 1 s; etcd deletes at (last renewal
+    # applied) + TTL. Half the designed second is the margin required (as in Rust).
+    margin = deleted_at - fenced_at["t"]
+    print(f"drained {fenced_at['t'] - drained_at:.3f}s before the fence; fenced {margin:.3f}s "
+          "before etcd deleted the hold")
+    assert margin >= 0.5, f"fenced only {margin:.3f}s before the server-side expiry"
+    assert hold.fenced and hold.remaining_ttl() == 0.0
+    with pytest.raises(Fenced):
+        hold.release()

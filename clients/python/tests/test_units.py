@@ -1,0 +1,137 @@
+"""Pure logic: liveness, error decoding, key encoding, endpoint rules (no stack)."""
+
+import pathlib
+import sys
+
+import grpc
+import pytest
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from lock_client import errors
+from lock_client.client import check_endpoint
+from lock_client.keys import encode_key
+from lock_client.liveness import Liveness
+
+
+def test_drain_at_first_failure_fence_at_the_send_time_deadline():
+    live = Liveness(15.0, 100.0)
+    assert live.can_start(100.0)
+    assert live.deadline() == 114.0
+    live.renewed(105.0)
+    assert live.deadline() == 119.0
+    live.failed()
+    assert not live.can_start(106.0), "drained at the first failure"
+    assert not live.fence_due(118.9)
+    assert live.fence_due(119.0)
+    assert not live.fence_due(120.0), "fenced once"
+    assert live.fenced and live.remaining(119.0) == 0.0
+    live.renewed(119.5)
+    assert live.fenced, "a late success does not revive a fenced session"
+
+
+def test_an_older_success_does_not_move_the_deadline_back():
+    live = Liveness(6.0, 10.0)
+    live.renewed(12.0)
+    live.renewed(11.0)
+    assert live.deadline() == 17.0
+
+
+def _details(reason: str, **metadata: str) -> bytes:
+    info = error_details_pb2.ErrorInfo(reason=reason, domain="lock.v1", metadata=metadata)
+    any_ = any_pb2.Any()
+    any_.Pack(info)
+    return status_pb2.Status(code=9, message="m", details=[any_]).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "code,details,expected,transient",
+    [
+        (grpc.StatusCode.ABORTED, _details("HELD"), errors.Held, False),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, _details("HELD"), errors.Held, False),
+        (grpc.StatusCode.PERMISSION_DENIED, _details("NOT_GRANTED"), errors.NotGranted, False),
+        (grpc.StatusCode.FAILED_PRECONDITION, _details("STALE_TOKEN"), errors.StaleToken, False),
+        (grpc.StatusCode.NOT_FOUND, _details("SESSION_EXPIRED"), errors.SessionExpired, False),
+        (grpc.StatusCode.INVALID_ARGUMENT, _details("INVALID_KEY"), errors.InvalidRequest, False),
+        (grpc.StatusCode.INVALID_ARGUMENT, _details("MALFORMED_REQUEST"), errors.InvalidRequest, False),
+        (grpc.StatusCode.UNAVAILABLE, _details("NO_QUORUM"), errors.NoQuorum, True),
+        (grpc.StatusCode.UNAVAILABLE, _details("SEALED"), errors.Sealed, False),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, _details("RATE_LIMITED", retry_after_ms="250"),
+         errors.RateLimited, True),
+        (grpc.StatusCode.UNAVAILABLE, None, errors.Unavailable, True),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, None, errors.Unavailable, True),
+        (grpc.StatusCode.INTERNAL, None, errors.OtherError, False),
+        # another domain's ErrorInfo is not a refusal of ours
+        (grpc.StatusCode.ABORTED,
+         _details("HELD").replace(b"lock.v1", b"other.x"), errors.OtherError, False),
+        (grpc.StatusCode.ABORTED, b"\xff\xfe garbage", errors.OtherError, False),
+    ],
+)
+def test_statuses_become_typed_errors(code, details, expected, transient):
+    err = errors.from_parts(code, "m", details)
+    assert type(err) is expected
+    assert err.transient is transient
+
+
+def test_refusal_metadata_is_typed():
+    e = errors.from_parts(grpc.StatusCode.FAILED_PRECONDITION,
+                          "m", _details("WRONG_SESSION_TTL", **{"class": "pay-fast", "ttl_seconds": "5"}))
+    assert isinstance(e, errors.WrongSessionTtl)
+    assert (e.class_name, e.ttl_seconds) == ("pay-fast", 5)
+    r = errors.from_parts(grpc.StatusCode.RESOURCE_EXHAUSTED, "m",
+                          _details("RATE_LIMITED", retry_after_ms="250"))
+    assert r.retry_after == 0.25
+    g = errors.from_parts(grpc.StatusCode.FAILED_PRECONDITION, "m",
+                          _details("REGION_REDIRECT", region="eu-west"))
+    assert isinstance(g, errors.RegionRedirect) and g.region == "eu-west"
+
+
+@pytest.mark.parametrize(
+    "key,encoded",
+    [
+        ("pay/ledger/42", "pay/ledger/42"),
+        ("pay/ledger/über", "pay/ledger/%C3%BCber"),
+        ("pay/a b", "pay/a%20b"),
+        ("pay/100%", "pay/100%25"),
+        ("pay/ключ", "pay/%D0%BA%D0%BB%D1%8E%D1%87"),
+    ],
+)
+def test_keys_are_encoded_as_the_rust_client_does(key, encoded):
+    assert encode_key(key) == encoded
+
+
+@pytest.mark.parametrize(
+    "endpoint,plaintext,ok",
+    [
+        ("https://lock-edge:8443", False, True),
+        ("http://127.0.0.1:15001", True, True),
+        ("http://localhost:15001", True, True),
+        ("http://[::1]:15001", True, True),
+        ("http://10.0.0.5:15001", True, False),
+        ("http://127.0.0.1.evil.example:80", True, False),
+        ("http://127.0.0.1:8443", False, False),
+        ("https://127.0.0.1:15001", True, False),
+        ("127.0.0.1:8443", False, False),
+    ],
+)
+def test_endpoints_by_mode(endpoint, plaintext, ok):
+    if ok:
+        check_endpoint(endpoint, plaintext)
+    else:
+        with pytest.raises(ValueError):
+            check_endpoint(endpoint, plaintext)
+
+
+def test_the_committed_stubs_are_generated_from_the_proto(tmp_path):
+    here = pathlib.Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(here))
+    try:
+        import generate  # noqa: PLC0415
+    finally:
+        sys.path.pop(0)
+    generate.generate(tmp_path)
+    committed = here / "src" / "lock_client" / "_proto"
+    for rel in ["lock/v1/lock_pb2.py", "lock/v1/lock_pb2.pyi", "lock/v1/lock_pb2_grpc.py"]:
+        assert (tmp_path / rel).read_text() == (committed / rel).read_text(), (
+            f"{rel} is stale: run `python clients/python/generate.py`"
+        )

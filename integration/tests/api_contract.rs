@@ -1,0 +1,109 @@
+//! Issue 20, item 4: lock.v1 as a published contract. `buf lint` passes on config/proto,
+//! `buf breaking` finds nothing against the last released version (config/proto-released),
+//! and the check is seen to catch what it is for: a renumbered field, a retyped field, a
+//! removed method and a renamed service are each refused.
+
+use lock_integration::paths::{dep, workspace_root};
+use std::path::Path;
+use std::process::Command;
+
+fn buf(args: &[&str], dir: &Path) -> (bool, String) {
+    let out = Command::new(dep("buf").unwrap())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn the_api_passes_lint_and_is_not_broken_against_the_release() {
+    let root = workspace_root();
+    let (ok, out) = buf(&["lint", "config/proto"], &root);
+    assert!(ok, "buf lint:\n{out}");
+    let (ok, out) = buf(
+        &[
+            "breaking",
+            "config/proto",
+            "--against",
+            "config/proto-released",
+        ],
+        &root,
+    );
+    assert!(ok, "buf breaking against the last release:\n{out}");
+}
+
+/// A copy of config/proto with `edit` applied to lock.proto.
+fn edited(dir: &Path, edit: impl Fn(&str) -> String) -> std::path::PathBuf {
+    let src = workspace_root().join("config/proto");
+    let dst = dir.join("proto");
+    for rel in ["buf.yaml", "lock/v1/lock.proto", "google/rpc/status.proto"] {
+        let to = dst.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(src.join(rel), &to).unwrap();
+    }
+    let proto = dst.join("lock/v1/lock.proto");
+    let text = std::fs::read_to_string(&proto).unwrap();
+    let changed = edit(&text);
+    assert_ne!(changed, text, "the edit applied");
+    std::fs::write(&proto, changed).unwrap();
+    dst
+}
+
+#[test]
+fn breaking_changes_are_refused() {
+    let released = workspace_root().join("config/proto-released");
+    let cases: [(&str, fn(&str) -> String, &str); 4] = [
+        (
+            "a renumbered field",
+            |t| t.replace("int64 session_id = 2;", "int64 session_id = 7;"),
+            "FIELD_NO_DELETE",
+        ),
+        (
+            "a retyped field",
+            |t| t.replace("fixed64 token = 1;", "uint64 token = 1;"),
+            "FIELD_SAME_TYPE",
+        ),
+        (
+            "a removed method",
+            |t| {
+                t.replace(
+                    "  rpc Inspect(InspectRequest) returns (InspectResponse);\n",
+                    "",
+                )
+            },
+            "RPC_NO_DELETE",
+        ),
+        (
+            "a renamed service",
+            |t| t.replace("service Lock {", "service LockService {"),
+            "SERVICE_NO_DELETE",
+        ),
+    ];
+    for (what, edit, rule) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let proto = edited(dir.path(), edit);
+        let (ok, out) = buf(
+            &[
+                "breaking",
+                "--error-format=json",
+                proto.to_str().unwrap(),
+                "--against",
+                released.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(!ok, "{what} passed buf breaking:\n{out}");
+        assert!(
+            out.contains(&format!("\"type\":\"{rule}\"")),
+            "{what}: expected {rule} in:\n{out}"
+        );
+    }
+}
