@@ -46,6 +46,7 @@ fn pytest(stack: &Stack, sidecar: Option<&Sidecar>, marks: &str) -> String {
             "LOCK_ENVOY_PID",
             stack.envoy.proc.pid().unwrap_or_default().to_string(),
         )
+        .env("LOCK_ENVOY_ADMIN", stack.envoy.admin.to_string())
         .env("PYTHONDONTWRITEBYTECODE", "1");
     if let Some(s) = sidecar {
         cmd.env("LOCK_SIDECAR_ENDPOINT", s.endpoint());

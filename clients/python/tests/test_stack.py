@@ -88,6 +88,24 @@ def test_many_holds_share_one_session(locks, stack_env):
         h.release()
 
 
+def _fast_path_count() -> int:
+    admin = os.environ["LOCK_ENVOY_ADMIN"]
+    url = f"http://{admin}/stats?filter=^wasmcustom.lock_edge.fast_path$"
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return sum(int(line.rsplit(":", 1)[1]) for line in r.read().decode().splitlines()
+                   if ":" in line)
+
+
+def test_keyed_calls_take_the_edges_fast_path(locks, stack_env):
+    if "LOCK_ENVOY_ADMIN" not in os.environ:
+        pytest.skip("LOCK_ENVOY_ADMIN is not set")
+    before = _fast_path_count()
+    # OpenSession (a fresh client has none), Acquire, Release: three keyed calls, each
+    # decided on its lock-key header without waiting for the body.
+    locks.acquire(fresh(stack_env["prefix"])).release()
+    assert _fast_path_count() - before >= 3
+
+
 def test_refusals_are_typed(locks, stack_env):
     with pytest.raises(NotGranted):
         locks.acquire("archive/py")
