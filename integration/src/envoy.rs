@@ -82,6 +82,16 @@ impl EnvoyConfig {
                 "${ARBITER_ENDPOINTS}",
                 &format!("[{}]", endpoints.join(", ")),
             );
+        // `LOCK_ENVOY_UPSTREAM_H2`: the arbiters cluster's upstream HTTP/2 options as a
+        // YAML flow map (e.g. `{max_concurrent_streams: 16}`), for measuring the hop.
+        let out = match std::env::var("LOCK_ENVOY_UPSTREAM_H2") {
+            Ok(opts) if !opts.trim().is_empty() => out.replacen(
+                UPSTREAM_H2_DEFAULT,
+                &format!("          http2_protocol_options: {opts}\n"),
+                1,
+            ),
+            _ => out,
+        };
         if let Some(i) = out.find("${") {
             bail!(
                 "unrendered placeholder near: {}",
@@ -176,6 +186,9 @@ impl Envoy {
             .and_then(|v| v.trim().parse().ok()))
     }
 }
+
+/// The template's upstream HTTP/2 options line (the arbiters cluster).
+const UPSTREAM_H2_DEFAULT: &str = "          http2_protocol_options: {}\n";
 
 /// Temp file + rename: Envoy's file watchers see whole files only.
 pub fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
