@@ -140,6 +140,11 @@ async fn run(etcd: Etcd, mut rx: mpsc::UnboundedReceiver<Member>, bugs: Bugs) {
 }
 
 async fn send(etcd: &Etcd, mut batch: Vec<Member>, bugs: &Bugs) {
+    if !batch.is_empty() {
+        crate::metrics::METRICS
+            .batch_size
+            .observe(batch.len() as f64);
+    }
     if batch.len() == 1 {
         if let Some(m) = batch.pop() {
             let answer = etcd.txn(m.txn).await.map(|r| Answer::alone(&r));

@@ -75,6 +75,7 @@ pub async fn acquire(
     let _leave = LeaveOnDrop {
         store: store.clone(),
         key: entry.key.clone(),
+        _counted: crate::metrics::GaugeGuard::new(&crate::metrics::METRICS.queue_depth),
     };
     let hkey = holder_key(key);
     loop {
@@ -281,6 +282,8 @@ pub async fn first_waiter(
 struct LeaveOnDrop {
     store: Store,
     key: String,
+    /// `lock_arbiter_queue_depth` counts this waiter while it waits.
+    _counted: crate::metrics::GaugeGuard,
 }
 
 impl Drop for LeaveOnDrop {

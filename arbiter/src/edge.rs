@@ -78,8 +78,15 @@ impl EdgeContext {
 
 /// The interceptor: initial headers -> [`EdgeContext`] extension, edge headers removed
 /// from the metadata so nothing downstream can read a later copy by mistake.
-pub fn intercept(bugs: Bugs) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
+pub fn intercept(
+    bugs: Bugs,
+    drain: crate::drain::Drain,
+) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |mut req: Request<()>| {
+        // Draining: nothing new starts here; the request is answered before it is read.
+        if drain.is_draining() {
+            return Err(crate::error::ArbiterError::Draining.into());
+        }
         if bugs.has(Bug::EdgeHeadersFromMetadata) {
             return Ok(req);
         }
@@ -104,7 +111,11 @@ mod tests {
 
     #[test]
     fn later_metadata_does_not_change_what_the_edge_set() {
-        let req = intercept(Bugs::default())(request("spiffe://td/a", "pay/%C3%BC")).unwrap();
+        let req = intercept(Bugs::default(), crate::drain::Drain::default())(request(
+            "spiffe://td/a",
+            "pay/%C3%BC",
+        ))
+        .unwrap();
         // What tonic's trailer merge does after the interceptor ran.
         let (mut md, ext, msg) = req.into_parts();
         md.insert(IDENTITY_HEADER, "spiffe://td/forged".parse().unwrap());
@@ -123,7 +134,11 @@ mod tests {
     fn missing_or_undecodable_headers_are_refused() {
         let ctx = EdgeContext::of(&Request::new(()), &Bugs::default());
         assert!(matches!(ctx.identity(), Err(ArbiterError::NoIdentity)));
-        let req = intercept(Bugs::default())(request("spiffe://td/a", "pay/%c3%bc")).unwrap();
+        let req = intercept(Bugs::default(), crate::drain::Drain::default())(request(
+            "spiffe://td/a",
+            "pay/%c3%bc",
+        ))
+        .unwrap();
         let ctx = EdgeContext::of(&req, &Bugs::default());
         assert!(matches!(
             ctx.keyed("pay/ü"),

@@ -8,10 +8,12 @@
 //! - every etcd response on these paths has passed the seal in `store.rs`.
 
 use crate::bugs::Bugs;
+use crate::drain::Drain;
 use crate::error::ArbiterError;
 use crate::etcd::Etcd;
 use crate::grant::{Grant, Granter, MAX_ATTEMPTS, reseal_once};
 use crate::layout::{EPOCH_KEY, Holder, decode, holder_key};
+use crate::metrics::METRICS;
 use crate::queue::Queues;
 use crate::release::{Heads, Releaser};
 use crate::sessions::{Keepers, Session, Sessions};
@@ -32,6 +34,8 @@ pub struct Engine {
     queues: Arc<Queues>,
     /// Deliberate bugs for the release gate; empty outside debug builds told to inject.
     bugs: Bugs,
+    /// Started at SIGTERM: waiters and new requests are answered DRAINING (`drain.rs`).
+    drain: Drain,
 }
 
 /// What Inspect reports: never a token.
@@ -43,13 +47,19 @@ pub struct Inspection {
 
 impl Engine {
     pub fn new(etcd: Etcd, registry: Arc<Registry>, bugs: Bugs) -> Self {
+        METRICS.declare(registry.classes().map(|c| c.name));
         Self {
             store: Store::new(etcd, bugs.clone()),
             registry,
             sessions: Sessions::default(),
             queues: Arc::new(Queues::default()),
             bugs,
+            drain: Drain::default(),
         }
+    }
+
+    pub fn drain(&self) -> &Drain {
+        &self.drain
     }
 
     pub fn bugs(&self) -> &Bugs {
@@ -58,8 +68,12 @@ impl Engine {
 
     /// Reads the epoch record and checks the seal (at start-up: a failure is logged, and
     /// requests are refused SEALED until the epoch is usable).
-    pub async fn check_epoch(&self) -> Result<(), ArbiterError> {
-        self.store.resealed().await.map(drop)
+    /// Returns the epoch.
+    pub async fn check_epoch(&self) -> Result<u16, ArbiterError> {
+        self.store
+            .resealed()
+            .await
+            .map(|sealed| sealed.epoch().record.epoch)
     }
 
     fn class_for(&self, key: &LockKey) -> Result<ResolvedClass<'_>, ArbiterError> {
@@ -124,20 +138,42 @@ impl Engine {
             });
         }
         let wait = wait.min(MAX_WAIT);
+        let started = std::time::Instant::now();
         let granter = self.granter();
-        match class.spec.fairness {
-            Fairness::Durable => {
-                Box::pin(crate::durable::acquire(
-                    &granter, &session, key, &class, wait,
-                ))
-                .await
+        let acquire = async {
+            match class.spec.fairness {
+                Fairness::Durable => {
+                    Box::pin(crate::durable::acquire(
+                        &granter, &session, key, &class, wait,
+                    ))
+                    .await
+                }
+                Fairness::Memory => {
+                    let fifo =
+                        crate::fifo::acquire(&granter, &self.queues, &session, key, &class, wait);
+                    Box::pin(fifo).await
+                }
             }
-            Fairness::Memory => {
-                let fifo =
-                    crate::fifo::acquire(&granter, &self.queues, &session, key, &class, wait);
-                Box::pin(fifo).await
+        };
+        // A drain answers waiters at once (they retry at the key's next owner). An attempt
+        // that does not wait is left to finish: it is one transaction, about to answer.
+        let result = if wait.is_zero() {
+            acquire.await
+        } else {
+            tokio::select! {
+                r = acquire => r,
+                () = self.drain.started() => Err(ArbiterError::Draining),
             }
+        };
+        if result.is_ok() {
+            let label = METRICS.class(class.name);
+            METRICS.grants.get_or_create(&label).inc();
+            METRICS
+                .acquire_seconds
+                .get_or_create(&label)
+                .observe(started.elapsed().as_secs_f64());
         }
+        result
     }
 
     /// Release: ends the grant named by `token` (see `release.rs`); unless that handed the
@@ -164,6 +200,13 @@ impl Engine {
             heads,
         };
         let outcome = releaser.release(identity, key, token, lease).await?;
+        if let Some(c) = &class {
+            let label = METRICS.class(c.name);
+            METRICS.releases.get_or_create(&label).inc();
+            if outcome.handed_on {
+                METRICS.handoffs.get_or_create(&label).inc();
+            }
+        }
         // A handoff left the key held by the head, which has its answer: waking the next
         // waiter would only cost it a doomed grant transaction.
         if !outcome.handed_on {

@@ -43,12 +43,14 @@ pub enum ArbiterError {
     StoreFull,
     #[error("at most {limit} sessions may be renewed on one KeepAlive stream")]
     StreamFull { limit: usize },
+    #[error("this arbiter is draining for a restart: retry, the key's next owner answers")]
+    Draining,
     #[error("store error: {0}")]
     Store(String),
 }
 
 impl ArbiterError {
-    fn reason(&self) -> Reason {
+    pub fn reason(&self) -> Reason {
         match self {
             ArbiterError::NoIdentity => Reason::Unauthenticated,
             ArbiterError::KeyHeaderMismatch | ArbiterError::MalformedToken => {
@@ -65,6 +67,7 @@ impl ArbiterError {
             ArbiterError::NoQuorum => Reason::NoQuorum,
             ArbiterError::StoreFull => Reason::StoreFull,
             ArbiterError::StreamFull { .. } => Reason::StreamFull,
+            ArbiterError::Draining => Reason::Draining,
             ArbiterError::Store(_) => Reason::Internal,
         }
     }
@@ -101,6 +104,8 @@ fn code(c: GrpcCode) -> Code {
 impl From<ArbiterError> for Status {
     fn from(e: ArbiterError) -> Status {
         let reason = e.reason();
+        // Every refusal passes here once: the count by reason (never the key or caller).
+        crate::metrics::METRICS.refused(reason);
         let message = e.to_string();
         let metadata = e.metadata();
         let pairs: Vec<(&str, &str)> = metadata.iter().map(|(k, v)| (*k, v.as_str())).collect();

@@ -7,6 +7,7 @@
 //! a sealed store (`lockctl epoch advance`, `lockctl stats`).
 
 use crate::error::ArbiterError;
+use crate::metrics::METRICS;
 use crate::renewals::Renewals;
 use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KvClient, LeaseClient, LeaseGrantOptions,
@@ -65,7 +66,7 @@ impl Etcd {
 
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, ArbiterError> {
         let mut kv = self.kv();
-        self.bounded(kv.txn(txn)).await
+        timed("txn", self.bounded(kv.txn(txn))).await
     }
 
     /// A linearizable read of one key.
@@ -80,38 +81,48 @@ impl Etcd {
         options: Option<GetOptions>,
     ) -> Result<GetResponse, ArbiterError> {
         let mut kv = self.kv();
-        self.bounded(kv.get(key, options)).await
+        timed("range", self.bounded(kv.get(key, options))).await
     }
 
     /// Asks for a lease with exactly `id`; a taken id is told apart by its status code.
     pub async fn grant_lease(&self, ttl_seconds: u32, id: i64) -> Result<LeaseGrant, ArbiterError> {
         let mut leases = self.lease();
         let options = LeaseGrantOptions::new().with_id(id);
-        match tokio::time::timeout(
-            self.timeout,
-            leases.grant(i64::from(ttl_seconds), Some(options)),
-        )
-        .await
-        {
-            Err(_) => Err(ArbiterError::NoQuorum),
-            Ok(Ok(r)) => Ok(LeaseGrant::Granted(r)),
-            Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::FailedPrecondition => {
-                Ok(LeaseGrant::IdTaken)
+        let call = async {
+            match tokio::time::timeout(
+                self.timeout,
+                leases.grant(i64::from(ttl_seconds), Some(options)),
+            )
+            .await
+            {
+                Err(_) => Err(ArbiterError::NoQuorum),
+                Ok(Ok(r)) => Ok(LeaseGrant::Granted(r)),
+                Ok(Err(etcd_client::Error::GRpcStatus(s)))
+                    if s.code() == Code::FailedPrecondition =>
+                {
+                    Ok(LeaseGrant::IdTaken)
+                }
+                Ok(Err(e)) => Err(e.into()),
             }
-            Ok(Err(e)) => Err(e.into()),
-        }
+        };
+        timed("lease_grant", call).await
     }
 
     /// Revokes a lease (etcd deletes every key on it in one committed entry). Ok(None):
     /// no such lease (etcd's `ErrGRPCLeaseNotFound`, NOT_FOUND), told apart by its code.
     pub async fn revoke(&self, lease: i64) -> Result<Option<LeaseRevokeResponse>, ArbiterError> {
         let mut leases = self.lease();
-        match tokio::time::timeout(self.timeout, leases.revoke(lease)).await {
-            Err(_) => Err(ArbiterError::NoQuorum),
-            Ok(Ok(r)) => Ok(Some(r)),
-            Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::NotFound => Ok(None),
-            Ok(Err(e)) => Err(e.into()),
-        }
+        let call = async {
+            match tokio::time::timeout(self.timeout, leases.revoke(lease)).await {
+                Err(_) => Err(ArbiterError::NoQuorum),
+                Ok(Ok(r)) => Ok(Some(r)),
+                Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::NotFound => {
+                    Ok(None)
+                }
+                Ok(Err(e)) => Err(e.into()),
+            }
+        };
+        timed("lease_revoke", call).await
     }
 
     pub async fn bounded<T>(
@@ -120,6 +131,17 @@ impl Etcd {
     ) -> Result<T, ArbiterError> {
         bounded(self.timeout, fut).await
     }
+}
+
+/// `fut`'s latency and outcome in `lock_arbiter_etcd_request_seconds`.
+async fn timed<T>(
+    operation: &'static str,
+    fut: impl Future<Output = Result<T, ArbiterError>>,
+) -> Result<T, ArbiterError> {
+    let start = std::time::Instant::now();
+    let r = fut.await;
+    METRICS.etcd(operation, r.is_ok(), start.elapsed());
+    r
 }
 
 async fn bounded<T>(

@@ -20,7 +20,16 @@ pub fn serve(
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(async move {
         let mut keepers = Keepers::default();
-        while let Ok(Some(req)) = inbound.message().await {
+        loop {
+            // A drain ends the stream cleanly between renewals: the client reopens it,
+            // through Envoy, on another arbiter.
+            let req = tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(req)) => req,
+                    _ => break,
+                },
+                () = engine.drain().started() => break,
+            };
             let result = engine.renew(&identity, req.session_id, &mut keepers).await;
             let fatal = result.is_err();
             let item = result

@@ -2,8 +2,10 @@
 //! It owns the grant and release transactions, sessions and the epoch seal, and serves
 //! `lock.v1` behind Envoy.
 
+pub mod admin;
 pub mod batch;
 pub mod bugs;
+pub mod drain;
 pub mod durable;
 pub mod edge;
 pub mod engine;
@@ -12,8 +14,10 @@ pub mod error;
 pub mod etcd;
 pub mod fifo;
 pub mod grant;
+pub mod health;
 pub mod keepalive;
 pub mod layout;
+pub mod metrics;
 pub mod peer_tls;
 pub mod proto;
 pub mod queue;

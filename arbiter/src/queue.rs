@@ -84,6 +84,7 @@ impl Queues {
             key: key.to_owned(),
             id,
             wake,
+            _counted: crate::metrics::GaugeGuard::new(&crate::metrics::METRICS.queue_depth),
         }
     }
 
@@ -152,6 +153,8 @@ pub struct Ticket {
     key: String,
     id: u64,
     wake: Arc<Notify>,
+    /// `lock_arbiter_queue_depth` counts this waiter while the ticket lives.
+    _counted: crate::metrics::GaugeGuard,
 }
 
 impl Ticket {

@@ -7,6 +7,7 @@
 
 use crate::edge;
 use crate::engine::Engine;
+use crate::health;
 use crate::peer_tls::PeerTls;
 use crate::proto::lock_server::LockServer;
 use crate::service::LockService;
@@ -39,11 +40,20 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let service = LockServer::with_interceptor(
         LockService::new(engine.clone(), arbiter_id),
-        edge::intercept(engine.bugs().clone()),
+        edge::intercept(engine.bugs().clone(), engine.drain().clone()),
     );
+    // grpc.health.v1 beside lock.v1, on the same listener: Envoy checks through the same
+    // mutual TLS its requests use (`health.rs`).
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    tokio::spawn(health::run(
+        engine.clone(),
+        reporter,
+        engine.drain().clone(),
+    ));
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .tcp_nodelay(true)
+        .add_service(health_service)
         .add_service(service);
     match transport {
         // `tcp_nodelay` above applies only to listeners the server binds itself; a listener

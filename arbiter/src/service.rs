@@ -8,12 +8,15 @@ use crate::edge::EdgeContext;
 use crate::engine::Engine;
 use crate::error::ArbiterError;
 use crate::keepalive;
+use crate::metrics::METRICS;
 use crate::proto::lock_server::Lock;
-use lock_config::FencingToken;
 use lock_config::edge_headers::ARBITER_HEADER;
 use lock_config::proto::v1::*;
+use lock_config::status_details::refusal_of;
+use lock_config::{FencingToken, Reason};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio_stream::Stream;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
@@ -44,9 +47,9 @@ impl LockService {
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<KeepAliveResponse, Status>> + Send>>;
 
-#[tonic::async_trait]
-impl Lock for LockService {
-    async fn open_session(
+/// The calls themselves; the trait below times each one (`observed`).
+impl LockService {
+    async fn open_session_call(
         &self,
         req: Request<OpenSessionRequest>,
     ) -> Result<Response<OpenSessionResponse>, Status> {
@@ -62,18 +65,7 @@ impl Lock for LockService {
         }))
     }
 
-    type KeepAliveStream = KeepAliveStream;
-
-    async fn keep_alive(
-        &self,
-        req: Request<Streaming<KeepAliveRequest>>,
-    ) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let who = self.edge(&req).identity()?;
-        let stream = keepalive::serve(self.engine.clone(), who, req.into_inner());
-        Ok(self.reply(Box::pin(stream) as KeepAliveStream))
-    }
-
-    async fn close_session(
+    async fn close_session_call(
         &self,
         req: Request<CloseSessionRequest>,
     ) -> Result<Response<CloseSessionResponse>, Status> {
@@ -84,7 +76,7 @@ impl Lock for LockService {
         Ok(self.reply(CloseSessionResponse {}))
     }
 
-    async fn acquire(
+    async fn acquire_call(
         &self,
         req: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
@@ -112,7 +104,7 @@ impl Lock for LockService {
         }))
     }
 
-    async fn release(
+    async fn release_call(
         &self,
         req: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
@@ -129,7 +121,7 @@ impl Lock for LockService {
         }))
     }
 
-    async fn validate_token(
+    async fn validate_token_call(
         &self,
         req: Request<ValidateTokenRequest>,
     ) -> Result<Response<ValidateTokenResponse>, Status> {
@@ -144,7 +136,7 @@ impl Lock for LockService {
         Ok(self.reply(ValidateTokenResponse { valid }))
     }
 
-    async fn inspect(
+    async fn inspect_call(
         &self,
         req: Request<InspectRequest>,
     ) -> Result<Response<InspectResponse>, Status> {
@@ -161,4 +153,83 @@ impl Lock for LockService {
             waiters: u32::try_from(i.waiters).unwrap_or(u32::MAX),
         }))
     }
+}
+
+#[tonic::async_trait]
+impl Lock for LockService {
+    async fn open_session(
+        &self,
+        req: Request<OpenSessionRequest>,
+    ) -> Result<Response<OpenSessionResponse>, Status> {
+        let start = Instant::now();
+        observed("open_session", start, self.open_session_call(req).await)
+    }
+
+    async fn close_session(
+        &self,
+        req: Request<CloseSessionRequest>,
+    ) -> Result<Response<CloseSessionResponse>, Status> {
+        let start = Instant::now();
+        observed("close_session", start, self.close_session_call(req).await)
+    }
+
+    async fn acquire(
+        &self,
+        req: Request<AcquireRequest>,
+    ) -> Result<Response<AcquireResponse>, Status> {
+        let start = Instant::now();
+        observed("acquire", start, self.acquire_call(req).await)
+    }
+
+    async fn release(
+        &self,
+        req: Request<ReleaseRequest>,
+    ) -> Result<Response<ReleaseResponse>, Status> {
+        let start = Instant::now();
+        observed("release", start, self.release_call(req).await)
+    }
+
+    async fn validate_token(
+        &self,
+        req: Request<ValidateTokenRequest>,
+    ) -> Result<Response<ValidateTokenResponse>, Status> {
+        let start = Instant::now();
+        observed("validate_token", start, self.validate_token_call(req).await)
+    }
+
+    async fn inspect(
+        &self,
+        req: Request<InspectRequest>,
+    ) -> Result<Response<InspectResponse>, Status> {
+        let start = Instant::now();
+        observed("inspect", start, self.inspect_call(req).await)
+    }
+
+    type KeepAliveStream = KeepAliveStream;
+
+    async fn keep_alive(
+        &self,
+        req: Request<Streaming<KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let who = self.edge(&req).identity()?;
+        let stream = keepalive::serve(self.engine.clone(), who, req.into_inner());
+        Ok(self.reply(Box::pin(stream) as KeepAliveStream))
+    }
+}
+
+/// Records a call's latency by operation and outcome (`ok`, or the refusal's reason read
+/// back from the status it became: one mapping, in `error.rs`).
+fn observed<T>(
+    operation: &'static str,
+    start: Instant,
+    result: Result<Response<T>, Status>,
+) -> Result<Response<T>, Status> {
+    let outcome = match &result {
+        Ok(_) => Ok(()),
+        Err(s) => {
+            Err(refusal_of(s.code() as i32, s.details()).map_or(Reason::Internal, |r| r.reason))
+        }
+    };
+    METRICS.request(operation, outcome, start.elapsed());
+    result
 }

@@ -3,6 +3,7 @@
 
 use crate::error::ArbiterError;
 use crate::layout::{SessionRecord, decode, encode, session_key};
+use crate::metrics::METRICS;
 use crate::store::{Sealed, Store};
 use dashmap::DashMap;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -159,12 +160,18 @@ impl Sessions {
             });
         }
         let resp = store.sealed().await?.renew(lease).await?;
-        keepers.0.insert(lease);
+        if keepers.0.insert(lease) {
+            METRICS.sessions_kept.inc();
+        }
         if resp.ttl() <= 0 {
-            keepers.0.remove(&lease);
+            if keepers.0.remove(&lease) {
+                METRICS.sessions_kept.dec();
+            }
             self.forget(lease);
+            METRICS.keepalive_failures.inc();
             return Err(ArbiterError::SessionNotFound);
         }
+        METRICS.keepalives.inc();
         Ok(resp.ttl())
     }
 }
@@ -173,6 +180,13 @@ impl Sessions {
 /// Every renewal goes out on the arbiter's one etcd keepalive stream (`renewals.rs`).
 #[derive(Default)]
 pub struct Keepers(HashSet<i64>);
+
+impl Drop for Keepers {
+    /// The client's stream ended: its sessions are no longer kept here.
+    fn drop(&mut self) {
+        METRICS.sessions_kept.dec_by(self.0.len() as i64);
+    }
+}
 
 #[cfg(test)]
 mod tests {

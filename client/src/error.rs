@@ -70,6 +70,8 @@ impl LockError {
             Reason::Sealed => LockError::Sealed,
             Reason::NoQuorum => LockError::NoQuorum,
             Reason::StoreFull => LockError::StoreFull,
+            // Nothing was done; the key's next owner answers the same request.
+            Reason::Draining => LockError::Unavailable(status.message().to_owned()),
             Reason::NotGranted => LockError::NotGranted,
             Reason::Unauthenticated => LockError::Unauthenticated(status.message().to_owned()),
             Reason::InvalidKey | Reason::MalformedRequest | Reason::UnknownMethod => {

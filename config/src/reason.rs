@@ -45,6 +45,10 @@ pub enum Reason {
     /// etcd raised its NOSPACE alarm: no new grants or sessions (closed); releases,
     /// renewals and reads still work. An addition to DESIGN 4.4.
     StoreFull,
+    /// The arbiter is draining for a restart (SIGTERM): nothing was done; the same request
+    /// at the key's next owner will be answered (UNAVAILABLE, retryable). An addition to
+    /// DESIGN 4.4.
+    Draining,
     /// A KeepAlive stream asked to renew more sessions than one stream may carry
     /// (RESOURCE_EXHAUSTED; metadata `limit`). An addition to DESIGN 4.4.
     StreamFull,
@@ -72,6 +76,7 @@ impl Reason {
             Reason::NoQuorum => "NO_QUORUM",
             Reason::StoreFull => "STORE_FULL",
             Reason::StreamFull => "STREAM_FULL",
+            Reason::Draining => "DRAINING",
             Reason::UnknownMethod => "UNKNOWN_METHOD",
             Reason::Internal => "INTERNAL",
         }
@@ -90,10 +95,17 @@ impl Reason {
             Reason::Held => GrpcCode::Aborted,
             Reason::HeldDeadline => GrpcCode::DeadlineExceeded,
             Reason::SessionExpired => GrpcCode::NotFound,
-            Reason::Sealed | Reason::NoQuorum | Reason::StoreFull => GrpcCode::Unavailable,
+            Reason::Sealed | Reason::NoQuorum | Reason::StoreFull | Reason::Draining => {
+                GrpcCode::Unavailable
+            }
             Reason::UnknownMethod => GrpcCode::Unimplemented,
             Reason::Internal => GrpcCode::Internal,
         }
+    }
+
+    /// Every reason (for declaring one series per reason up front).
+    pub fn all() -> &'static [Reason] {
+        &ALL
     }
 
     /// Parses an `ErrorInfo.reason` (HELD maps to the immediate variant).
@@ -102,7 +114,7 @@ impl Reason {
     }
 }
 
-const ALL: [Reason; 18] = [
+const ALL: [Reason; 19] = [
     Reason::Unauthenticated,
     Reason::NotGranted,
     Reason::RateLimited,
@@ -119,6 +131,7 @@ const ALL: [Reason; 18] = [
     Reason::NoQuorum,
     Reason::StoreFull,
     Reason::StreamFull,
+    Reason::Draining,
     Reason::UnknownMethod,
     Reason::Internal,
 ];

@@ -11,6 +11,9 @@
 #   postgresql    Debian postgresql (reference fence, pause-test kit)
 #   openssl       Debian openssl (reads Envoy's served certificate in a test)
 #   redis         Debian redis-server (benchmark peer)
+#   prometheus    Debian prometheus (prometheus, promtool), unpacked with dpkg -x into
+#                 .deps/prometheus: the metrics test scrapes the arbiters and Envoy with it,
+#                 and promtool checks the alert rules; no service is installed or started
 #   iproute2      Debian iproute2 (`ip`: the release gate's network namespaces)
 #   node          Debian nodejs (`make bench` runs the authoriser in wasm under V8)
 #   python        a venv (.deps/python-venv) with clients/python and its pinned test tools
@@ -160,6 +163,23 @@ install_node() {
   system_apt_install nodejs
 }
 
+install_prometheus() {
+  if [ -x "$DEPS/bin/prometheus" ] && [ -x "$DEPS/bin/promtool" ]; then return; fi
+  log "prometheus: unpacking Debian prometheus into $DEPS/prometheus"
+  local tmp; tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+    (cd "$tmp" && apt-get download prometheus)
+  fi
+  rm -rf "$DEPS/prometheus"
+  dpkg -x "$tmp"/prometheus_*.deb "$DEPS/prometheus"
+  rm -rf "$tmp"
+  mkdir -p "$DEPS/bin"
+  ln -sf "$DEPS/prometheus/usr/bin/prometheus" "$DEPS/bin/prometheus"
+  ln -sf "$DEPS/prometheus/usr/bin/promtool" "$DEPS/bin/promtool"
+}
+
 install_buf() {
   # buf: `make test` lints lock.v1 and checks it against the last released version.
   if [ -x "$DEPS/bin/buf" ] && [ "$("$DEPS/bin/buf" --version 2>/dev/null)" = "$BUF_VERSION" ]; then
@@ -216,6 +236,7 @@ install_iproute2
 install_wasm_target
 install_etcd
 install_envoy
+install_prometheus
 install_buf
 install_python_client
 mkdir -p "$DEPS/bin"

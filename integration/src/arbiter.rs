@@ -13,6 +13,8 @@ pub struct Arbiter {
     pub proc: Proc,
     pub id: String,
     pub addr: SocketAddr,
+    /// The admin listener (`GET /metrics`).
+    pub admin: SocketAddr,
     args: Vec<String>,
     log_dir: PathBuf,
 }
@@ -53,11 +55,12 @@ impl Arbiter {
             id.into(),
         ]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let (proc, addr) = Self::spawn(dir, id, &args, "127.0.0.1:0")?;
+        let (proc, addr, admin) = Self::spawn(dir, id, &args, "127.0.0.1:0", "127.0.0.1:0")?;
         Ok(Self {
             proc,
             id: id.to_owned(),
             addr,
+            admin,
             args,
             log_dir: dir.to_path_buf(),
         })
@@ -68,19 +71,42 @@ impl Arbiter {
         id: &str,
         args: &[String],
         listen: &str,
-    ) -> anyhow::Result<(Proc, SocketAddr)> {
+        admin: &str,
+    ) -> anyhow::Result<(Proc, SocketAddr, SocketAddr)> {
         let mut cmd = Command::new(workspace_bin("arbiter")?);
-        cmd.args(["--listen", listen])
+        cmd.args(["--listen", listen, "--admin-listen", admin])
             .args(args)
             .env("RUST_LOG", "warn,lock_arbiter=info");
         let mut proc = Proc::spawn(id, cmd, dir)?;
         let line = proc.wait_for_line(&format!("arbiter {id} listening on "), patience())?;
-        let addr = line
-            .rsplit(' ')
-            .next()
-            .context("no address in the listening line")?
-            .parse()?;
-        Ok((proc, addr))
+        let addr = last_word(&line)?;
+        let line = proc.wait_for_line(&format!("arbiter {id} admin on "), patience())?;
+        let admin = last_word(&line)?;
+        Ok((proc, addr, admin))
+    }
+
+    /// `GET /metrics` from the admin listener.
+    pub fn metrics(&self) -> anyhow::Result<String> {
+        crate::admin_get(self.admin, "/metrics")
+    }
+
+    /// SIGTERM (a rolling update's stop): the arbiter drains and exits by itself within
+    /// `patience`; then it starts again on the same addresses. Returns how long the drain
+    /// took.
+    pub fn drain_and_restart(&mut self) -> anyhow::Result<std::time::Duration> {
+        let started = std::time::Instant::now();
+        self.proc.terminate(patience());
+        let drained = started.elapsed();
+        let _ = std::fs::remove_file(&self.proc.log);
+        let (proc, _, _) = Self::spawn(
+            &self.log_dir,
+            &self.id,
+            &self.args,
+            &self.addr.to_string(),
+            &self.admin.to_string(),
+        )?;
+        self.proc = proc;
+        Ok(drained)
     }
 
     /// SIGKILL, then start again on the same address (Envoy's cluster names it). Its
@@ -89,8 +115,23 @@ impl Arbiter {
         self.proc.kill();
         // The new process appends to the same log; wait for a line it writes itself.
         let _ = std::fs::remove_file(&self.proc.log);
-        let (proc, _) = Self::spawn(&self.log_dir, &self.id, &self.args, &self.addr.to_string())?;
+        let (proc, _, _) = Self::spawn(
+            &self.log_dir,
+            &self.id,
+            &self.args,
+            &self.addr.to_string(),
+            &self.admin.to_string(),
+        )?;
         self.proc = proc;
         Ok(())
     }
+}
+
+fn last_word(line: &str) -> anyhow::Result<SocketAddr> {
+    Ok(line
+        .rsplit(' ')
+        .next()
+        .context("no address at the end of the line")?
+        .trim()
+        .parse()?)
 }

@@ -15,6 +15,7 @@ pub mod paths;
 pub mod pki;
 pub mod postgres;
 pub mod process;
+pub mod prometheus;
 pub mod raw;
 pub mod registry;
 pub mod sidecar;

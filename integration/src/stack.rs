@@ -80,10 +80,18 @@ pub struct Stack {
 impl Stack {
     /// A stack on the test registry (`registry.rs`), written to a temp folder kept with it.
     pub async fn with_test_registry() -> anyhow::Result<(Self, tempfile::TempDir)> {
+        Self::with_test_registry_and(StackOptions::default().arbiters).await
+    }
+
+    /// As [`Stack::with_test_registry`], with `arbiters` arbiters.
+    pub async fn with_test_registry_and(
+        arbiters: usize,
+    ) -> anyhow::Result<(Self, tempfile::TempDir)> {
         let reg = tempfile::tempdir()?;
         let registry = crate::registry::write_test_registry(reg.path())?;
         let stack = Self::start(StackOptions {
             registry,
+            arbiters,
             ..Default::default()
         })
         .await?;

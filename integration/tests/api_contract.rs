@@ -169,11 +169,7 @@ async fn the_readme_grpcurl_example_works() {
     assert!(ok, "{out}{err}");
     let granted: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(granted["token"].as_str().is_some(), "{out}");
-    let (ok, out, err) = grpcurl(
-        r#"{"key": "orders/7"}"#,
-        "orders/7",
-        "lock.v1.Lock/Inspect",
-    );
+    let (ok, out, err) = grpcurl(r#"{"key": "orders/7"}"#, "orders/7", "lock.v1.Lock/Inspect");
     assert!(!ok, "{out}");
     assert!(
         err.contains("PermissionDenied") && err.contains("NOT_GRANTED"),

@@ -66,6 +66,16 @@ struct Args {
     /// Name reported in x-lock-arbiter.
     #[arg(long, default_value = "arbiter", env = "ARBITER_ID")]
     id: String,
+    /// The admin listener (`GET /metrics`); plaintext, so loopback or a pod address only.
+    #[arg(long, default_value = "127.0.0.1:0", env = "ARBITER_ADMIN_LISTEN")]
+    admin_listen: SocketAddr,
+    /// After SIGTERM: how long new requests are refused DRAINING (health NOT_SERVING) before
+    /// the listener closes, so Envoy's health checks move the ring first.
+    #[arg(long, default_value_t = 1000, env = "ARBITER_DRAIN_GRACE_MS")]
+    drain_grace_ms: u64,
+    /// After SIGTERM: the bound on the whole drain; past it the process exits anyway.
+    #[arg(long, default_value_t = 10_000, env = "ARBITER_DRAIN_TIMEOUT_MS")]
+    drain_timeout_ms: u64,
     /// Bound on every etcd call; past it a request fails NO_QUORUM.
     #[arg(long, default_value_t = 2000, env = "ARBITER_STORE_TIMEOUT_MS")]
     store_timeout_ms: u64,
@@ -120,17 +130,38 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
-    // The harness waits for this line (port 0 picks a free port).
+    let admin = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
+    let admin_addr = admin.local_addr()?;
+    tokio::spawn(lock_arbiter::admin::serve(admin));
+    // The harness waits for these lines (port 0 picks a free port).
+    println!("arbiter {} admin on {admin_addr}", args.id);
     println!("arbiter {} listening on {addr}", args.id);
     tracing::info!(id = args.id, %addr, "serving lock.v1");
-    #[cfg(feature = "dhat-heap")]
-    let stop = async move {
-        shutdown().await;
-        drop(profiler);
+    let drain = engine.drain().clone();
+    let grace = Duration::from_millis(args.drain_grace_ms);
+    let stop = {
+        let drain = drain.clone();
+        async move {
+            shutdown().await;
+            // Health turns NOT_SERVING, waiters and new requests are answered DRAINING.
+            tracing::info!("draining: SIGTERM or SIGINT");
+            drain.start();
+            #[cfg(feature = "dhat-heap")]
+            drop(profiler);
+            tokio::time::sleep(grace).await;
+        }
     };
-    #[cfg(not(feature = "dhat-heap"))]
-    let stop = shutdown();
-    server::serve(listener, engine, &args.id, transport, stop).await?;
+    let bound = Duration::from_millis(args.drain_timeout_ms);
+    let served = server::serve(listener, engine, &args.id, transport, stop);
+    tokio::select! {
+        r = served => r?,
+        () = async { drain.started().await; tokio::time::sleep(bound).await } => {
+            tracing::warn!(?bound, "drain did not finish within its bound: exiting");
+        }
+    }
+    tracing::info!("drained");
     Ok(())
 }
 

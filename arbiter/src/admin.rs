@@ -1,0 +1,74 @@
+//! The admin listener (`--admin-listen`, loopback by default): `GET /metrics` for
+//! Prometheus. Plaintext HTTP/1.1 and separate from the lock.v1 listener: it carries no
+//! identity and no key, only the counts in `metrics.rs`. Expose it to the cluster's
+//! Prometheus by address (a pod IP) and a NetworkPolicy, never through the edge.
+
+use crate::metrics::METRICS;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use tokio::net::TcpListener;
+
+/// The OpenMetrics content type Prometheus asks for and parses.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The answer to one admin request (pure: the path decides).
+pub fn respond(path: &str) -> (StatusCode, &'static str, String) {
+    match path {
+        "/metrics" => (StatusCode::OK, CONTENT_TYPE, METRICS.encode()),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found: the admin listener serves /metrics\n".to_owned(),
+        ),
+    }
+}
+
+async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, content_type, body) = respond(req.uri().path());
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    Ok(resp)
+}
+
+/// Serves until the process ends.
+pub async fn serve(listener: TcpListener) {
+    loop {
+        let (tcp, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service_fn(handle))
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_at_its_path_and_nothing_else() {
+        let (status, content_type, body) = respond("/metrics");
+        assert_eq!(status, StatusCode::OK);
+        assert!(content_type.starts_with("application/openmetrics-text"));
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        for path in ["/", "/metrics/x", "/debug/pprof"] {
+            assert_eq!(respond(path).0, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+}

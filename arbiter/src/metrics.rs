@@ -1,0 +1,283 @@
+//! The arbiter's Prometheus metrics (`prometheus-client`), served on its admin listener at
+//! `/metrics` (`admin.rs`).
+//!
+//! Labels are the lock class, the refusal reason and the operation (with its outcome) only:
+//! all three come from fixed sets (the registry's classes, the contract's reasons, the code's
+//! operations), so the number of series does not grow with traffic. Never a key, an
+//! identity, a session or a token (ADR-22): a key in a label would be both a leak and a
+//! cardinality bomb.
+
+use lock_config::Reason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: &'static str,
+    pub outcome: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Latencies from 100 µs to about 26 s (18 buckets, ×2).
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+/// Waits from 1 ms to about 262 s (19 buckets, ×2): an Acquire may wait up to 300 s.
+fn wait() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 19))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    /// Grants returned to callers, by class.
+    pub grants: Family<ClassLabel, Counter>,
+    /// Releases that ended a hold, by class.
+    pub releases: Family<ClassLabel, Counter>,
+    /// Releases that handed the key to the head of its queue in the same transaction.
+    pub handoffs: Family<ClassLabel, Counter>,
+    /// Refusals the arbiter answered, by the contract's reason.
+    pub refusals: Family<ReasonLabel, Counter>,
+    /// How long a granted Acquire took, waiting included, by class.
+    pub acquire_seconds: Histograms<ClassLabel>,
+    /// Each lock.v1 call's latency by operation and outcome (`ok` or the reason).
+    pub request_seconds: Histograms<OperationLabel>,
+    /// Each etcd call's latency by operation (`txn`, `get`, `range`, `lease_grant`,
+    /// `lease_revoke`) and outcome (`ok`, `error`).
+    pub etcd_seconds: Histograms<OperationLabel>,
+    /// Waiters queued at this arbiter now (memory and durable classes).
+    pub queue_depth: Gauge,
+    /// Sessions renewed through this arbiter's KeepAlive streams now.
+    pub sessions_kept: Gauge,
+    /// Session renewals answered.
+    pub keepalives: Counter,
+    /// Keepalive renewals refused (the session had expired or was not the caller's).
+    pub keepalive_failures: Counter,
+    /// Transactions per group commit (batch.rs).
+    pub batch_size: Histogram,
+    /// 1 while the store is sealed (no epoch record, or another cluster's).
+    pub sealed: Gauge,
+    /// The epoch this arbiter last saw in the epoch record.
+    pub epoch: Gauge,
+    /// 1 while the health service reports SERVING.
+    pub serving: Gauge,
+}
+
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("lock_arbiter");
+        let grants = Family::<ClassLabel, Counter>::default();
+        let releases = Family::<ClassLabel, Counter>::default();
+        let handoffs = Family::<ClassLabel, Counter>::default();
+        let refusals = Family::<ReasonLabel, Counter>::default();
+        let acquire_seconds = Histograms::<ClassLabel>::new_with_constructor(wait);
+        let request_seconds = Histograms::<OperationLabel>::new_with_constructor(latency);
+        let etcd_seconds = Histograms::<OperationLabel>::new_with_constructor(latency);
+        let queue_depth = Gauge::default();
+        let sessions_kept = Gauge::default();
+        let keepalives = Counter::default();
+        let keepalive_failures = Counter::default();
+        let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 9));
+        let sealed = Gauge::default();
+        let epoch = Gauge::default();
+        let serving = Gauge::default();
+        registry.register("grants", "Grants returned, by class", grants.clone());
+        registry.register(
+            "releases",
+            "Releases that ended a hold, by class",
+            releases.clone(),
+        );
+        registry.register(
+            "handoffs",
+            "Releases that granted the queue's head in the same transaction, by class",
+            handoffs.clone(),
+        );
+        registry.register("refusals", "Refusals answered, by reason", refusals.clone());
+        registry.register(
+            "acquire_seconds",
+            "Granted Acquires' latency, waiting included, by class",
+            acquire_seconds.clone(),
+        );
+        registry.register(
+            "request_seconds",
+            "lock.v1 calls' latency by operation and outcome",
+            request_seconds.clone(),
+        );
+        registry.register(
+            "etcd_request_seconds",
+            "etcd calls' latency by operation and outcome",
+            etcd_seconds.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Waiters queued at this arbiter",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "sessions_kept",
+            "Sessions renewed through this arbiter's KeepAlive streams",
+            sessions_kept.clone(),
+        );
+        registry.register(
+            "keepalives",
+            "Session renewals answered",
+            keepalives.clone(),
+        );
+        registry.register(
+            "keepalive_failures",
+            "Session renewals refused (expired or not the caller's)",
+            keepalive_failures.clone(),
+        );
+        registry.register(
+            "batch_size",
+            "Transactions per group commit",
+            batch_size.clone(),
+        );
+        registry.register("sealed", "1 while the store is sealed", sealed.clone());
+        registry.register("epoch", "The epoch in the epoch record", epoch.clone());
+        registry.register(
+            "serving",
+            "1 while the health service reports SERVING",
+            serving.clone(),
+        );
+        Self {
+            registry,
+            grants,
+            releases,
+            handoffs,
+            refusals,
+            acquire_seconds,
+            request_seconds,
+            etcd_seconds,
+            queue_depth,
+            sessions_kept,
+            keepalives,
+            keepalive_failures,
+            batch_size,
+            sealed,
+            epoch,
+            serving,
+        }
+    }
+
+    /// The exposition text (OpenMetrics, which Prometheus scrapes).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Creates every series this arbiter can have, at zero: one per class of the registry
+    /// and per reason. Dashboards then show 0 rather than "no data", `rate()` works from
+    /// the first scrape, and the series set is fixed from the start.
+    pub fn declare<'a>(&self, classes: impl Iterator<Item = &'a str>) {
+        for class in classes {
+            let label = self.class(class);
+            let _ = self.grants.get_or_create(&label);
+            let _ = self.releases.get_or_create(&label);
+            let _ = self.handoffs.get_or_create(&label);
+            let _ = self.acquire_seconds.get_or_create(&label);
+        }
+        for reason in Reason::all() {
+            let _ = self.refusals.get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            });
+        }
+    }
+
+    pub fn class(&self, class: &str) -> ClassLabel {
+        ClassLabel {
+            class: class.to_owned(),
+        }
+    }
+
+    pub fn refused(&self, reason: Reason) {
+        self.refusals
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn request(&self, operation: &'static str, outcome: Result<(), Reason>, took: Duration) {
+        let outcome = match outcome {
+            Ok(()) => "ok",
+            Err(r) => r.as_str(),
+        };
+        self.request_seconds
+            .get_or_create(&OperationLabel { operation, outcome })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn etcd(&self, operation: &'static str, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.etcd_seconds
+            .get_or_create(&OperationLabel { operation, outcome })
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// Adds one to a gauge for as long as it lives (a queued waiter, a kept session).
+pub struct GaugeGuard(&'static Gauge);
+
+impl GaugeGuard {
+    pub fn new(gauge: &'static Gauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_has_every_family_and_no_key_or_identity() {
+        let m = &*METRICS;
+        m.grants.get_or_create(&m.class("pay-ledger")).inc();
+        m.refused(Reason::Held);
+        m.request("acquire", Err(Reason::Held), Duration::from_millis(3));
+        m.etcd("txn", true, Duration::from_millis(1));
+        let text = m.encode();
+        for family in [
+            "lock_arbiter_grants_total{class=\"pay-ledger\"}",
+            "lock_arbiter_refusals_total{reason=\"HELD\"}",
+            "lock_arbiter_request_seconds_bucket{",
+            "operation=\"acquire\"",
+            "outcome=\"HELD\"",
+            "lock_arbiter_etcd_request_seconds_count{operation=\"txn\",outcome=\"ok\"}",
+            "lock_arbiter_queue_depth ",
+            "lock_arbiter_sealed ",
+            "lock_arbiter_epoch ",
+            "lock_arbiter_serving ",
+        ] {
+            assert!(text.contains(family), "{family} missing from:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! A real Prometheus (Debian's, unpacked into `.deps`) scraping the stack's arbiters
+//! (`/metrics` on their admin listeners) and Envoy (`/stats/prometheus`) every second.
+
+use crate::paths::dep;
+use crate::process::{Proc, free_port, patience};
+use anyhow::{Context as _, bail};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub struct Prometheus {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl Prometheus {
+    pub fn start(
+        dir: &Path,
+        arbiters: &[SocketAddr],
+        envoy_admin: SocketAddr,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let targets = |addrs: &[SocketAddr]| {
+            addrs
+                .iter()
+                .map(|a| format!("'{a}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let config = format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+scrape_configs:
+- job_name: arbiters
+  static_configs: [{{targets: [{}]}}]
+- job_name: envoy
+  metrics_path: /stats/prometheus
+  static_configs: [{{targets: [{}]}}]
+",
+            targets(arbiters),
+            targets(&[envoy_admin])
+        );
+        let config_path = dir.join("prometheus.yml");
+        std::fs::write(&config_path, config)?;
+        let mut cmd = Command::new(dep("prometheus")?);
+        cmd.arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn");
+        let mut proc = Proc::spawn("prometheus", cmd, dir)?;
+        proc.wait_for_port(addr, patience())?;
+        let p = Self { proc, addr };
+        let deadline = Instant::now() + patience();
+        while crate::admin_get(p.addr, "/-/ready").map_or(true, |b| !b.contains("Ready")) {
+            if Instant::now() > deadline {
+                bail!("prometheus not ready within {:?}", patience());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(p)
+    }
+
+    /// `GET /api/v1/<path>?<param>=<value>`: the `data` of a successful answer.
+    pub fn api(&self, path: &str, param: &str, value: &str) -> anyhow::Result<serde_json::Value> {
+        let body = crate::admin_get(
+            self.addr,
+            &format!("/api/v1/{path}?{param}={}", encode(value)),
+        )?;
+        let v: serde_json::Value =
+            serde_json::from_str(&body).with_context(|| format!("prometheus answered {body}"))?;
+        if v["status"] != "success" {
+            bail!("prometheus: {body}");
+        }
+        Ok(v["data"].clone())
+    }
+
+    /// An instant query's result vector.
+    pub fn query(&self, q: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+        Ok(self.api("query", "query", q)?["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// Every series matching `selector` (label sets).
+    pub fn series(&self, selector: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+        Ok(self
+            .api("series", "match%5B%5D", selector)?
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+/// Percent-encodes a query parameter (everything but unreserved characters).
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
