@@ -153,26 +153,37 @@ async fn renew(
     wait: Duration,
 ) -> Result<(), LockError> {
     let round = async {
-        if stream.is_none() {
-            let (tx, rx) = mpsc::channel(1);
-            let mut rpc = rpc.clone();
-            let replies = rpc
-                .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await?
-                .into_inner();
-            *stream = Some((tx, replies));
+        // A stream the server ended cleanly (an arbiter draining for a restart) is reopened
+        // at once, through the edge, on another arbiter: one retry inside the same wait,
+        // so a rolling update does not read as a failed renewal.
+        for retry in [true, false] {
+            if stream.is_none() {
+                let (tx, rx) = mpsc::channel(1);
+                let mut rpc = rpc.clone();
+                let replies = rpc
+                    .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+                    .await?
+                    .into_inner();
+                *stream = Some((tx, replies));
+            }
+            let Some((tx, replies)) = stream.as_mut() else {
+                return Err(LockError::Unavailable("no keepalive stream".into()));
+            };
+            if tx.send(KeepAliveRequest { session_id }).await.is_err() {
+                *stream = None;
+                if retry {
+                    continue;
+                }
+                return Err(LockError::Unavailable("keepalive stream closed".into()));
+            }
+            match replies.message().await? {
+                Some(r) if r.ttl_seconds > 0 => return Ok(()),
+                Some(_) => return Err(LockError::SessionExpired),
+                None if retry => *stream = None,
+                None => return Err(LockError::Unavailable("keepalive stream ended".into())),
+            }
         }
-        let Some((tx, replies)) = stream.as_mut() else {
-            return Err(LockError::Unavailable("no keepalive stream".into()));
-        };
-        tx.send(KeepAliveRequest { session_id })
-            .await
-            .map_err(|_| LockError::Unavailable("keepalive stream closed".into()))?;
-        match replies.message().await? {
-            Some(r) if r.ttl_seconds > 0 => Ok(()),
-            Some(_) => Err(LockError::SessionExpired),
-            None => Err(LockError::Unavailable("keepalive stream ended".into())),
-        }
+        Err(LockError::Unavailable("keepalive stream ended".into()))
     };
     match tokio::time::timeout(wait, round).await {
         Ok(r) => r,

@@ -56,6 +56,7 @@ def _details(reason: str, **metadata: str) -> bytes:
         (grpc.StatusCode.INVALID_ARGUMENT, _details("MALFORMED_REQUEST"), errors.InvalidRequest, False),
         (grpc.StatusCode.UNAVAILABLE, _details("NO_QUORUM"), errors.NoQuorum, True),
         (grpc.StatusCode.UNAVAILABLE, _details("SEALED"), errors.Sealed, False),
+        (grpc.StatusCode.UNAVAILABLE, _details("DRAINING"), errors.Draining, True),
         (grpc.StatusCode.RESOURCE_EXHAUSTED, _details("RATE_LIMITED", retry_after_ms="250"),
          errors.RateLimited, True),
         (grpc.StatusCode.UNAVAILABLE, None, errors.Unavailable, True),

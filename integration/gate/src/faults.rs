@@ -29,9 +29,13 @@ pub enum Fault {
     RestartEnvoy,
     /// `lockctl epoch advance`: every hold is deleted and tokens move to a new epoch.
     EpochAdvance,
+    /// A rolling update: each arbiter in turn gets SIGTERM, drains (waiters answered
+    /// DRAINING, retried by clients at the key's next owner) and exits by itself, then
+    /// starts again on its port.
+    RollingRestart,
 }
 
-pub const ALL: [Fault; 9] = [
+pub const ALL: [Fault; 10] = [
     Fault::KillMember,
     Fault::KillLeader,
     Fault::KillArbiter,
@@ -41,6 +45,7 @@ pub const ALL: [Fault; 9] = [
     Fault::IsolateLeader,
     Fault::RestartEnvoy,
     Fault::EpochAdvance,
+    Fault::RollingRestart,
 ];
 
 impl Fault {
@@ -55,6 +60,7 @@ impl Fault {
             Fault::IsolateLeader => "isolate-leader",
             Fault::RestartEnvoy => "restart-envoy",
             Fault::EpochAdvance => "epoch-advance",
+            Fault::RollingRestart => "rolling-restart",
         }
     }
 }
@@ -130,6 +136,15 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
                 tokio::task::block_in_place(|| a.restart())?;
             }
             format!("arbiter {i}")
+        }
+        Fault::RollingRestart => {
+            let mut took = Vec::new();
+            for a in t.stack.arbiters.iter_mut() {
+                let drained = tokio::task::block_in_place(|| a.drain_and_restart())?;
+                took.push(format!("{} drained in {} ms", a.id, drained.as_millis()));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            took.join(", ")
         }
         Fault::StopArbiter => {
             let i = t.pick % t.stack.arbiters.len().max(1);

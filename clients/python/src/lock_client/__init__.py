@@ -15,6 +15,7 @@ Behind a mesh sidecar: `LockClient("http://127.0.0.1:15001", MeshSidecar())`.
 
 from .client import Hold, LockClient, MeshSidecar, SvidFiles, check_endpoint
 from .errors import (
+    Draining,
     Fenced,
     Held,
     InvalidRequest,
@@ -37,7 +38,7 @@ from .errors import (
 from .keys import encode_key
 
 __all__ = [
-    "Fenced", "Held", "Hold", "InvalidRequest", "LeakedHold", "LockClient", "LockError",
+    "Draining", "Fenced", "Held", "Hold", "InvalidRequest", "LeakedHold", "LockClient", "LockError",
     "MeshSidecar", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
     "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionTtl", "check_endpoint", "encode_key",

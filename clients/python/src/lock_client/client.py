@@ -230,7 +230,14 @@ class _Session:
                 try:
                     if stream is None:
                         stream = _KeepAliveStream(self._stub)
-                    stream.renew(self.id, wait)
+                    try:
+                        stream.renew(self.id, wait)
+                    except _StreamEnded:
+                        # Ended cleanly (a drain): reopen at once, through the edge, on
+                        # another arbiter, within the same wait.
+                        stream.close()
+                        stream = _KeepAliveStream(self._stub)
+                        stream.renew(self.id, max(deadline - time.monotonic(), 0.0))
                     with self._lock:
                         self._live.renewed(sent)
                     next_at = sent + period
@@ -249,6 +256,10 @@ class _Session:
         finally:
             if stream is not None:
                 stream.close()
+
+
+class _StreamEnded(errors.Unavailable):
+    """The server ended the KeepAlive stream cleanly (an arbiter draining)."""
 
 
 class _KeepAliveStream:
@@ -274,7 +285,7 @@ class _KeepAliveStream:
         try:
             for answer in self._call:
                 self._answers.put(answer)
-            self._answers.put(errors.Unavailable("keepalive stream ended"))
+            self._answers.put(_StreamEnded("keepalive stream ended"))
         except grpc.RpcError as e:
             self._answers.put(errors.from_rpc_error(e))
 

@@ -123,6 +123,11 @@ class Unavailable(LockError):
     """The service could not be reached."""
 
 
+class Draining(Unavailable):
+    """The arbiter is draining for a restart: nothing was done; retried at the key's next
+    owner inside the caller's deadline."""
+
+
 class OtherError(LockError):
     """A status outside the contract."""
 
@@ -144,6 +149,7 @@ _BY_REASON = {
     "SESSION_EXPIRED": SessionExpired,
     "WRONG_SESSION_TTL": WrongSessionTtl,
     "STREAM_FULL": StreamFull,
+    "DRAINING": Draining,
     "INTERNAL": OtherError,
 }
 
