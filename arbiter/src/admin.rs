@@ -57,6 +57,34 @@ pub async fn serve(listener: TcpListener) {
     }
 }
 
+/// `GET http://{addr}/metrics` (for `lockctl register --metrics`): the exposition text.
+pub async fn scrape(addr: &str) -> Result<String, String> {
+    use http_body_util::BodyExt as _;
+    let fail = |e: &dyn std::fmt::Display| format!("{addr}: {e}");
+    let call = async {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| fail(&e))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| fail(&e))?;
+        tokio::spawn(conn);
+        let req = Request::get("/metrics")
+            .header(hyper::header::HOST, addr)
+            .body(http_body_util::Empty::<Bytes>::new())
+            .map_err(|e| fail(&e))?;
+        let resp = sender.send_request(req).await.map_err(|e| fail(&e))?;
+        if resp.status() != StatusCode::OK {
+            return Err(fail(&resp.status()));
+        }
+        let body = resp.into_body().collect().await.map_err(|e| fail(&e))?;
+        String::from_utf8(body.to_bytes().to_vec()).map_err(|e| fail(&e))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), call)
+        .await
+        .map_err(|_| fail(&"no answer within 5 s"))?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -237,6 +237,29 @@ impl Metrics {
     }
 }
 
+/// Grants by class in an exposition text (`lock_arbiter_grants_total{class="..."} N`
+/// lines): what `lockctl register --metrics` sums over the arbiters.
+pub fn grants_by_class(text: &str) -> std::collections::HashMap<String, u64> {
+    let mut out = std::collections::HashMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("lock_arbiter_grants_total{class=\"") else {
+            continue;
+        };
+        let Some((class, rest)) = rest.split_once("\"}") else {
+            continue;
+        };
+        let value = rest
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok());
+        if let Some(v) = value {
+            // Counters are whole numbers; the exposition may write them as floats.
+            *out.entry(class.to_owned()).or_insert(0) += v as u64;
+        }
+    }
+    out
+}
+
 /// Adds one to a gauge for as long as it lives (a queued waiter, a kept session).
 pub struct GaugeGuard(&'static Gauge);
 
@@ -256,6 +279,20 @@ impl Drop for GaugeGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grants_are_read_back_by_class() {
+        let text = "# TYPE lock_arbiter_grants counter\n\
+            lock_arbiter_grants_total{class=\"pay-ledger\"} 7\n\
+            lock_arbiter_grants_total{class=\"orders\"} 2.0\n\
+            lock_arbiter_grants_created{class=\"orders\"} 1.7e9\n\
+            lock_arbiter_grants_total{class=\"broken\"\n\
+            lock_arbiter_releases_total{class=\"orders\"} 9\n";
+        let g = grants_by_class(text);
+        assert_eq!(g.get("pay-ledger"), Some(&7));
+        assert_eq!(g.get("orders"), Some(&2));
+        assert_eq!(g.len(), 2);
+    }
 
     #[test]
     fn the_exposition_has_every_family_and_no_key_or_identity() {

@@ -511,7 +511,7 @@ fn the_alert_rules_pass_promtool_and_fire_on_their_series() {
 }
 
 #[tokio::test]
-async fn the_dashboard_and_the_alerts_use_only_series_the_arbiter_exports() {
+async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_series() {
     let stack = Stack::start(StackOptions::default()).await.unwrap();
     // One of everything on the one arbiter, so each family has a sample to show.
     let mut c = lock_client::proto::lock_client::LockClient::new(
@@ -569,6 +569,33 @@ async fn the_dashboard_and_the_alerts_use_only_series_the_arbiter_exports() {
     .await
     .unwrap();
     let exported = stack.arbiters[0].metrics().unwrap();
+    // `lockctl register --metrics` sums the arbiters' grants per advisory class.
+    let admins: Vec<String> = stack.arbiters.iter().map(|a| a.admin.to_string()).collect();
+    let dev = lock_integration::paths::dev_registry();
+    let out = lock_integration::stack::lockctl(
+        &[
+            "register",
+            dev.to_str().unwrap(),
+            "--json",
+            "--metrics",
+            &admins.join(","),
+        ],
+        &[],
+    )
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ledger = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["class"] == "pay-ledger")
+        .unwrap();
+    assert_eq!(ledger["grants"], 1, "{rows}");
     let root = lock_integration::paths::workspace_root().join("deploy");
     for file in ["grafana/lock-service.json", "prometheus/alerts.yaml"] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();

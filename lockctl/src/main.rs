@@ -160,6 +160,10 @@ enum Cmd {
         /// Count the current holds of each class in this store.
         #[arg(long, value_delimiter = ',')]
         etcd: Vec<String>,
+        /// The arbiters' admin listeners (host:port): grants per class since their start,
+        /// summed over them (`lock_arbiter_grants_total`).
+        #[arg(long, value_delimiter = ',')]
+        metrics: Vec<String>,
     },
     /// Restore an etcd member from a snapshot with `etcdutl snapshot restore`, always with a
     /// fresh --initial-cluster-token so the restored cluster gets a new cluster ID and the
@@ -285,7 +289,12 @@ async fn main() -> ExitCode {
     }
     let result = match cmd {
         Cmd::Run { .. } | Cmd::GroupGuard { .. } => Ok(()),
-        Cmd::Register { dir, json, etcd } => offline::register(&dir, json, &etcd).await,
+        Cmd::Register {
+            dir,
+            json,
+            etcd,
+            metrics,
+        } => offline::register(&dir, json, &etcd, &metrics).await,
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
         Cmd::Inspect { key, conn } => remote::inspect(&conn, &key).await,

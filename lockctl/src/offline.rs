@@ -189,10 +189,15 @@ pub fn grants_push(
     Ok(())
 }
 
-/// The risk register: advisory correctness classes, their owners and waivers, and (with
-/// etcd) how many holds each has now. Cumulative grant counts need arbiter metrics, which
-/// do not exist yet.
-pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Failure> {
+/// The risk register: advisory correctness classes, their owners and waivers, (with etcd)
+/// how many holds each has now, and (with the arbiters' admin listeners) how many grants
+/// each has had since those arbiters started.
+pub async fn register(
+    dir: &Path,
+    json: bool,
+    etcd: &[String],
+    metrics: &[String],
+) -> Result<(), Failure> {
     use lock_config::registry::Purpose;
     let registry = registry_files::load(dir).map_err(|e| Failure::input(e.to_string()))?;
     let today = registry_files::today();
@@ -200,6 +205,20 @@ pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Fai
         None
     } else {
         Some(holds_by_class(&connect(etcd).await?).await?)
+    };
+    let grants = if metrics.is_empty() {
+        None
+    } else {
+        let mut total = std::collections::HashMap::<String, u64>::new();
+        for addr in metrics {
+            let text = lock_arbiter::admin::scrape(addr)
+                .await
+                .map_err(Failure::unreachable)?;
+            for (class, n) in lock_arbiter::metrics::grants_by_class(&text) {
+                *total.entry(class).or_insert(0) += n;
+            }
+        }
+        Some(total)
     };
     let rows: Vec<serde_json::Value> = registry
         .classes()
@@ -216,6 +235,7 @@ pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Fai
                 "waiverExpires": expires,
                 "expired": expired,
                 "holds": holds.as_ref().map(|h| h.get(c.name).copied().unwrap_or(0)),
+                "grants": grants.as_ref().map(|g| g.get(c.name).copied().unwrap_or(0)),
             })
         })
         .collect();
@@ -227,12 +247,12 @@ pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Fai
         return Ok(());
     }
     println!(
-        "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6}",
-        "CLASS", "NAMESPACE", "RISK OWNER", "WAIVER", "STATUS", "HOLDS"
+        "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6} {:>8}",
+        "CLASS", "NAMESPACE", "RISK OWNER", "WAIVER", "STATUS", "HOLDS", "GRANTS"
     );
     for r in &rows {
         println!(
-            "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6}",
+            "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6} {:>8}",
             r["class"].as_str().unwrap_or_default(),
             r["namespace"].as_str().unwrap_or_default(),
             r["riskOwner"].as_str().unwrap_or_default(),
@@ -243,6 +263,9 @@ pub async fn register(dir: &Path, json: bool, etcd: &[String]) -> Result<(), Fai
                 "ok"
             },
             r["holds"]
+                .as_u64()
+                .map_or("-".to_owned(), |n| n.to_string()),
+            r["grants"]
                 .as_u64()
                 .map_or("-".to_owned(), |n| n.to_string()),
         );

@@ -1,0 +1,118 @@
+//! Issue 21, item 5: the Kubernetes manifests (deploy/kubernetes) pass the Kubernetes
+//! schemas offline (PyPI kubernetes-validate, strict: no unknown fields), and the mesh
+//! examples (Istio WasmPlugin, Envoy Gateway EnvoyExtensionPolicy, whose CRDs cannot be
+//! installed here) carry a filter configuration the filter accepts.
+
+use lock_integration::paths::workspace_root;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn validate(files: &[PathBuf]) -> (bool, String) {
+    let exe = workspace_root().join(".deps/python-venv/bin/kubernetes-validate");
+    assert!(
+        exe.exists(),
+        "{} missing: run integration/scripts/install-deps.sh (make test does)",
+        exe.display()
+    );
+    let out = Command::new(exe)
+        .args(["--strict", "--kubernetes-version", "1.37.0"])
+        .args(files)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn manifests(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn the_manifests_pass_the_kubernetes_schemas() {
+    let files = manifests(&workspace_root().join("deploy/kubernetes"));
+    assert!(files.len() >= 5, "{files:?}");
+    let (ok, out) = validate(&files);
+    assert!(ok, "{out}");
+    for kind in [
+        "statefulset/lock-etcd",
+        "deployment/lock-arbiter",
+        "poddisruptionbudget/lock-arbiter",
+        "deployment/lock-edge",
+        "networkpolicy/arbiters-from-edge",
+        "networkpolicy/etcd-from-arbiters-and-operators",
+    ] {
+        assert!(
+            out.contains(&format!("passed for resource {kind}")),
+            "{kind}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn a_manifest_the_schema_refuses_fails_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        std::fs::read_to_string(workspace_root().join("deploy/kubernetes/arbiter.yaml")).unwrap();
+    for (what, broken) in [
+        (
+            "a string replica count",
+            text.replace("replicas: 3", "replicas: three"),
+        ),
+        (
+            "an unknown field",
+            text.replace(
+                "terminationGracePeriodSeconds: 15",
+                "terminationGraceSeconds: 15",
+            ),
+        ),
+    ] {
+        assert_ne!(broken, text, "{what}: the edit applied");
+        let path = dir.path().join("arbiter.yaml");
+        std::fs::write(&path, broken).unwrap();
+        let (ok, out) = validate(&[path]);
+        assert!(!ok, "{what} passed:\n{out}");
+    }
+}
+
+#[test]
+fn the_mesh_examples_carry_a_filter_configuration_the_filter_accepts() {
+    let dir = workspace_root().join("deploy/kubernetes/mesh");
+    for (file, kind, config_path) in [
+        (
+            "istio-wasmplugin.yaml",
+            "WasmPlugin",
+            &["spec", "pluginConfig"][..],
+        ),
+        (
+            "envoy-gateway-extensionpolicy.yaml",
+            "EnvoyExtensionPolicy",
+            &["spec", "wasm", "0", "config"][..],
+        ),
+    ] {
+        let doc: serde_json::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+        assert_eq!(doc["kind"], kind, "{file}");
+        assert!(doc["apiVersion"].is_string() && doc["metadata"]["name"].is_string());
+        let mut config = &doc;
+        for step in config_path {
+            config = match step.parse::<usize>() {
+                Ok(i) => &config[i],
+                Err(_) => &config[*step],
+            };
+        }
+        let parsed: Result<lock_config::FilterConfig, _> = serde_json::from_value(config.clone());
+        assert!(parsed.is_ok(), "{file}: {parsed:?}");
+    }
+}
