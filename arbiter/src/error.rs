@@ -106,6 +106,11 @@ impl From<ArbiterError> for Status {
         let reason = e.reason();
         // Every refusal passes here once: the count by reason (never the key or caller).
         crate::metrics::METRICS.refused(reason);
+        if reason == Reason::Internal {
+            // Not a refusal the contract names: the operator needs its words (which never
+            // carry a token: see the messages above).
+            tracing::warn!(error = %e, "internal error answered");
+        }
         let message = e.to_string();
         let metadata = e.metadata();
         let pairs: Vec<(&str, &str)> = metadata.iter().map(|(k, v)| (*k, v.as_str())).collect();

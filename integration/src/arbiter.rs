@@ -97,24 +97,20 @@ impl Arbiter {
         let started = std::time::Instant::now();
         self.proc.terminate(patience());
         let drained = started.elapsed();
-        let _ = std::fs::remove_file(&self.proc.log);
-        let (proc, _, _) = Self::spawn(
-            &self.log_dir,
-            &self.id,
-            &self.args,
-            &self.addr.to_string(),
-            &self.admin.to_string(),
-        )?;
-        self.proc = proc;
+        self.respawn()?;
         Ok(drained)
     }
 
-    /// SIGKILL, then start again on the same address (Envoy's cluster names it). Its
-    /// in-memory queues are gone; durable queues are in etcd.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.proc.kill();
-        // The new process appends to the same log; wait for a line it writes itself.
-        let _ = std::fs::remove_file(&self.proc.log);
+    /// Starts the process again on the same addresses (Envoy's cluster names them). The
+    /// old log is kept beside the new one (`<log>.<n>`), so readiness is read from the new
+    /// process's own lines and the old one's stay for a failure's diagnosis.
+    fn respawn(&mut self) -> anyhow::Result<()> {
+        let kept = (1..)
+            .map(|n| self.proc.log.with_extension(format!("log.{n}")))
+            .find(|p| !p.exists());
+        if let Some(kept) = kept {
+            let _ = std::fs::rename(&self.proc.log, kept);
+        }
         let (proc, _, _) = Self::spawn(
             &self.log_dir,
             &self.id,
@@ -124,6 +120,13 @@ impl Arbiter {
         )?;
         self.proc = proc;
         Ok(())
+    }
+
+    /// SIGKILL, then start again on the same address (Envoy's cluster names it). Its
+    /// in-memory queues are gone; durable queues are in etcd.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.proc.kill();
+        self.respawn()
     }
 }
 

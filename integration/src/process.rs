@@ -182,3 +182,17 @@ pub fn patience() -> Duration {
         .unwrap_or(30);
     Duration::from_secs(secs)
 }
+
+/// Runs `cmd` to completion: whether it succeeded, and its stdout then stderr as text
+/// (for assertions that show a tool's own words).
+pub fn run_text(cmd: &mut std::process::Command) -> anyhow::Result<(bool, String)> {
+    let out = cmd.output()?;
+    Ok((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}

@@ -4,23 +4,17 @@
 //! removed method and a renamed service are each refused.
 
 use lock_integration::paths::{dep, workspace_root};
+use lock_integration::process::run_text;
 use std::path::Path;
 use std::process::Command;
 
 fn buf(args: &[&str], dir: &Path) -> (bool, String) {
-    let out = Command::new(dep("buf").unwrap())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    run_text(
+        Command::new(dep("buf").unwrap())
+            .args(args)
+            .current_dir(dir),
     )
+    .unwrap()
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! installed here) carry a filter configuration the filter accepts.
 
 use lock_integration::paths::workspace_root;
+use lock_integration::process::run_text;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,19 +15,12 @@ fn validate(files: &[PathBuf]) -> (bool, String) {
         "{} missing: run integration/scripts/install-deps.sh (make test does)",
         exe.display()
     );
-    let out = Command::new(exe)
-        .args(["--strict", "--kubernetes-version", "1.37.0"])
-        .args(files)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    run_text(
+        Command::new(exe)
+            .args(["--strict", "--kubernetes-version", "1.37.0"])
+            .args(files),
     )
+    .unwrap()
 }
 
 fn manifests(dir: &Path) -> Vec<PathBuf> {
