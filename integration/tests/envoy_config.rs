@@ -48,6 +48,10 @@ fn production_example_validates() {
     .replace(
         "/etc/lock/ecds/lock-edge.ecds.yaml",
         dir.path().join("ecds.yaml").to_str().unwrap(),
+    )
+    .replace(
+        "watched_directory: {path: /etc/lock/ecds}",
+        &format!("watched_directory: {{path: {}}}", dir.path().display()),
     );
     let registry = lock_arbiter::registry_files::load(&dev_registry()).unwrap();
     let filter = FilterConfig::from_registry(&registry, "local", &[TRUST_DOMAIN.into()], None);
