@@ -166,12 +166,10 @@ impl Engine {
             }
         };
         if result.is_ok() {
-            let label = METRICS.class(class.name);
-            METRICS.grants.get_or_create(&label).inc();
-            METRICS
-                .acquire_seconds
-                .get_or_create(&label)
-                .observe(started.elapsed().as_secs_f64());
+            METRICS.with_class(class.name, |m| {
+                m.grants.inc();
+                m.acquire_seconds.observe(started.elapsed().as_secs_f64());
+            });
         }
         result
     }
@@ -201,11 +199,12 @@ impl Engine {
         };
         let outcome = releaser.release(identity, key, token, lease).await?;
         if let Some(c) = &class {
-            let label = METRICS.class(c.name);
-            METRICS.releases.get_or_create(&label).inc();
-            if outcome.handed_on {
-                METRICS.handoffs.get_or_create(&label).inc();
-            }
+            METRICS.with_class(c.name, |m| {
+                m.releases.inc();
+                if outcome.handed_on {
+                    m.handoffs.inc();
+                }
+            });
         }
         // A handoff left the key held by the head, which has its answer: waking the next
         // waiter would only cost it a doomed grant transaction.

@@ -14,7 +14,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{LazyLock, RwLock};
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -78,6 +79,18 @@ pub struct Metrics {
     pub epoch: Gauge,
     /// 1 while the health service reports SERVING.
     pub serving: Gauge,
+    /// Each class's handles into the families above, found by name without building a
+    /// label (an allocation) on the grant path.
+    classes: RwLock<HashMap<String, ClassMetrics>>,
+}
+
+/// One class's series (handles into `Metrics`' families).
+#[derive(Clone)]
+pub struct ClassMetrics {
+    pub grants: Counter,
+    pub releases: Counter,
+    pub handoffs: Counter,
+    pub acquire_seconds: Histogram,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -176,6 +189,7 @@ impl Metrics {
             sealed,
             epoch,
             serving,
+            classes: RwLock::new(HashMap::new()),
         }
     }
 
@@ -192,17 +206,38 @@ impl Metrics {
     /// the first scrape, and the series set is fixed from the start.
     pub fn declare<'a>(&self, classes: impl Iterator<Item = &'a str>) {
         for class in classes {
-            let label = self.class(class);
-            let _ = self.grants.get_or_create(&label);
-            let _ = self.releases.get_or_create(&label);
-            let _ = self.handoffs.get_or_create(&label);
-            let _ = self.acquire_seconds.get_or_create(&label);
+            self.insert_class(class);
         }
         for reason in Reason::all() {
             let _ = self.refusals.get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             });
         }
+    }
+
+    fn insert_class(&self, class: &str) -> ClassMetrics {
+        let label = self.class(class);
+        let m = ClassMetrics {
+            grants: self.grants.get_or_create(&label).clone(),
+            releases: self.releases.get_or_create(&label).clone(),
+            handoffs: self.handoffs.get_or_create(&label).clone(),
+            acquire_seconds: self.acquire_seconds.get_or_create(&label).clone(),
+        };
+        if let Ok(mut map) = self.classes.write() {
+            map.insert(class.to_owned(), m.clone());
+        }
+        m
+    }
+
+    /// Runs `f` on `class`'s series (declared at start; a class first seen later is added).
+    pub fn with_class(&self, class: &str, f: impl FnOnce(&ClassMetrics)) {
+        if let Ok(map) = self.classes.read()
+            && let Some(m) = map.get(class)
+        {
+            f(m);
+            return;
+        }
+        f(&self.insert_class(class));
     }
 
     pub fn class(&self, class: &str) -> ClassLabel {
