@@ -17,12 +17,16 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 async fn health_of(stack: &Stack, i: usize) -> Option<ServingStatus> {
-    let channel = arbiter_channel(
-        stack.arbiters[i].addr,
-        Some(&stack.pki.edge_svid()),
-        &stack.pki.bundle(),
-    )
-    .ok()?;
+    health_as(stack, i, &stack.pki.edge_svid()).await
+}
+
+/// The health answer of arbiter `i` to a caller presenting `svid`, straight to its listener.
+async fn health_as(
+    stack: &Stack,
+    i: usize,
+    svid: &lock_integration::pki::SvidFiles,
+) -> Option<ServingStatus> {
+    let channel = arbiter_channel(stack.arbiters[i].addr, Some(svid), &stack.pki.bundle()).ok()?;
     let mut c = HealthClient::new(channel);
     let r = c
         .check(HealthCheckRequest {
@@ -31,6 +35,36 @@ async fn health_of(stack: &Stack, i: usize) -> Option<ServingStatus> {
         .await
         .ok()?;
     ServingStatus::try_from(r.into_inner().status).ok()
+}
+
+/// The health service shares the arbiter's mTLS listener: like lock.v1 it answers only an
+/// allow-listed edge. A workload's SVID gets no answer at all (the handshake refuses it);
+/// with the peer check switched off (debug-only `admit-any-peer`) it would.
+#[tokio::test]
+async fn only_the_edge_can_ask_an_arbiter_for_its_health() {
+    for (bugs, workload_answered) in [(vec![], false), (vec!["admit-any-peer"], true)] {
+        let mut arbiter_args = Vec::new();
+        for b in &bugs {
+            arbiter_args.extend(["--inject-bug".to_owned(), (*b).to_owned()]);
+        }
+        let stack = Stack::start(StackOptions {
+            arbiter_args,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let workload = stack.pki.svid("health-probe", LEDGER).unwrap();
+        assert_eq!(
+            health_as(&stack, 0, &stack.pki.edge_svid()).await,
+            Some(ServingStatus::Serving),
+            "{bugs:?}"
+        );
+        assert_eq!(
+            health_as(&stack, 0, &workload).await.is_some(),
+            workload_answered,
+            "a workload's certificate, bugs {bugs:?}"
+        );
+    }
 }
 
 /// Envoy's view of each arbiter: `(address, healthy)` from `/clusters`.

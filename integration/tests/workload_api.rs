@@ -73,6 +73,10 @@ async fn a_workload_api_client_keeps_working_through_rotations() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let rotations = source.updated().last() - first;
+    eprintln!(
+        "workload api: {calls} acquire/release pairs over {:?}, {rotations} rotations, every call granted",
+        start.elapsed()
+    );
     assert!(rotations >= 3, "{rotations} rotations pushed in 9 s");
     assert!(
         handshakes(&stack) >= handshakes_before + 3,
