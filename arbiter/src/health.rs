@@ -4,7 +4,8 @@
 //! arbiter's seal accepts, and the arbiter is not draining; NOT_SERVING otherwise (sealed,
 //! no quorum, a restart under way). Envoy's arbiter cluster then takes the arbiter out of
 //! the ring, so a key's requests go to the next owner instead of waiting for connections to
-//! fail. The check is a linearizable read of the epoch record every [`CHECK_EVERY`].
+//! fail. The check is a linearizable read of the epoch record every `every`
+//! (`--health-every-ms`, default [`CHECK_EVERY`]).
 
 use crate::drain::Drain;
 use crate::engine::Engine;
@@ -17,7 +18,7 @@ use tonic_health::server::HealthReporter;
 
 /// The service name Envoy asks about; "" (the whole server) reports the same.
 pub const SERVICE_NAME: &str = "lock.v1.Lock";
-/// How often the store is read for the health answer.
+/// How often the store is read for the health answer, by default.
 pub const CHECK_EVERY: Duration = Duration::from_millis(500);
 
 /// The health answer from the last store check and the drain state.
@@ -28,8 +29,8 @@ pub fn status(check: &Result<u16, ArbiterError>, draining: bool) -> ServingStatu
     }
 }
 
-/// Checks the store every [`CHECK_EVERY`] and on the drain's start, and reports.
-pub async fn run(engine: Arc<Engine>, reporter: HealthReporter, drain: Drain) {
+/// Checks the store every `every` and on the drain's start, and reports.
+pub async fn run(engine: Arc<Engine>, reporter: HealthReporter, drain: Drain, every: Duration) {
     loop {
         let check = engine.check_epoch().await;
         match &check {
@@ -47,7 +48,7 @@ pub async fn run(engine: Arc<Engine>, reporter: HealthReporter, drain: Drain) {
         reporter.set_service_status(SERVICE_NAME, s).await;
         reporter.set_service_status("", s).await;
         tokio::select! {
-            _ = tokio::time::sleep(CHECK_EVERY) => {}
+            _ = tokio::time::sleep(every) => {}
             _ = drain.started(), if !drain.is_draining() => {}
         }
     }

@@ -36,6 +36,7 @@ pub async fn serve(
     engine: Arc<Engine>,
     arbiter_id: &str,
     transport: Transport,
+    health_every: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     let service = LockServer::with_interceptor(
@@ -49,6 +50,7 @@ pub async fn serve(
         engine.clone(),
         reporter,
         engine.drain().clone(),
+        health_every,
     ));
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))

@@ -76,6 +76,9 @@ struct Args {
     /// After SIGTERM: the bound on the whole drain; past it the process exits anyway.
     #[arg(long, default_value_t = 10_000, env = "ARBITER_DRAIN_TIMEOUT_MS")]
     drain_timeout_ms: u64,
+    /// How often the health answer reads the epoch record (one linearizable read).
+    #[arg(long, default_value_t = 500, env = "ARBITER_HEALTH_EVERY_MS")]
+    health_every_ms: u64,
     /// Bound on every etcd call; past it a request fails NO_QUORUM.
     #[arg(long, default_value_t = 2000, env = "ARBITER_STORE_TIMEOUT_MS")]
     store_timeout_ms: u64,
@@ -154,7 +157,8 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let bound = Duration::from_millis(args.drain_timeout_ms);
-    let served = server::serve(listener, engine, &args.id, transport, stop);
+    let health_every = Duration::from_millis(args.health_every_ms.max(1));
+    let served = server::serve(listener, engine, &args.id, transport, health_every, stop);
     tokio::select! {
         r = served => r?,
         () = async { drain.started().await; tokio::time::sleep(bound).await } => {
