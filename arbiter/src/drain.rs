@@ -1,7 +1,8 @@
 //! Drain for a restart (SIGTERM): the health service turns NOT_SERVING so Envoy stops
 //! routing here; every queued waiter and every new request is answered DRAINING
-//! (UNAVAILABLE, retryable: the key's next owner answers the same request; a waiter's grant
-//! transaction in flight may still commit, and the retry on the same session returns it); KeepAlive streams end cleanly so clients reopen them on another arbiter;
+//! (UNAVAILABLE, retryable: nothing was done, and the key's next owner answers the same
+//! request; a waiter is answered at its next waiting point, never while its grant
+//! transaction is in flight, `wait_end.rs`); KeepAlive streams end cleanly so clients reopen them on another arbiter;
 //! transactions in flight finish; then the process exits, within a bound
 //! (`--drain-timeout`). Nothing is lost: a waiter's answer is DRAINING, never silence,
 //! and lock-client retries it inside the caller's deadline.

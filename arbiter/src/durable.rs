@@ -19,11 +19,11 @@ use crate::layout::{QUEUE_PREFIX, SessionRecord, decode, holder_key, lease_hex, 
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
 use crate::store::{Sealed, Store};
+use crate::wait_end::{Ended, WaitEnd};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::time::Duration;
-use tokio::time::{Instant, timeout_at};
 
 fn queue_prefix(key: &LockKey) -> String {
     format!("{QUEUE_PREFIX}{}/", key.as_str())
@@ -47,6 +47,7 @@ pub async fn acquire(
     key: &LockKey,
     class: &ResolvedClass<'_>,
     wait: Duration,
+    drain: &crate::drain::Drain,
 ) -> Result<Grant, ArbiterError> {
     let store = granter.store;
     let prefix = queue_prefix(key);
@@ -68,7 +69,9 @@ pub async fn acquire(
             Attempt::Held { .. } => Err(ArbiterError::Held),
         };
     }
-    let deadline = Instant::now() + wait;
+    // The wait ends (deadline or drain) only at a waiting point, never mid-transaction
+    // (`wait_end.rs`).
+    let end = WaitEnd::after(wait, drain);
     // Every etcd call is boxed: this future lives as long as the wait, and inline it would
     // be as large as the largest of them (found by `make heap-profile`).
     let mut entry = Box::pin(enqueue(store, session, &prefix)).await?;
@@ -79,13 +82,13 @@ pub async fn acquire(
     };
     let hkey = holder_key(key);
     loop {
-        if Instant::now() >= deadline {
-            return Box::pin(give_up(granter, session, key, class, &entry)).await;
+        if let Some(ended) = end.passed() {
+            return Box::pin(give_up(granter, session, key, class, &entry, ended)).await;
         }
         let (predecessor, seen_at) =
             Box::pin(predecessor(store, &prefix, entry.create_revision)).await?;
         let wake = match predecessor {
-            Some(p) => release_watch::wait(store, &p, seen_at + 1, deadline).await,
+            Some(p) => release_watch::wait(store, &p, seen_at + 1, &end).await,
             // First in line. A predecessor that just left was usually granted: read the
             // holder (a range, not a transaction) and watch it rather than attempt a grant
             // that cannot succeed, so each release still costs one grant attempt.
@@ -99,12 +102,12 @@ pub async fn acquire(
                     }
                 }
                 Some((revision, _)) => {
-                    release_watch::wait_or_overwrite(store, &hkey, revision + 1, deadline).await
+                    release_watch::wait_or_overwrite(store, &hkey, revision + 1, &end).await
                 }
                 None => match Box::pin(granter.attempt(session, key, class, Some(&entry))).await {
                     Ok(Attempt::Granted(g)) => return Ok(g),
                     Ok(Attempt::Held { revision }) => {
-                        release_watch::wait_or_overwrite(store, &hkey, revision + 1, deadline).await
+                        release_watch::wait_or_overwrite(store, &hkey, revision + 1, &end).await
                     }
                     // The key is free but the transaction keeps failing: our entry is gone.
                     // An epoch advance deletes every durable waiter (found by the release
@@ -120,20 +123,20 @@ pub async fn acquire(
         };
         match wake {
             Wake::Released { .. } => {}
-            Wake::Deadline => return Box::pin(give_up(granter, session, key, class, &entry)).await,
+            Wake::Ended(ended) => {
+                return Box::pin(give_up(granter, session, key, class, &entry, ended)).await;
+            }
             Wake::Broken => {
-                if timeout_at(deadline, tokio::time::sleep(release_watch::poll_interval()))
-                    .await
-                    .is_err()
-                {
-                    return Box::pin(give_up(granter, session, key, class, &entry)).await;
+                let pause = tokio::time::sleep(release_watch::poll_interval());
+                if let Err(ended) = end.bound(pause).await {
+                    return Box::pin(give_up(granter, session, key, class, &entry, ended)).await;
                 }
             }
         }
     }
 }
 
-/// The deadline passed: leave the queue, then look whether a release handed the key on
+/// The wait is over (deadline or drain): leave the queue, then look whether a release handed the key on
 /// before the entry went (a grant the caller is told, not a hold left behind it). Once the
 /// delete has committed no handoff can pick this waiter, so the read that follows decides.
 /// A delete that fails is that error (NO_QUORUM, retryable): a retried Acquire gets a
@@ -144,11 +147,12 @@ async fn give_up(
     key: &LockKey,
     class: &ResolvedClass<'_>,
     entry: &QueuePlace,
+    ended: Ended,
 ) -> Result<Grant, ArbiterError> {
     granter.store.sealed().await?.delete(&entry.key).await?;
     match granter.held_by(session, key, class).await? {
         Some(g) => Ok(g),
-        None => Err(ArbiterError::HeldDeadline),
+        None => Err(ended.refusal()),
     }
 }
 

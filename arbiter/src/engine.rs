@@ -144,27 +144,32 @@ impl Engine {
             match class.spec.fairness {
                 Fairness::Durable => {
                     Box::pin(crate::durable::acquire(
-                        &granter, &session, key, &class, wait,
+                        &granter,
+                        &session,
+                        key,
+                        &class,
+                        wait,
+                        &self.drain,
                     ))
                     .await
                 }
                 Fairness::Memory => {
-                    let fifo =
-                        crate::fifo::acquire(&granter, &self.queues, &session, key, &class, wait);
+                    let fifo = crate::fifo::acquire(
+                        &granter,
+                        &self.queues,
+                        &session,
+                        key,
+                        &class,
+                        wait,
+                        &self.drain,
+                    );
                     Box::pin(fifo).await
                 }
             }
         };
-        // A drain answers waiters at once (they retry at the key's next owner). An attempt
-        // that does not wait is left to finish: it is one transaction, about to answer.
-        let result = if wait.is_zero() {
-            acquire.await
-        } else {
-            tokio::select! {
-                r = acquire => r,
-                () = self.drain.started() => Err(ArbiterError::Draining),
-            }
-        };
+        // A drain ends waits at their next waiting point, never a transaction in flight
+        // (`wait_end.rs`): a waiter answered DRAINING holds nothing.
+        let result = acquire.await;
         if result.is_ok() {
             METRICS.with_class(class.name, |m| {
                 m.grants.inc();

@@ -11,12 +11,12 @@ use crate::layout::holder_key;
 use crate::queue::{Handed, Offer, Queues, Ticket};
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
+use crate::wait_end::{Ended, WaitEnd};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 /// How long a head whose offer a release took waits for that release's answer: the
 /// release's transaction is bounded by the store timeout; past this the head re-checks the
@@ -41,7 +41,8 @@ fn settle(
     }
 }
 
-/// Grants `key` to the session, waiting up to `wait` in the key's queue when it is held.
+/// Grants `key` to the session, waiting up to `wait` in the key's queue when it is held;
+/// a drain ends the wait at its next waiting point (`wait_end.rs`).
 pub async fn acquire(
     granter: &Granter<'_>,
     queues: &Arc<Queues>,
@@ -49,6 +50,7 @@ pub async fn acquire(
     key: &LockKey,
     class: &ResolvedClass<'_>,
     wait: Duration,
+    drain: &crate::drain::Drain,
 ) -> Result<Grant, ArbiterError> {
     // The calls below that talk to etcd are boxed: a queued waiter's future then holds only
     // its ticket, not room for the largest etcd call it might make (measured by `make
@@ -67,27 +69,23 @@ pub async fn acquire(
     {
         return Ok(g);
     }
-    let deadline = Instant::now() + wait;
+    let end = WaitEnd::after(wait, drain);
     let ticket = queues.join(key.as_str());
     // The offer stands from the moment the waiter joins: a release that comes before this
     // waiter has woken as head still hands the key on to it.
     let mut answer = stand(&ticket, session, class);
-    if tokio::time::timeout_at(deadline, ticket.until_head())
-        .await
-        .is_err()
-    {
-        return last_word(&ticket, &mut answer, class, ArbiterError::HeldDeadline).await;
-    }
-    Box::pin(wait_as_head(
+    let waiter = Waiter {
         granter,
-        &ticket,
-        &mut answer,
+        ticket: &ticket,
         session,
         key,
         class,
-        deadline,
-    ))
-    .await
+        end: &end,
+    };
+    if let Err(ended) = end.bound(ticket.until_head()).await {
+        return Box::pin(waiter.last_word(&mut answer, ended)).await;
+    }
+    Box::pin(waiter.wait_as_head(&mut answer)).await
 }
 
 /// Stands `ticket`'s offer; returns where its answer will come.
@@ -111,120 +109,128 @@ enum Woke {
     Handed(Result<Handed, oneshot::error::RecvError>),
 }
 
-/// A wait ends with `refusal`, unless a release has taken the offer: then its answer
-/// decides (the key may be this waiter's already), waited for within a bound.
-async fn last_word(
-    ticket: &Ticket,
-    answer: &mut Answer,
-    class: &ResolvedClass<'_>,
-    refusal: ArbiterError,
-) -> Result<Grant, ArbiterError> {
-    if !ticket.withdraw()
-        && let Ok(handed) = tokio::time::timeout(OFFER_ANSWER, answer).await
-        && let Some(done) = settle(handed, ticket, class)
-    {
-        return done;
-    }
-    Err(refusal)
+/// One queued waiter of a key at this arbiter, and where its wait ends.
+struct Waiter<'a> {
+    granter: &'a Granter<'a>,
+    ticket: &'a Ticket,
+    session: &'a Session,
+    key: &'a LockKey,
+    class: &'a ResolvedClass<'a>,
+    end: &'a WaitEnd,
 }
 
-/// The head of a key's queue: take a key handed on by a release; else attempt, and when
-/// held, watch for the release from the revision the key was seen held at.
-async fn wait_as_head(
-    granter: &Granter<'_>,
-    ticket: &Ticket,
-    answer: &mut Answer,
-    session: &Session,
-    key: &LockKey,
-    class: &ResolvedClass<'_>,
-    deadline: Instant,
-) -> Result<Grant, ArbiterError> {
-    let hkey = holder_key(key);
-    let mut broken_watches = 0u32;
-    loop {
-        match answer.try_recv() {
-            Ok(handed) => match settle(Ok(handed), ticket, class) {
-                Some(done) => return done,
-                None => *answer = stand(ticket, session, class),
-            },
-            // Taken and dropped (the release's outcome unknown): the attempt below reads
-            // back a handoff that committed.
-            Err(oneshot::error::TryRecvError::Closed) => {
-                *answer = stand(ticket, session, class);
-                ticket.saw_released();
-            }
-            Err(oneshot::error::TryRecvError::Empty) => {}
+impl Waiter<'_> {
+    /// A wait ends with `ended`'s refusal, unless a release has taken the offer: then its
+    /// answer decides (the key may be this waiter's already), waited for within a bound.
+    /// A release that could not say (its transaction's outcome unknown) leaves the holder
+    /// record to say: read back, so a handed-on key is a grant, not a hold behind a refusal.
+    async fn last_word(&self, answer: &mut Answer, ended: Ended) -> Result<Grant, ArbiterError> {
+        if self.ticket.withdraw() {
+            return Err(ended.refusal());
         }
-        if ticket.held_at().is_none() {
-            // A handoff may race this attempt: both then name this session's one grant.
-            // Boxed (as the etcd calls below): a head's future lives as long as its wait,
-            // and inline it would be as large as its largest etcd call (17 KiB a head,
-            // found by `make heap-profile`).
-            match Box::pin(granter.attempt(session, key, class, None)).await? {
-                Attempt::Granted(g) => {
-                    // The next head starts by watching, not by a doomed transaction.
-                    ticket.saw_held(g.revision);
-                    return Ok(g);
+        match tokio::time::timeout(OFFER_ANSWER, answer).await {
+            Ok(Ok(handed)) => match settle(Ok(handed), self.ticket, self.class) {
+                Some(done) => done,
+                None => Err(ended.refusal()),
+            },
+            Ok(Err(_)) | Err(_) => {
+                let held = self.granter.held_by(self.session, self.key, self.class);
+                match Box::pin(held).await? {
+                    Some(g) => Ok(g),
+                    None => Err(ended.refusal()),
                 }
-                Attempt::Held { revision } => ticket.saw_held(revision),
             }
         }
-        let from = ticket.held_at().unwrap_or(0) + 1;
-        let watched = release_watch::wait(granter.store, &hkey, from, deadline);
-        // A release through this arbiter hands the key on in its own transaction (one
-        // write for both) and answers the offer; a release elsewhere, or an expiry, still
-        // arrives by the watch, and the head then runs its own grant.
-        let wake = match ticket.release_signal() {
-            Some(signal) => tokio::select! {
-                w = watched => Woke::Watch(w),
-                () = signal.notified() => Woke::Watch(Wake::Released { revision: 0 }),
-                handed = &mut *answer => Woke::Handed(handed),
-            },
-            None => tokio::select! {
-                w = watched => Woke::Watch(w),
-                handed = &mut *answer => Woke::Handed(handed),
-            },
-        };
-        let wake = match wake {
-            Woke::Watch(w) => w,
-            Woke::Handed(handed) => match settle(handed, ticket, class) {
-                Some(done) => return done,
-                None => {
-                    // Not handed on, or the outcome unknown: a fresh offer, and the
-                    // attempt reads back a handoff that committed.
+    }
+
+    /// The head of a key's queue: take a key handed on by a release; else attempt, and
+    /// when held, watch for the release from the revision the key was seen held at. The
+    /// wait ends only here, between transactions (`wait_end.rs`).
+    async fn wait_as_head(&self, answer: &mut Answer) -> Result<Grant, ArbiterError> {
+        let (granter, ticket, session, class) =
+            (self.granter, self.ticket, self.session, self.class);
+        let hkey = holder_key(self.key);
+        let mut broken_watches = 0u32;
+        loop {
+            match answer.try_recv() {
+                Ok(handed) => match settle(Ok(handed), ticket, class) {
+                    Some(done) => return done,
+                    None => *answer = stand(ticket, session, class),
+                },
+                // Taken and dropped (the release's outcome unknown): the attempt below reads
+                // back a handoff that committed.
+                Err(oneshot::error::TryRecvError::Closed) => {
                     *answer = stand(ticket, session, class);
                     ticket.saw_released();
-                    continue;
                 }
-            },
-        };
-        match wake {
-            Wake::Released { revision } => {
-                if granter.bugs.has(Bug::GrantOnWatchEvent) && revision > 0 {
-                    let sealed = Box::pin(granter.store.sealed()).await?;
-                    ticket.saw_held(revision);
-                    return mint(sealed.epoch(), revision, class);
-                }
-                broken_watches = 0;
-                ticket.saw_released();
+                Err(oneshot::error::TryRecvError::Empty) => {}
             }
-            Wake::Deadline => {
-                return last_word(ticket, answer, class, ArbiterError::HeldDeadline).await;
-            }
-            Wake::Broken => {
-                // Watch lost or compacted: retry the transaction and re-watch at once; if
-                // the watch keeps failing, poll every second with jitter (ADR-15).
-                broken_watches += 1;
-                if broken_watches > 1 {
-                    let pause = release_watch::poll_interval();
-                    if tokio::time::timeout_at(deadline, tokio::time::sleep(pause))
-                        .await
-                        .is_err()
-                    {
-                        return last_word(ticket, answer, class, ArbiterError::HeldDeadline).await;
+            if ticket.held_at().is_none() {
+                // A handoff may race this attempt: both then name this session's one grant.
+                // Boxed (as the etcd calls below): a head's future lives as long as its
+                // wait, and inline it would be as large as its largest etcd call (17 KiB a
+                // head, found by `make heap-profile`).
+                match Box::pin(granter.attempt(session, self.key, class, None)).await? {
+                    Attempt::Granted(g) => {
+                        // The next head starts by watching, not by a doomed transaction.
+                        ticket.saw_held(g.revision);
+                        return Ok(g);
                     }
+                    Attempt::Held { revision } => ticket.saw_held(revision),
                 }
-                ticket.saw_released();
+            }
+            let from = ticket.held_at().unwrap_or(0) + 1;
+            let watched = release_watch::wait(granter.store, &hkey, from, self.end);
+            // A release through this arbiter hands the key on in its own transaction (one
+            // write for both) and answers the offer; a release elsewhere, or an expiry,
+            // still arrives by the watch, and the head then runs its own grant.
+            let wake = match ticket.release_signal() {
+                Some(signal) => tokio::select! {
+                    w = watched => Woke::Watch(w),
+                    () = signal.notified() => Woke::Watch(Wake::Released { revision: 0 }),
+                    handed = &mut *answer => Woke::Handed(handed),
+                },
+                None => tokio::select! {
+                    w = watched => Woke::Watch(w),
+                    handed = &mut *answer => Woke::Handed(handed),
+                },
+            };
+            let wake = match wake {
+                Woke::Watch(w) => w,
+                Woke::Handed(handed) => match settle(handed, ticket, class) {
+                    Some(done) => return done,
+                    None => {
+                        // Not handed on, or the outcome unknown: a fresh offer, and the
+                        // attempt reads back a handoff that committed.
+                        *answer = stand(ticket, session, class);
+                        ticket.saw_released();
+                        continue;
+                    }
+                },
+            };
+            match wake {
+                Wake::Released { revision } => {
+                    if granter.bugs.has(Bug::GrantOnWatchEvent) && revision > 0 {
+                        let sealed = Box::pin(granter.store.sealed()).await?;
+                        ticket.saw_held(revision);
+                        return mint(sealed.epoch(), revision, class);
+                    }
+                    broken_watches = 0;
+                    ticket.saw_released();
+                }
+                Wake::Ended(ended) => return Box::pin(self.last_word(answer, ended)).await,
+                Wake::Broken => {
+                    // Watch lost or compacted: retry the transaction and re-watch at once;
+                    // if the watch keeps failing, poll every second with jitter (ADR-15).
+                    broken_watches += 1;
+                    if broken_watches > 1 {
+                        let pause = tokio::time::sleep(release_watch::poll_interval());
+                        if let Err(ended) = self.end.bound(pause).await {
+                            return Box::pin(self.last_word(answer, ended)).await;
+                        }
+                    }
+                    ticket.saw_released();
+                }
             }
         }
     }

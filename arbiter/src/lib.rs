@@ -29,6 +29,7 @@ pub mod server;
 pub mod service;
 pub mod sessions;
 pub mod store;
+pub mod wait_end;
 pub mod watch_hub;
 
 pub use engine::Engine;

@@ -3,24 +3,24 @@
 //! hint (ADR-15): what it reports is acted on only by running a full grant transaction.
 
 use crate::store::Store;
+use crate::wait_end::{Ended, WaitEnd};
 use std::time::{Duration, SystemTime};
-use tokio::time::{Instant, timeout_at};
 
 pub enum Wake {
     /// The holder key was deleted (release, session expiry or epoch advance) at `revision`,
     /// or, for a watch that asked for overwrites, handed on by a release at `revision`.
     Released { revision: i64 },
-    /// The caller's wait deadline passed.
-    Deadline,
+    /// The wait is over: the caller's deadline passed, or the arbiter is draining.
+    Ended(Ended),
     /// The watch could not be created, was cancelled (e.g. compaction) or broke.
     Broken,
 }
 
 /// Waits until the key at `holder_key` is deleted at or after `from_revision`, on the
-/// arbiter's one watch stream (`watch_hub.rs`); giving up (the deadline, or the caller
+/// arbiter's one watch stream (`watch_hub.rs`); giving up (the wait's end, or the caller
 /// dropping this future) cancels the watch.
-pub async fn wait(store: &Store, holder_key: &str, from_revision: i64, deadline: Instant) -> Wake {
-    wait_for(store, holder_key, from_revision, false, deadline).await
+pub async fn wait(store: &Store, holder_key: &str, from_revision: i64, end: &WaitEnd) -> Wake {
+    wait_for(store, holder_key, from_revision, false, end).await
 }
 
 /// [`wait`], woken by an overwrite of the record too: a durable queue's first waiter, to
@@ -29,9 +29,9 @@ pub async fn wait_or_overwrite(
     store: &Store,
     holder_key: &str,
     from_revision: i64,
-    deadline: Instant,
+    end: &WaitEnd,
 ) -> Wake {
-    wait_for(store, holder_key, from_revision, true, deadline).await
+    wait_for(store, holder_key, from_revision, true, end).await
 }
 
 async fn wait_for(
@@ -39,15 +39,12 @@ async fn wait_for(
     holder_key: &str,
     from_revision: i64,
     overwrites: bool,
-    deadline: Instant,
+    end: &WaitEnd,
 ) -> Wake {
     let mut watching = store
         .watch_hub()
         .watch(holder_key, from_revision, overwrites);
-    match timeout_at(deadline, watching.next()).await {
-        Err(_) => Wake::Deadline,
-        Ok(wake) => wake,
-    }
+    end.bound(watching.next()).await.unwrap_or_else(Wake::Ended)
 }
 
 /// One second with up to ±200 ms of jitter, so pollers of one key do not align.

@@ -45,8 +45,7 @@ pub enum Reason {
     /// etcd raised its NOSPACE alarm: no new grants or sessions (closed); releases,
     /// renewals and reads still work. An addition to DESIGN 4.4.
     StoreFull,
-    /// The arbiter is draining for a restart (SIGTERM); as with NO_QUORUM a waiting Acquire's
-    /// grant may have committed (its retry on the same session returns it); the same request
+    /// The arbiter is draining for a restart (SIGTERM): nothing was done; the same request
     /// at the key's next owner will be answered (UNAVAILABLE, retryable). An addition to
     /// DESIGN 4.4.
     Draining,

@@ -98,10 +98,6 @@ fn classify<T>(
         Ok(Err(status)) => match lock_integration::reason_of(&status) {
             // NO_QUORUM may follow a transaction that committed (README "Errors").
             Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
-            // So may DRAINING to a waiter: the drain ends the wait, and a grant transaction
-            // in flight at that moment can still commit (found by this gate: a holder record
-            // for a caller answered DRAINING). Its retry on the same session gets the grant.
-            Some((r, _)) if r.as_str() == "DRAINING" => Outcome::Unknown(r.as_str().into()),
             // A wait that ran out: the wire reason is HELD, but the wait may also have
             // ended on a slow store; recorded apart so the checks can tell.
             Some((lock_config::Reason::HeldDeadline, _)) => Outcome::Fail("HELD_DEADLINE".into()),

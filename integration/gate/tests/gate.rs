@@ -56,6 +56,7 @@ fn with_bug(bug: &str, seconds: u64, faults: Vec<faults::Fault>) -> GateOptions 
         duration: Duration::from_secs(seconds),
         faults,
         inject_bugs: vec![bug.into()],
+        keep_failed: false,
         postgres: false,
         ..GateOptions::default()
     }
@@ -175,6 +176,7 @@ async fn catches_the_attacker_once_the_boundary_is_switched_off() {
         duration: Duration::from_secs(20),
         faults: vec![],
         inject_bugs: vec!["edge-headers-from-metadata".into(), "admit-any-peer".into()],
+        keep_failed: false,
         filter_switches: vec!["ignore-trailers".into()],
         postgres: false,
         ..GateOptions::default()

@@ -124,7 +124,7 @@ class Unavailable(LockError):
 
 
 class Draining(Unavailable):
-    """The arbiter is draining for a restart; retried (same session) at the key's next
+    """The arbiter is draining for a restart: nothing was done; retried at the key's next
     owner inside the caller's deadline."""
 
 

@@ -1,0 +1,119 @@
+//! Where a wait ends: the caller's deadline or this arbiter's drain, whichever comes first.
+//!
+//! Only the waiting points consult it (a place in the queue, the release watch, a poll's
+//! pause), never a grant transaction in flight: a transaction handed to the store may
+//! commit after its caller stops listening, so a waiter cut off mid-transaction could be
+//! told DRAINING while a holder record names it (the gate found exactly that when the drain
+//! raced the whole Acquire). Ending only where nothing is in flight keeps both refusals
+//! definite: a waiter answered `HELD` (deadline) or `DRAINING` holds nothing.
+
+use crate::drain::Drain;
+use crate::error::ArbiterError;
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Why a wait ended without the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The caller's wait deadline passed.
+    Deadline,
+    /// The arbiter started draining (SIGTERM): the caller retries at the key's next owner.
+    Draining,
+}
+
+impl Ended {
+    /// The refusal the waiter is answered with.
+    pub fn refusal(self) -> ArbiterError {
+        match self {
+            Self::Deadline => ArbiterError::HeldDeadline,
+            Self::Draining => ArbiterError::Draining,
+        }
+    }
+}
+
+pub struct WaitEnd {
+    deadline: Instant,
+    drain: Drain,
+}
+
+impl WaitEnd {
+    pub fn after(wait: Duration, drain: &Drain) -> Self {
+        Self {
+            deadline: Instant::now() + wait,
+            drain: drain.clone(),
+        }
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the wait is over already (checked between two transactions).
+    pub fn passed(&self) -> Option<Ended> {
+        if self.drain.is_draining() {
+            Some(Ended::Draining)
+        } else if Instant::now() >= self.deadline {
+            Some(Ended::Deadline)
+        } else {
+            None
+        }
+    }
+
+    /// Resolves when the wait is over.
+    pub async fn reached(&self) -> Ended {
+        tokio::select! {
+            biased;
+            () = self.drain.started() => Ended::Draining,
+            () = tokio::time::sleep_until(self.deadline) => Ended::Deadline,
+        }
+    }
+
+    /// Runs `waiting` (a wait, never a transaction) until it finishes or the wait is over;
+    /// an output that is ready wins over an end that is ready.
+    pub async fn bound<F: Future>(&self, waiting: F) -> Result<F::Output, Ended> {
+        tokio::select! {
+            biased;
+            out = waiting => Ok(out),
+            ended = self.reached() => Err(ended),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_of_deadline_and_drain_ends_the_wait() {
+        let drain = Drain::default();
+        let end = WaitEnd::after(Duration::from_millis(50), &drain);
+        assert_eq!(end.passed(), None);
+        // A finished wait wins even when the end is also due.
+        assert_eq!(end.bound(async { 7 }).await, Ok(7));
+        // The deadline ends a wait that never finishes.
+        assert_eq!(
+            end.bound(std::future::pending::<()>()).await,
+            Err(Ended::Deadline)
+        );
+        assert_eq!(end.passed(), Some(Ended::Deadline));
+
+        let end = WaitEnd::after(Duration::from_secs(60), &drain);
+        let waiting = tokio::spawn(async move { end.bound(std::future::pending::<()>()).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drain.start();
+        assert_eq!(waiting.await.unwrap(), Err(Ended::Draining));
+        let end = WaitEnd::after(Duration::from_secs(60), &drain);
+        assert_eq!(end.passed(), Some(Ended::Draining));
+        assert_eq!(end.reached().await, Ended::Draining);
+    }
+
+    #[test]
+    fn each_end_has_its_refusal() {
+        assert!(matches!(
+            Ended::Deadline.refusal(),
+            ArbiterError::HeldDeadline
+        ));
+        assert!(matches!(Ended::Draining.refusal(), ArbiterError::Draining));
+    }
+}
