@@ -62,6 +62,15 @@ fn with_bug(bug: &str, seconds: u64, faults: Vec<faults::Fault>) -> GateOptions 
     }
 }
 
+/// Removes a kept gate folder when the test ends (passing or not).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn found(report: &GateReport, check: &str) -> bool {
     report.violations.iter().any(|v| v.check == check)
 }
@@ -94,8 +103,14 @@ async fn catches_a_release_without_the_token_compare() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_a_grant_without_the_epoch_compare_on_every_key_it_touched() {
     let advances = vec![faults::Fault::EpochAdvance];
-    let report = run(with_bug("grant-without-epoch-compare", 25, advances)).await;
+    // Its history is read below: kept, and removed at the end.
+    let report = run(GateOptions {
+        keep_failed: true,
+        ..with_bug("grant-without-epoch-compare", 25, advances)
+    })
+    .await;
     assert!(!report.passed());
+    let _remove = RemoveOnDrop(report.dir.clone());
     // After an advance an arbiter with the old epoch cached minted old-epoch tokens. Every
     // key given such a token (its epoch is not the store's at its revision, per the store
     // log) must be reported, not just one of them.
