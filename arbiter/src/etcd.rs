@@ -7,6 +7,7 @@
 //! a sealed store (`lockctl epoch advance`, `lockctl stats`).
 
 use crate::error::ArbiterError;
+use crate::etcd_tls::EtcdTls;
 use crate::metrics::METRICS;
 use crate::renewals::Renewals;
 use etcd_client::{
@@ -33,13 +34,22 @@ pub enum LeaseGrant {
 }
 
 impl Etcd {
-    pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self, ArbiterError> {
-        let opts = ConnectOptions::new()
+    /// Connects to `endpoints`, over TLS with the client certificate in `tls` (its CN is the
+    /// etcd user, `etcd_tls.rs`), or plaintext (loopback only, checked by `etcd_tls::load`).
+    pub async fn connect(
+        endpoints: &[String],
+        timeout: Duration,
+        tls: Option<&EtcdTls>,
+    ) -> Result<Self, ArbiterError> {
+        let mut opts = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
             .with_keep_alive(Duration::from_secs(5), timeout);
+        if let Some(tls) = tls {
+            opts = opts.with_tls(tls.options());
+        }
         let client = bounded(timeout, Client::connect(endpoints, Some(opts))).await?;
-        let renewals = Renewals::start(endpoints, timeout)?;
+        let renewals = Renewals::start(endpoints, timeout, tls)?;
         Ok(Self {
             client,
             timeout,
@@ -49,6 +59,11 @@ impl Etcd {
 
     pub fn kv(&self) -> KvClient {
         self.client.kv_client()
+    }
+
+    /// Users and roles (`lockctl roles`, `etcd_roles.rs`).
+    pub fn auth_client(&self) -> etcd_client::AuthClient {
+        self.client.auth_client()
     }
 
     pub fn lease(&self) -> LeaseClient {

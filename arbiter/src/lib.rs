@@ -12,6 +12,8 @@ pub mod engine;
 pub mod epoch;
 pub mod error;
 pub mod etcd;
+pub mod etcd_roles;
+pub mod etcd_tls;
 pub mod fifo;
 pub mod grant;
 pub mod health;

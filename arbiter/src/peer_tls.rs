@@ -265,6 +265,7 @@ mod tests {
             uris: uris.iter().map(|s| (*s).to_owned()).collect(),
             dns_names: vec!["localhost".into()],
             valid_for: time::Duration::hours(1),
+            ..Leaf::plain()
         };
         CertificateDer::from_pem_slice(ca.issue(&leaf).unwrap().cert_pem.as_bytes())
             .unwrap()

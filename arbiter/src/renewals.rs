@@ -56,7 +56,11 @@ pub struct Renewals {
 impl Renewals {
     /// Starts the stream task (inside a Tokio runtime). `endpoints` as given to the
     /// arbiter (`host:port` or a URL).
-    pub fn start(endpoints: &[String], timeout: Duration) -> Result<Self, ArbiterError> {
+    pub fn start(
+        endpoints: &[String],
+        timeout: Duration,
+        tls: Option<&crate::etcd_tls::EtcdTls>,
+    ) -> Result<Self, ArbiterError> {
         let mut list = Vec::new();
         for e in endpoints {
             let url = if e.contains("://") {
@@ -69,6 +73,12 @@ impl Renewals {
                 .connect_timeout(timeout)
                 .http2_keep_alive_interval(Duration::from_secs(5))
                 .keep_alive_timeout(timeout);
+            let endpoint = match tls {
+                Some(tls) => endpoint
+                    .tls_config(tls.options())
+                    .map_err(|e| ArbiterError::Store(format!("etcd TLS: {e}")))?,
+                None => endpoint,
+            };
             list.push(endpoint);
         }
         let (tx, rx) = mpsc::channel(QUEUE);

@@ -20,22 +20,22 @@ pub struct Arbiter {
 }
 
 impl Arbiter {
-    /// Starts an arbiter on a free port; `etcd_urls` is comma-separated.
+    /// Starts an arbiter on a free port, reaching etcd as its own etcd user (`arbiter`).
     pub fn start(
         dir: &Path,
         id: &str,
-        etcd_urls: &str,
+        etcd: &crate::etcd::Access,
         registry: &Path,
         pki: &Pki,
     ) -> anyhow::Result<Self> {
-        Self::start_with(dir, id, etcd_urls, registry, pki, &[])
+        Self::start_with(dir, id, etcd, registry, pki, &[])
     }
 
     /// As [`Arbiter::start`], with extra flags (e.g. `--store-timeout-ms`).
     pub fn start_with(
         dir: &Path,
         id: &str,
-        etcd_urls: &str,
+        etcd: &crate::etcd::Access,
         registry: &Path,
         pki: &Pki,
         extra: &[&str],
@@ -46,9 +46,10 @@ impl Arbiter {
         } else {
             pki.arbiter_tls_args()
         };
+        args.extend(etcd.pki.arbiter_args());
         args.extend([
             "--etcd".into(),
-            etcd_urls.into(),
+            etcd.urls.clone(),
             "--registry".into(),
             registry.display().to_string(),
             "--id".into(),

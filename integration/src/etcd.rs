@@ -1,11 +1,133 @@
-//! A real etcd member (single-member cluster) on loopback in a temp data dir.
+//! A real etcd member (single-member cluster) on loopback in a temp data dir, secured as
+//! in production: clients and peers over TLS with certificates from etcd's own CA, client
+//! certificates required, auth enabled with the service's users and roles
+//! (`lock_arbiter::etcd_roles`, applied as `lockctl roles apply` does). Tests reach it as
+//! `root` through [`Etcd::client`]; arbiters and lockctl get their own users' certificates.
 
 use crate::netlab::NetLab;
 use crate::paths::dep;
 use crate::process::{Proc, free_port, patience};
-use std::net::SocketAddr;
+use lock_devca::{DevCa, Leaf};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+
+/// The etcd users there are certificates for (CN = user); `stranger` is no etcd user.
+pub const USERS: [&str; 4] = ["root", "arbiter", "operator", "stranger"];
+
+/// etcd's own PKI for one cluster: a CA (not the SPIFFE trust domain's), one member
+/// certificate for serving clients and peers (IP SANs of every member, no CN, so the JSON
+/// gateway, which dials etcd with it, is no user), and a client certificate per user.
+pub struct EtcdPki {
+    pub dir: PathBuf,
+}
+
+impl EtcdPki {
+    pub fn create(dir: &Path, ips: &[IpAddr]) -> anyhow::Result<Self> {
+        let ca = DevCa::create_plain("lock dev etcd CA")?;
+        ca.save(dir)?;
+        let mut member = Leaf::plain().with_dns("localhost");
+        for ip in ips {
+            member = member.with_ip(*ip);
+        }
+        ca.issue(&member)?.save(dir, "member")?;
+        for user in USERS {
+            ca.issue(&Leaf::plain().with_common_name(user))?
+                .save(dir, user)?;
+        }
+        // A client certificate with a CN etcd knows, signed by another CA.
+        DevCa::create_plain("not etcd's CA")?
+            .issue(&Leaf::plain().with_common_name("root"))?
+            .save(dir, "foreign-root")?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join(lock_devca::CA_CERT_FILE)
+    }
+
+    pub fn cert(&self, user: &str) -> PathBuf {
+        self.dir.join(format!("{user}.pem"))
+    }
+
+    pub fn key(&self, user: &str) -> PathBuf {
+        self.dir.join(format!("{user}.key"))
+    }
+
+    /// The credential files for `user`, as the arbiter and lockctl take them.
+    pub fn files(&self, user: &str) -> lock_arbiter::etcd_tls::EtcdTlsFiles {
+        lock_arbiter::etcd_tls::EtcdTlsFiles {
+            ca: Some(self.ca()),
+            cert: Some(self.cert(user)),
+            key: Some(self.key(user)),
+        }
+    }
+
+    /// etcd-client TLS options for `user`.
+    pub fn tls(&self, user: &str) -> anyhow::Result<etcd_client::TlsOptions> {
+        Ok(etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(std::fs::read(
+                self.ca(),
+            )?))
+            .identity(etcd_client::Identity::from_pem(
+                std::fs::read(self.cert(user))?,
+                std::fs::read(self.key(user))?,
+            )))
+    }
+
+    /// lockctl's environment for `user` (`LOCK_ETCD_CA`, `LOCK_ETCD_CERT`, `LOCK_ETCD_KEY`).
+    pub fn lockctl_env(&self, user: &str) -> Vec<(String, String)> {
+        vec![
+            ("LOCK_ETCD_CA".into(), self.ca().display().to_string()),
+            (
+                "LOCK_ETCD_CERT".into(),
+                self.cert(user).display().to_string(),
+            ),
+            ("LOCK_ETCD_KEY".into(), self.key(user).display().to_string()),
+        ]
+    }
+
+    /// The arbiter's flags for its own etcd user.
+    pub fn arbiter_args(&self) -> Vec<String> {
+        vec![
+            "--etcd-ca".into(),
+            self.ca().display().to_string(),
+            "--etcd-cert".into(),
+            self.cert("arbiter").display().to_string(),
+            "--etcd-key".into(),
+            self.key("arbiter").display().to_string(),
+        ]
+    }
+
+    /// etcdctl's flags for `user`.
+    pub fn etcdctl_args(&self, user: &str) -> Vec<String> {
+        vec![
+            format!("--cacert={}", self.ca().display()),
+            format!("--cert={}", self.cert(user).display()),
+            format!("--key={}", self.key(user).display()),
+        ]
+    }
+}
+
+/// How a cluster is secured: always TLS with client certificates; `Roles` also enables
+/// auth with the service's users and roles (production), `TlsOnly` leaves auth off (the
+/// layer switched off, for the test that shows the roles are what refuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Security {
+    #[default]
+    Roles,
+    TlsOnly,
+}
+
+/// Where clients reach a cluster: its client URLs and PKI.
+#[derive(Clone)]
+pub struct Access {
+    pub urls: String,
+    pub pki: Arc<EtcdPki>,
+}
 
 pub struct Etcd {
     pub proc: Proc,
@@ -19,6 +141,8 @@ pub struct Etcd {
     pub data_dir: PathBuf,
     /// Prometheus endpoint: etcd's own count of the RPCs it served.
     pub metrics_addr: SocketAddr,
+    /// The cluster's certificates (shared by its members).
+    pub pki: Arc<EtcdPki>,
     log_dir: PathBuf,
     extra: Vec<String>,
     /// The network namespace the member runs in (None: the test's own, on loopback).
@@ -50,6 +174,17 @@ impl Etcd {
         n: usize,
         extra: &[String],
     ) -> anyhow::Result<Vec<Self>> {
+        Self::start_secured(dir, prefix, n, extra, Security::Roles)
+    }
+
+    /// As [`Etcd::start_cluster_with`], secured as `security` says.
+    pub fn start_secured(
+        dir: &Path,
+        prefix: &str,
+        n: usize,
+        extra: &[String],
+        security: Security,
+    ) -> anyhow::Result<Vec<Self>> {
         let mut places = Vec::with_capacity(n);
         for _ in 0..n {
             places.push(Placement {
@@ -58,7 +193,7 @@ impl Etcd {
                 ports: [free_port()?, free_port()?, free_port()?],
             });
         }
-        Self::start_placed(dir, prefix, places, extra)
+        Self::start_placed(dir, prefix, places, extra, security)
     }
 
     /// An `n`-member cluster with member `i` alone in `lab`'s namespace `i`, so links
@@ -77,7 +212,7 @@ impl Etcd {
                 ports: [2379, 2380, 2381],
             })
             .collect();
-        Self::start_placed(dir, prefix, places, extra)
+        Self::start_placed(dir, prefix, places, extra, Security::Roles)
     }
 
     fn start_placed(
@@ -85,9 +220,13 @@ impl Etcd {
         prefix: &str,
         places: Vec<Placement>,
         extra: &[String],
+        security: Security,
     ) -> anyhow::Result<Vec<Self>> {
         let n = places.len();
         let token = format!("lock-{prefix}-{}", free_port()?);
+        let mut ips: Vec<IpAddr> = places.iter().map(|p| p.ip).collect();
+        ips.push(std::net::Ipv4Addr::LOCALHOST.into());
+        let pki = Arc::new(EtcdPki::create(&dir.join(format!("{prefix}-pki")), &ips)?);
         let mut members = Vec::with_capacity(n);
         for (i, place) in places.into_iter().enumerate() {
             let name = if n == 1 {
@@ -100,8 +239,9 @@ impl Etcd {
             members.push(Self {
                 proc: Proc::placeholder(&name, dir),
                 client_addr: at(client),
-                client_url: format!("http://{}", at(client)),
-                peer_url: format!("http://{}", at(peer)),
+                client_url: format!("https://{}", at(client)),
+                peer_url: format!("https://{}", at(peer)),
+                pki: pki.clone(),
                 cluster_token: token.clone(),
                 initial_cluster: String::new(),
                 data_dir: dir.join(format!("{name}.etcd")),
@@ -124,7 +264,33 @@ impl Etcd {
         for m in &mut members {
             m.proc.wait_for_port(m.client_addr, patience())?;
         }
+        if security == Security::Roles {
+            let urls: Vec<String> = members.iter().map(|m| m.client_url.clone()).collect();
+            enable_roles(&urls, &pki)?;
+        }
         Ok(members)
+    }
+
+    /// Where clients reach this member's cluster.
+    pub fn access(&self, urls: &str) -> Access {
+        Access {
+            urls: urls.to_owned(),
+            pki: self.pki.clone(),
+        }
+    }
+
+    /// A client of this member as `user` (no retries: a refusal is the answer).
+    pub async fn client_as(&self, user: &str) -> anyhow::Result<etcd_client::Client> {
+        Ok(etcd_client::Client::connect(
+            [self.client_url.clone()],
+            Some(
+                etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(std::time::Duration::from_secs(2))
+                    .with_timeout(std::time::Duration::from_secs(5))
+                    .with_tls(self.pki.tls(user)?),
+            ),
+        )
+        .await?)
     }
 
     /// The --initial-cluster this member was started with.
@@ -145,7 +311,8 @@ impl Etcd {
             Some(
                 etcd_client::ConnectOptions::new()
                     .with_connect_timeout(std::time::Duration::from_secs(1))
-                    .with_timeout(std::time::Duration::from_secs(2)),
+                    .with_timeout(std::time::Duration::from_secs(2))
+                    .with_tls(self.pki.tls("root")?),
             ),
         )
         .await?;
@@ -185,6 +352,20 @@ impl Etcd {
                 "--listen-metrics-urls",
                 &format!("http://{}", self.metrics_addr),
             ])
+            .arg("--client-cert-auth")
+            .arg("--trusted-ca-file")
+            .arg(self.pki.ca())
+            .arg("--cert-file")
+            .arg(self.pki.cert("member"))
+            .arg("--key-file")
+            .arg(self.pki.key("member"))
+            .arg("--peer-client-cert-auth")
+            .arg("--peer-trusted-ca-file")
+            .arg(self.pki.ca())
+            .arg("--peer-cert-file")
+            .arg(self.pki.cert("member"))
+            .arg("--peer-key-file")
+            .arg(self.pki.key("member"))
             .args(["--log-level", "warn"])
             .args(&self.extra);
         self.proc = Proc::spawn(&self.name, cmd, &self.log_dir)?;
@@ -198,12 +379,16 @@ impl Etcd {
         self.run_on(&data_dir)
     }
 
+    /// A client as `root` (tests see and do everything), once the member answers.
     pub async fn client(&self) -> anyhow::Result<etcd_client::Client> {
         let url = self.client_url.clone();
+        let tls = self.pki.tls("root")?;
         crate::process::eventually(patience(), || {
             let url = url.clone();
+            let tls = tls.clone();
             async move {
-                let mut c = etcd_client::Client::connect([url], None).await?;
+                let opts = etcd_client::ConnectOptions::new().with_tls(tls);
+                let mut c = etcd_client::Client::connect([url], Some(opts)).await?;
                 c.get("/health-probe", None).await?;
                 Ok(c)
             }
@@ -256,4 +441,36 @@ impl Etcd {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64)
     }
+}
+
+/// Creates the service's users and roles and enables auth, as `lockctl roles apply` does
+/// (the same plan), with the root user's certificate. Retried until the cluster answers
+/// (a new cluster may still be electing its leader). On its own thread and runtime: the
+/// members are started from synchronous code.
+fn enable_roles(urls: &[String], pki: &EtcdPki) -> anyhow::Result<()> {
+    use lock_arbiter::etcd_roles;
+    let urls = urls.to_vec();
+    let tls = pki.tls("root")?;
+    let apply = move || -> anyhow::Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(crate::process::eventually(patience(), || {
+            let (urls, tls) = (urls.clone(), tls.clone());
+            async move {
+                let opts = etcd_client::ConnectOptions::new()
+                    .with_timeout(std::time::Duration::from_secs(5))
+                    .with_tls(tls);
+                let client = etcd_client::Client::connect(urls, Some(opts)).await?;
+                let mut auth = client.auth_client();
+                let current = etcd_roles::read(&mut auth).await?;
+                let changes = etcd_roles::plan(&current, etcd_roles::ROLES, etcd_roles::USERS);
+                etcd_roles::apply(&mut auth, &changes).await?;
+                Ok(())
+            }
+        }))
+    };
+    std::thread::spawn(apply)
+        .join()
+        .map_err(|_| anyhow::anyhow!("enabling etcd roles panicked"))?
 }

@@ -109,8 +109,8 @@ impl Pki {
     pub fn issue(&self, name: &str, uris: &[&str]) -> anyhow::Result<SvidFiles> {
         let leaf = Leaf {
             uris: uris.iter().map(|s| (*s).to_owned()).collect(),
-            dns_names: Vec::new(),
             valid_for: time::Duration::days(1),
+            ..Leaf::plain()
         };
         self.ca.issue(&leaf)?.save(&self.dir, name)?;
         Ok(self.files(name))

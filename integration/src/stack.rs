@@ -103,7 +103,11 @@ impl Stack {
     pub fn epoch_advance(&self, from: u16) -> anyhow::Result<Output> {
         let from = from.to_string();
         let urls = self.etcd_urls();
-        lockctl(&["epoch", "advance", "--etcd", &urls, "--from", &from], &[])
+        lockctl_etcd(
+            &["epoch", "advance", "--etcd", &urls, "--from", &from],
+            &self.etcd.pki,
+            "operator",
+        )
     }
 
     /// As [`Stack::epoch_advance`], which must succeed.
@@ -150,7 +154,7 @@ impl Stack {
         let urls = urls.join(",");
         etcd.client().await.context("etcd not answering")?;
         if opts.init_epoch {
-            let out = lockctl(&["epoch", "init", "--etcd", &urls], &[])?;
+            let out = lockctl_etcd(&["epoch", "init", "--etcd", &urls], &etcd.pki, "operator")?;
             if !out.status.success() {
                 bail!(
                     "lockctl epoch init failed: {}",
@@ -164,7 +168,7 @@ impl Stack {
             arbiters.push(Arbiter::start_with(
                 &dir,
                 &format!("arbiter-{i}"),
-                &urls,
+                &etcd.access(&urls),
                 &opts.registry,
                 &pki,
                 &extra,
@@ -217,6 +221,11 @@ impl Stack {
     pub fn etcd_urls(&self) -> String {
         let urls: Vec<&str> = self.members().map(|m| m.client_url.as_str()).collect();
         urls.join(",")
+    }
+
+    /// Every member's client URL and the cluster's PKI (what an arbiter is given).
+    pub fn etcd_access(&self) -> crate::etcd::Access {
+        self.etcd.access(&self.etcd_urls())
     }
 
     /// The index of the member the others follow, if a reachable member names one.
@@ -336,6 +345,18 @@ fn path_str(p: &Path) -> &str {
 }
 
 /// Runs the workspace's `lockctl` binary.
+/// The real `lockctl` with etcd credentials for `user` (the operator's for `epoch`, root's
+/// for `roles`).
+pub fn lockctl_etcd(
+    args: &[&str],
+    pki: &crate::etcd::EtcdPki,
+    user: &str,
+) -> anyhow::Result<Output> {
+    let mut cmd = Command::new(workspace_bin("lockctl")?);
+    cmd.args(args).envs(pki.lockctl_env(user));
+    Ok(cmd.output()?)
+}
+
 pub fn lockctl(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Output> {
     let mut cmd = Command::new(workspace_bin("lockctl")?);
     cmd.args(args);

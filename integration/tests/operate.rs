@@ -91,7 +91,12 @@ async fn health_follows_the_seal_and_envoy_sees_it() {
     // panic mode: the arbiters' own SEALED refusals answer).
     assert_eq!(health_of(&stack, 0).await, Some(ServingStatus::NotServing));
     let urls = stack.etcd_urls();
-    let out = lock_integration::stack::lockctl(&["epoch", "init", "--etcd", &urls], &[]).unwrap();
+    let out = lock_integration::stack::lockctl_etcd(
+        &["epoch", "init", "--etcd", &urls],
+        &stack.etcd.pki,
+        "operator",
+    )
+    .unwrap();
     assert!(out.status.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -43,6 +43,11 @@ fn pytest(stack: &Stack, sidecar: Option<&Sidecar>, marks: &str) -> String {
         .env("LOCK_TEST_TTL", FAST_TTL.to_string())
         .env("LOCK_ETCD", &stack.etcd.client_url)
         .env(
+            "LOCK_ETCDCTL",
+            lock_integration::paths::dep("etcdctl").unwrap(),
+        )
+        .envs(stack.etcd.pki.lockctl_env("operator"))
+        .env(
             "LOCK_ENVOY_PID",
             stack.envoy.proc.pid().unwrap_or_default().to_string(),
         )

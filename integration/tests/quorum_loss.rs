@@ -36,10 +36,14 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
         m.kill();
     }
     let survivor = stack.etcd.client_url.clone();
+    let tls = stack.etcd.pki.tls("root").unwrap();
     eventually(Duration::from_secs(20), || {
         let url = survivor.clone();
+        let tls = tls.clone();
         async move {
-            let opts = etcd_client::ConnectOptions::new().with_timeout(Duration::from_millis(500));
+            let opts = etcd_client::ConnectOptions::new()
+                .with_timeout(Duration::from_millis(500))
+                .with_tls(tls);
             let mut c = etcd_client::Client::connect([url], Some(opts)).await?;
             match c.status().await {
                 Ok(s) if s.leader() != 0 => anyhow::bail!("still has leader {:x}", s.leader()),

@@ -159,7 +159,7 @@ async fn register_lists_advisory_classes_flags_expired_waivers_and_counts_holds(
             .status
             .success()
     );
-    let out = lockctl(
+    let out = lock_integration::stack::lockctl_etcd(
         &[
             "register",
             dir.path().to_str().unwrap(),
@@ -167,7 +167,8 @@ async fn register_lists_advisory_classes_flags_expired_waivers_and_counts_holds(
             "--etcd",
             &stack.etcd.client_url,
         ],
-        &[],
+        &stack.etcd.pki,
+        "operator",
     )
     .unwrap();
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

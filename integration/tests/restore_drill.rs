@@ -108,6 +108,8 @@ async fn history_with_snapshot(stack: &Stack, c: &mut Client) -> (std::path::Pat
     let snap = stack.dir.join("snap.db");
     let out = std::process::Command::new(dep("etcdctl").unwrap())
         .args(["--endpoints", &stack.etcd.client_url, "snapshot", "save"])
+        // A snapshot is an admin operation: etcd's root user.
+        .args(stack.etcd.pki.etcdctl_args("root"))
         .arg(&snap)
         .output()
         .unwrap();
@@ -174,7 +176,7 @@ async fn project_restore_seals_until_epoch_advance() {
     let fresh = Arbiter::start(
         &stack.dir,
         "arbiter-fresh",
-        &stack.etcd_urls(),
+        &stack.etcd_access(),
         &registry,
         &stack.pki,
     )
@@ -186,7 +188,7 @@ async fn project_restore_seals_until_epoch_advance() {
     let unchecked = Arbiter::start_with(
         &stack.dir,
         "arbiter-unchecked",
-        &stack.etcd_urls(),
+        &stack.etcd_access(),
         &registry,
         &stack.pki,
         &["--inject-bug", "seal-without-cluster-id"],
@@ -278,7 +280,7 @@ async fn naive_restore_keeps_the_cluster_id_and_only_the_revision_guard_sees_it(
     let fresh = lock_integration::arbiter::Arbiter::start(
         &stack.dir,
         "arbiter-fresh",
-        &stack.etcd.client_url,
+        &stack.etcd.access(&stack.etcd.client_url),
         &lock_integration::paths::dev_registry(),
         &stack.pki,
     )

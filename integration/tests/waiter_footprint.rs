@@ -21,12 +21,11 @@ const MAX_FUTURE_BYTES: usize = 4096;
 async fn a_waiting_acquire_keeps_a_small_future() {
     let dir = tempfile::tempdir().unwrap();
     let etcd = Etcd::start(dir.path(), "footprint").unwrap();
-    let store = lock_arbiter::Etcd::connect(
-        std::slice::from_ref(&etcd.client_url),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let urls = std::slice::from_ref(&etcd.client_url);
+    let tls = lock_arbiter::etcd_tls::load(urls, &etcd.pki.files("arbiter")).unwrap();
+    let store = lock_arbiter::Etcd::connect(urls, Duration::from_secs(5), tls.as_ref())
+        .await
+        .unwrap();
     let registry = write_test_registry(dir.path()).unwrap();
     let registry = Arc::new(lock_arbiter::registry_files::load(&registry).unwrap());
     let engine = Arc::new(Engine::new(store, registry, Default::default()));

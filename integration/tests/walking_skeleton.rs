@@ -433,9 +433,12 @@ async fn no_epoch_no_grant_until_lockctl_epoch_init() {
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(reason_of(&status).unwrap().0, Reason::Sealed);
 
-    let out =
-        lock_integration::stack::lockctl(&["epoch", "init", "--etcd", &stack.etcd.client_url], &[])
-            .unwrap();
+    let out = lock_integration::stack::lockctl_etcd(
+        &["epoch", "init", "--etcd", &stack.etcd.client_url],
+        &stack.etcd.pki,
+        "operator",
+    )
+    .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -443,9 +446,12 @@ async fn no_epoch_no_grant_until_lockctl_epoch_init() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("epoch 1 created"));
     // Idempotent.
-    let out =
-        lock_integration::stack::lockctl(&["epoch", "init", "--etcd", &stack.etcd.client_url], &[])
-            .unwrap();
+    let out = lock_integration::stack::lockctl_etcd(
+        &["epoch", "init", "--etcd", &stack.etcd.client_url],
+        &stack.etcd.pki,
+        "operator",
+    )
+    .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("already exists"));
 
     let s = session(&mut ledger, "pay/ledger/1").await;

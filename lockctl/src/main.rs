@@ -145,6 +145,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: EpochCmd,
     },
+    /// etcd users and roles: the arbiter may read /sys/ and write /l/ /s/ /q/, the operator
+    /// also /sys/ (run with the root user's client certificate).
+    Roles {
+        #[command(subcommand)]
+        cmd: RolesCmd,
+    },
     /// Registry documents (ADR-24).
     Registry {
         #[command(subcommand)]
@@ -160,6 +166,8 @@ enum Cmd {
         /// Count the current holds of each class in this store.
         #[arg(long, value_delimiter = ',')]
         etcd: Vec<String>,
+        #[command(flatten)]
+        etcd_tls: EtcdTlsArgs,
         /// The arbiters' admin listeners (host:port): grants per class since their start,
         /// summed over them (`lock_arbiter_grants_total`).
         #[arg(long, value_delimiter = ',')]
@@ -205,6 +213,48 @@ struct EtcdArgs {
         value_delimiter = ','
     )]
     etcd: Vec<String>,
+    #[command(flatten)]
+    tls: EtcdTlsArgs,
+}
+
+/// The client certificate for etcd; its common name is the etcd user (`operator` for the
+/// epoch, `root` for roles). Required for https:// endpoints; plaintext is loopback only.
+#[derive(clap::Args)]
+struct EtcdTlsArgs {
+    /// etcd's CA certificate (PEM).
+    #[arg(long, env = "LOCK_ETCD_CA")]
+    etcd_ca: Option<PathBuf>,
+    #[arg(long, env = "LOCK_ETCD_CERT")]
+    etcd_cert: Option<PathBuf>,
+    #[arg(long, env = "LOCK_ETCD_KEY")]
+    etcd_key: Option<PathBuf>,
+}
+
+impl EtcdTlsArgs {
+    fn files(&self) -> lock_arbiter::etcd_tls::EtcdTlsFiles {
+        lock_arbiter::etcd_tls::EtcdTlsFiles {
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum RolesCmd {
+    /// Create or correct the users and roles, then enable auth; a second run changes nothing.
+    Apply {
+        #[command(flatten)]
+        store: EtcdArgs,
+        /// Print the changes without making them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print etcd's users and roles and what `apply` would change.
+    Show {
+        #[command(flatten)]
+        store: EtcdArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -293,18 +343,25 @@ async fn main() -> ExitCode {
             dir,
             json,
             etcd,
+            etcd_tls,
             metrics,
-        } => offline::register(&dir, json, &etcd, &metrics).await,
+        } => offline::register(&dir, json, &etcd, &etcd_tls.files(), &metrics).await,
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
         Cmd::Inspect { key, conn } => remote::inspect(&conn, &key).await,
         Cmd::Validate { key, token, conn } => remote::validate(&conn, &key, token).await,
         Cmd::Epoch {
             cmd: EpochCmd::Init { store },
-        } => offline::epoch_init(&store.etcd).await,
+        } => offline::epoch_init(&store.etcd, &store.tls.files()).await,
         Cmd::Epoch {
             cmd: EpochCmd::Advance { store, from },
-        } => offline::epoch_advance(&store.etcd, from).await,
+        } => offline::epoch_advance(&store.etcd, &store.tls.files(), from).await,
+        Cmd::Roles {
+            cmd: RolesCmd::Apply { store, dry_run },
+        } => offline::roles(&store.etcd, &store.tls.files(), !dry_run).await,
+        Cmd::Roles {
+            cmd: RolesCmd::Show { store },
+        } => offline::roles(&store.etcd, &store.tls.files(), false).await,
         Cmd::Restore {
             snapshot,
             data_dir,

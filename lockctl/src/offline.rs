@@ -1,20 +1,55 @@
 //! Commands that work on files or talk to etcd directly (operators only).
 
 use crate::Failure;
+use lock_arbiter::etcd_tls::EtcdTlsFiles;
 use lock_arbiter::{ArbiterError, Etcd, epoch, registry_files};
 use lock_config::FilterConfig;
 use lock_config::registry::Enforcement;
 use std::path::Path;
 use std::time::Duration;
 
-async fn connect(etcd: &[String]) -> Result<Etcd, Failure> {
-    Etcd::connect(etcd, Duration::from_secs(5))
+async fn connect(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
+    let tls = lock_arbiter::etcd_tls::load(etcd, tls).map_err(|e| Failure::input(e.to_string()))?;
+    Etcd::connect(etcd, Duration::from_secs(5), tls.as_ref())
         .await
         .map_err(|e| Failure::unreachable(format!("etcd: {e}")))
 }
 
-pub async fn epoch_advance(etcd: &[String], from: u16) -> Result<(), Failure> {
-    let store = connect(etcd).await?;
+/// `lockctl roles show|apply`: reads etcd's users and roles, prints the plan to reach
+/// `etcd_roles::ROLES`/`USERS`, and with `apply` makes it and enables auth.
+pub async fn roles(etcd: &[String], tls: &EtcdTlsFiles, apply: bool) -> Result<(), Failure> {
+    use lock_arbiter::etcd_roles;
+    let store = connect(etcd, tls).await?;
+    let mut auth = store.auth_client();
+    let failed = |e: etcd_client::Error| Failure::unreachable(format!("etcd: {e}"));
+    let current = etcd_roles::read(&mut auth).await.map_err(failed)?;
+    for (user, roles) in &current.users {
+        let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
+        let ours = etcd_roles::USERS.iter().any(|u| u.name == user);
+        println!(
+            "user {user}: {}{}",
+            roles.join(", "),
+            if ours { "" } else { "  (not managed here)" }
+        );
+    }
+    let changes = etcd_roles::plan(&current, etcd_roles::ROLES, etcd_roles::USERS);
+    if changes.is_empty() {
+        println!("users and roles as wanted");
+    }
+    for c in &changes {
+        println!("{}{c}", if apply { "" } else { "would " });
+    }
+    if apply {
+        etcd_roles::apply(&mut auth, &changes)
+            .await
+            .map_err(failed)?;
+        println!("auth enabled");
+    }
+    Ok(())
+}
+
+pub async fn epoch_advance(etcd: &[String], tls: &EtcdTlsFiles, from: u16) -> Result<(), Failure> {
+    let store = connect(etcd, tls).await?;
     match epoch::advance(&store, from).await {
         Ok(rec) => {
             println!(
@@ -88,8 +123,8 @@ fn fresh_cluster_token() -> String {
     format!("lock-restore-{nanos:x}-{}", std::process::id())
 }
 
-pub async fn epoch_init(etcd: &[String]) -> Result<(), Failure> {
-    let store = connect(etcd).await?;
+pub async fn epoch_init(etcd: &[String], tls: &EtcdTlsFiles) -> Result<(), Failure> {
+    let store = connect(etcd, tls).await?;
     match epoch::init(&store).await {
         Ok((rec, true)) => {
             println!(
@@ -196,6 +231,7 @@ pub async fn register(
     dir: &Path,
     json: bool,
     etcd: &[String],
+    etcd_tls: &EtcdTlsFiles,
     metrics: &[String],
 ) -> Result<(), Failure> {
     use lock_config::registry::Purpose;
@@ -204,7 +240,7 @@ pub async fn register(
     let holds = if etcd.is_empty() {
         None
     } else {
-        Some(holds_by_class(&connect(etcd).await?).await?)
+        Some(holds_by_class(&connect(etcd, etcd_tls).await?).await?)
     };
     let grants = if metrics.is_empty() {
         None

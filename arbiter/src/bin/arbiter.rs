@@ -60,6 +60,17 @@ struct Args {
         value_delimiter = ','
     )]
     etcd: Vec<String>,
+    /// etcd's CA certificate (PEM), which signed etcd's server certificate. With
+    /// --etcd-cert and --etcd-key the arbiter talks TLS to https:// endpoints; without
+    /// them only plaintext to loopback is accepted.
+    #[arg(long, env = "ARBITER_ETCD_CA")]
+    etcd_ca: Option<PathBuf>,
+    /// The arbiter's etcd client certificate (PEM); its common name is its etcd user
+    /// (`arbiter`: may read /sys/, write /l/ /s/ /q/; `lockctl store roles apply`).
+    #[arg(long, env = "ARBITER_ETCD_CERT")]
+    etcd_cert: Option<PathBuf>,
+    #[arg(long, env = "ARBITER_ETCD_KEY")]
+    etcd_key: Option<PathBuf>,
     /// Registry directory (*.yaml): classes decide TTLs.
     #[arg(long, env = "ARBITER_REGISTRY")]
     registry: PathBuf,
@@ -111,9 +122,22 @@ async fn main() -> anyhow::Result<()> {
     let transport = transport(&args)?;
     let registry = registry_files::load(&args.registry)
         .with_context(|| format!("loading registry {}", args.registry.display()))?;
-    let etcd = Etcd::connect(&args.etcd, Duration::from_millis(args.store_timeout_ms))
-        .await
-        .context("connecting to etcd")?;
+    let etcd_tls = lock_arbiter::etcd_tls::load(
+        &args.etcd,
+        &lock_arbiter::etcd_tls::EtcdTlsFiles {
+            ca: args.etcd_ca.clone(),
+            cert: args.etcd_cert.clone(),
+            key: args.etcd_key.clone(),
+        },
+    )
+    .context("etcd transport")?;
+    let etcd = Etcd::connect(
+        &args.etcd,
+        Duration::from_millis(args.store_timeout_ms),
+        etcd_tls.as_ref(),
+    )
+    .await
+    .context("connecting to etcd")?;
     #[cfg(debug_assertions)]
     let bugs = Bugs::new(args.inject_bug.clone());
     #[cfg(not(debug_assertions))]

@@ -21,7 +21,13 @@ def stack_env():
         "endpoint": _env("LOCK_ENDPOINT"),
         "prefix": _env("LOCK_TEST_PREFIX"),
         "ttl": float(_env("LOCK_TEST_TTL")),
-        "etcd": _env("LOCK_ETCD"),
+        "etcd": {
+            "url": _env("LOCK_ETCD"),
+            "etcdctl": _env("LOCK_ETCDCTL"),
+            "ca": _env("LOCK_ETCD_CA"),
+            "cert": _env("LOCK_ETCD_CERT"),
+            "key": _env("LOCK_ETCD_KEY"),
+        },
     }
 
 

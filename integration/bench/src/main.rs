@@ -241,7 +241,7 @@ async fn start_env(registry: &std::path::Path, dir: Option<PathBuf>) -> anyhow::
     let plaintext = lock_integration::arbiter::Arbiter::start_with(
         &stack.dir,
         "arbiter-plaintext",
-        &stack.etcd_urls(),
+        &stack.etcd_access(),
         registry,
         &stack.pki,
         &["--insecure-plaintext"],

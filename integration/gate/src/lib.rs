@@ -255,8 +255,10 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
     } else {
         None
     };
-    let watcher =
-        store_log::StoreWatcher::start(stack.members().map(|m| m.client_url.clone()).collect());
+    let watcher = store_log::StoreWatcher::start(
+        stack.members().map(|m| m.client_url.clone()).collect(),
+        stack.etcd.pki.tls("root")?,
+    );
     let history_dir = dir.join("history");
     std::fs::create_dir_all(&history_dir)?;
     let origin = mono_ns();

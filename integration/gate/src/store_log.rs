@@ -48,9 +48,10 @@ pub struct StoreWatcher {
 }
 
 impl StoreWatcher {
-    pub fn start(urls: Vec<String>) -> Self {
+    /// Watches the whole key space as etcd's root user (`tls`: root's credential).
+    pub fn start(urls: Vec<String>, tls: etcd_client::TlsOptions) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(watch_all(urls, stop.clone()));
+        let task = tokio::spawn(watch_all(urls, tls, stop.clone()));
         Self { stop, task }
     }
 
@@ -61,7 +62,11 @@ impl StoreWatcher {
     }
 }
 
-async fn watch_all(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<StoreEvent> {
+async fn watch_all(
+    urls: Vec<String>,
+    tls: etcd_client::TlsOptions,
+    stop: Arc<AtomicBool>,
+) -> Vec<StoreEvent> {
     let mut events = Vec::new();
     let mut next = 1i64;
     // The revision to reach once stopped (read when the stop is first seen).
@@ -74,7 +79,8 @@ async fn watch_all(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<StoreEvent> 
         }
         let opts = etcd_client::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(1))
-            .with_timeout(Duration::from_secs(3));
+            .with_timeout(Duration::from_secs(3))
+            .with_tls(tls.clone());
         let mut client = match etcd_client::Client::connect(urls.clone(), Some(opts)).await {
             Ok(c) => c,
             Err(_) => {

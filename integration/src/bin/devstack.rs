@@ -57,12 +57,16 @@ async fn main() -> anyhow::Result<()> {
     )?;
     let ops = stack.pki.files("ops");
     let env = format!(
-        "export LOCK_ENDPOINT={}\nexport LOCK_SVID={}\nexport LOCK_SVID_KEY={}\nexport LOCK_CA={}\nexport LOCK_ETCD={}\nexport PATH=\"{}:$PATH\"\n",
+        "export LOCK_ENDPOINT={}\nexport LOCK_SVID={}\nexport LOCK_SVID_KEY={}\nexport LOCK_CA={}\nexport LOCK_ETCD={}\nexport LOCK_ETCD_CA={}\nexport LOCK_ETCD_CERT={}\nexport LOCK_ETCD_KEY={}\nexport PATH=\"{}:$PATH\"\n",
         stack.endpoint(),
         ops.cert.display(),
         ops.key.display(),
         ops.ca.display(),
         stack.etcd.client_url,
+        // lockctl's store commands (epoch, register --etcd) as etcd's operator user.
+        stack.etcd.pki.ca().display(),
+        stack.etcd.pki.cert("operator").display(),
+        stack.etcd.pki.key("operator").display(),
         lock_integration::paths::workspace_bin("lockctl")?
             .parent()
             .map(|p| p.display().to_string())
@@ -81,7 +85,12 @@ async fn main() -> anyhow::Result<()> {
     for a in &stack.arbiters {
         writeln!(msg, "  {}  {}", a.id, a.addr)?;
     }
-    writeln!(msg, "  etcd    {}", stack.etcd.client_url)?;
+    writeln!(
+        msg,
+        "  etcd    {} (TLS, client certificates, roles; {}/{{operator,root}}.pem)",
+        stack.etcd.client_url,
+        stack.etcd.pki.dir.display()
+    )?;
     writeln!(
         msg,
         "  the ledger's Workload API {} and mesh sidecar {}",

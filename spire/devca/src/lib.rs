@@ -52,6 +52,10 @@ pub struct Leaf {
     /// URI SANs; an X.509-SVID has exactly one, a `spiffe://` ID.
     pub uris: Vec<String>,
     pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<std::net::IpAddr>,
+    /// The subject's common name. SVIDs have none; etcd takes a client certificate's CN
+    /// as its user name (`--client-cert-auth` with auth enabled).
+    pub common_name: Option<String>,
     pub valid_for: Duration,
 }
 
@@ -61,8 +65,32 @@ impl Leaf {
         Self {
             uris: vec![spiffe_id.to_owned()],
             dns_names: Vec::new(),
+            ip_addresses: Vec::new(),
+            common_name: None,
             valid_for: Duration::hours(1),
         }
+    }
+
+    /// A certificate that is not an SVID (no URI SAN), e.g. etcd's server and client
+    /// certificates, valid for a year.
+    pub fn plain() -> Self {
+        Self {
+            uris: Vec::new(),
+            dns_names: Vec::new(),
+            ip_addresses: Vec::new(),
+            common_name: None,
+            valid_for: Duration::days(365),
+        }
+    }
+
+    pub fn with_ip(mut self, ip: std::net::IpAddr) -> Self {
+        self.ip_addresses.push(ip);
+        self
+    }
+
+    pub fn with_common_name(mut self, name: &str) -> Self {
+        self.common_name = Some(name.to_owned());
+        self
     }
 
     pub fn with_dns(mut self, name: &str) -> Self {
@@ -103,17 +131,30 @@ pub struct DevCa {
 impl DevCa {
     /// A new self-signed CA for `trust_domain`, valid for 10 years.
     pub fn create(trust_domain: &str) -> Result<Self, DevCaError> {
+        // SPIFFE: the CA certificate of a trust domain carries the trust domain's URI SAN.
+        Self::self_signed(
+            &format!("{trust_domain} dev CA"),
+            Some(format!("spiffe://{trust_domain}")),
+        )
+    }
+
+    /// A new self-signed CA outside SPIFFE (e.g. etcd's own CA: a client certificate it
+    /// signed is an etcd user, so it must not be the workloads' trust domain).
+    pub fn create_plain(common_name: &str) -> Result<Self, DevCaError> {
+        Self::self_signed(common_name, None)
+    }
+
+    fn self_signed(common_name: &str, uri: Option<String>) -> Result<Self, DevCaError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, "lock dev CA");
-        dn.push(DnType::CommonName, format!("{trust_domain} dev CA"));
+        dn.push(DnType::CommonName, common_name);
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        // SPIFFE: the CA certificate of a trust domain carries the trust domain's URI SAN.
-        params
-            .subject_alt_names
-            .push(SanType::URI(format!("spiffe://{trust_domain}").try_into()?));
+        if let Some(uri) = uri {
+            params.subject_alt_names.push(SanType::URI(uri.try_into()?));
+        }
         let now = OffsetDateTime::now_utc();
         params.not_before = now - Duration::minutes(5);
         params.not_after = now + Duration::days(3650);
@@ -169,8 +210,14 @@ impl DevCa {
                 .subject_alt_names
                 .push(SanType::URI(uri.clone().try_into()?));
         }
+        for ip in &leaf.ip_addresses {
+            params.subject_alt_names.push(SanType::IpAddress(*ip));
+        }
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, "lock dev workload");
+        if let Some(cn) = &leaf.common_name {
+            dn.push(DnType::CommonName, cn.as_str());
+        }
         params.distinguished_name = dn;
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![

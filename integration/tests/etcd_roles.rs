@@ -1,0 +1,218 @@
+//! etcd as a trust boundary (issue 21, item 4): TLS with client certificates from etcd's own
+//! CA, auth enabled, and the roles of `lock_arbiter::etcd_roles` applied by `lockctl roles
+//! apply`. The arbiter's credential cannot move the epoch; nothing without a certificate of
+//! an etcd user can read or write. Each refusal is also shown to be the roles' doing: the
+//! same probe on a cluster with auth off succeeds.
+
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use lock_integration::etcd::{Etcd, Security};
+use lock_integration::stack::lockctl_etcd;
+use std::time::Duration;
+use tonic::Code;
+
+fn code(e: &etcd_client::Error) -> Option<Code> {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => Some(s.code()),
+        _ => None,
+    }
+}
+
+async fn connect(etcd: &Etcd, user: &str) -> anyhow::Result<Client> {
+    etcd.client_as(user).await
+}
+
+/// What a client can do: (read /sys/epoch, write /sys/epoch, read /l/, write /l/).
+async fn reach(etcd: &Etcd, user: &str) -> [bool; 4] {
+    let Ok(mut c) = connect(etcd, user).await else {
+        return [false; 4];
+    };
+    [
+        c.get("/sys/epoch", None).await.is_ok(),
+        c.put("/sys/epoch", "forged", None).await.is_ok(),
+        c.get("/l/pay/ledger/1", None).await.is_ok(),
+        c.put("/l/pay/ledger/1", "x", None).await.is_ok(),
+    ]
+}
+
+fn out_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test]
+async fn the_arbiter_cannot_move_the_epoch_and_strangers_cannot_touch_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start_secured(dir.path(), "roles", 1, &[], Security::Roles)
+        .unwrap()
+        .remove(0);
+    let mut root = etcd.client().await.unwrap();
+    root.put("/sys/epoch", "{\"epoch\":1}", None).await.unwrap();
+
+    // The arbiter reads the epoch and writes the lock key space, as its work needs
+    // (every other test runs the arbiter this way), but cannot write /sys/.
+    let mut arbiter = connect(&etcd, "arbiter").await.unwrap();
+    assert!(arbiter.get("/sys/epoch", None).await.is_ok());
+    let e = arbiter.put("/sys/epoch", "forged", None).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    let e = arbiter.delete("/sys/epoch", None).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    // Nor smuggle the write into a grant transaction.
+    let smuggled = Txn::new()
+        .when([Compare::version("/sys/epoch", CompareOp::Greater, 0)])
+        .and_then([
+            TxnOp::put("/l/pay/ledger/1", "x", None),
+            TxnOp::put("/sys/epoch", "forged", None),
+        ]);
+    let e = arbiter.txn(smuggled).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    // Nor write outside the lock key space.
+    let e = arbiter.put("/elsewhere", "x", None).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    // Its own work: a lease, a hold on it, a session record, a durable waiter, a revoke.
+    let lease = arbiter.lease_grant(5, None).await.unwrap().id();
+    let on_lease = Some(PutOptions::new().with_lease(lease));
+    let grant = Txn::new()
+        .when([
+            Compare::version("/sys/epoch", CompareOp::Greater, 0),
+            Compare::create_revision("/l/pay/ledger/2", CompareOp::Equal, 0),
+        ])
+        .and_then([
+            TxnOp::put("/l/pay/ledger/2", "h", on_lease.clone()),
+            TxnOp::put(format!("/s/{lease:x}"), "s", on_lease.clone()),
+            TxnOp::put(format!("/q/pay/ledger/2/{lease:x}"), "w", on_lease),
+        ]);
+    assert!(arbiter.txn(grant).await.unwrap().succeeded());
+    arbiter.lease_revoke(lease).await.unwrap();
+    assert_eq!(root.get("/l/pay/ledger/2", None).await.unwrap().count(), 0);
+
+    // The operator moves the epoch (lockctl epoch) and clears holds.
+    assert_eq!(reach(&etcd, "operator").await, [true; 4]);
+
+    // A certificate from etcd's CA whose CN is no etcd user: nothing.
+    assert_eq!(reach(&etcd, "stranger").await, [false; 4]);
+    // CN "root" from another CA: refused in the handshake.
+    assert_eq!(reach(&etcd, "foreign-root").await, [false; 4]);
+    // No client certificate at all, over TLS: refused in the handshake.
+    let no_cert = Client::connect(
+        [etcd.client_url.clone()],
+        Some(
+            etcd_client::ConnectOptions::new()
+                .with_timeout(Duration::from_secs(3))
+                .with_tls(etcd_client::TlsOptions::new().ca_certificate(
+                    etcd_client::Certificate::from_pem(std::fs::read(etcd.pki.ca()).unwrap()),
+                )),
+        ),
+    )
+    .await;
+    if let Ok(mut c) = no_cert {
+        assert!(c.get("/sys/epoch", None).await.is_err());
+        assert!(c.put("/l/x", "x", None).await.is_err());
+    }
+    // Plaintext to the TLS port: nothing.
+    let plain = etcd.client_url.replace("https://", "http://");
+    let plaintext = Client::connect(
+        [plain],
+        Some(etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(3))),
+    )
+    .await;
+    if let Ok(mut c) = plaintext {
+        assert!(c.get("/sys/epoch", None).await.is_err());
+    }
+
+    // lockctl: the roles are as wanted, a second apply changes nothing, and only root may
+    // look (the arbiter's credential cannot read the auth tables).
+    let urls = etcd.client_url.as_str();
+    let show = lockctl_etcd(&["roles", "show", "--etcd", urls], &etcd.pki, "root").unwrap();
+    assert!(show.status.success(), "{}", out_text(&show));
+    assert!(
+        out_text(&show).contains("users and roles as wanted"),
+        "{}",
+        out_text(&show)
+    );
+    let again = lockctl_etcd(&["roles", "apply", "--etcd", urls], &etcd.pki, "root").unwrap();
+    assert!(again.status.success(), "{}", out_text(&again));
+    assert!(out_text(&again).contains("users and roles as wanted"));
+    let as_arbiter =
+        lockctl_etcd(&["roles", "show", "--etcd", urls], &etcd.pki, "arbiter").unwrap();
+    assert!(!as_arbiter.status.success(), "{}", out_text(&as_arbiter));
+
+    // Drift: someone widens the arbiter's role by hand. `roles show` says what apply will
+    // undo, apply undoes it, and the arbiter is refused again.
+    root.auth_client()
+        .role_grant_permission(
+            "arbiter",
+            etcd_client::Permission::read_write("/sys/").with_prefix(),
+        )
+        .await
+        .unwrap();
+    assert!(arbiter.put("/sys/epoch", "forged", None).await.is_ok());
+    let show = lockctl_etcd(&["roles", "show", "--etcd", urls], &etcd.pki, "root").unwrap();
+    let text = out_text(&show);
+    assert!(
+        text.contains("would revoke from role arbiter ReadWrite on /sys/*"),
+        "{text}"
+    );
+    let apply = lockctl_etcd(&["roles", "apply", "--etcd", urls], &etcd.pki, "root").unwrap();
+    assert!(apply.status.success(), "{}", out_text(&apply));
+    let e = arbiter.put("/sys/epoch", "forged", None).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+}
+
+/// The layer switched off: the same cluster with auth not enabled lets the arbiter's and
+/// a stranger's certificates write the epoch: the refusals above are the roles' doing.
+/// `lockctl roles apply` (as root) is then what turns them on.
+#[tokio::test]
+async fn without_roles_the_same_probes_succeed_until_lockctl_roles_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start_secured(dir.path(), "open", 1, &[], Security::TlsOnly)
+        .unwrap()
+        .remove(0);
+    etcd.client().await.unwrap();
+    assert_eq!(reach(&etcd, "arbiter").await, [true; 4]);
+    assert_eq!(reach(&etcd, "stranger").await, [true; 4]);
+    // TLS alone still refuses a certificate from another CA.
+    assert_eq!(reach(&etcd, "foreign-root").await, [false; 4]);
+
+    let urls = etcd.client_url.as_str();
+    let show = lockctl_etcd(&["roles", "show", "--etcd", urls], &etcd.pki, "root").unwrap();
+    assert!(
+        out_text(&show).contains("would add role arbiter"),
+        "{}",
+        out_text(&show)
+    );
+    let apply = lockctl_etcd(&["roles", "apply", "--etcd", urls], &etcd.pki, "root").unwrap();
+    assert!(apply.status.success(), "{}", out_text(&apply));
+    assert!(out_text(&apply).contains("auth enabled"));
+    assert_eq!(reach(&etcd, "arbiter").await, [true, false, true, true]);
+    assert_eq!(reach(&etcd, "stranger").await, [false; 4]);
+}
+
+/// The arbiter refuses to start with a plaintext etcd endpoint off loopback, and with an
+/// https endpoint but no client certificate: it never sends the lock keys unprotected.
+#[test]
+fn the_arbiter_refuses_an_unprotected_etcd_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = lock_integration::paths::dev_registry();
+    for etcd in ["http://10.255.0.1:2379", "https://127.0.0.1:1"] {
+        let out =
+            std::process::Command::new(lock_integration::paths::workspace_bin("arbiter").unwrap())
+                .args([
+                    "--insecure-plaintext",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--etcd",
+                    etcd,
+                ])
+                .arg("--registry")
+                .arg(&registry)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+        let text = out_text(&out);
+        assert!(!out.status.success(), "{etcd}: {text}");
+        assert!(text.contains("etcd transport"), "{etcd}: {text}");
+    }
+}
