@@ -21,6 +21,35 @@ async fn connect(etcd: &Etcd, user: &str) -> anyhow::Result<Client> {
     etcd.client_as(user).await
 }
 
+/// A range read through etcd's JSON gateway over TLS as `user`; the response body.
+fn gateway_range(etcd: &Etcd, user: &str, key: &str) -> String {
+    use base64::Engine as _;
+    let body = format!(
+        "{{\"key\":\"{}\"}}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    );
+    let script = r#"
+import ssl, sys, urllib.error, urllib.request
+url, ca, cert, key, body = sys.argv[1:6]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.load_cert_chain(cert, key)
+req = urllib.request.Request(url + "/v3/kv/range", data=body.encode(), method="POST")
+try:
+    print(urllib.request.urlopen(req, context=ctx, timeout=5).read().decode())
+except urllib.error.HTTPError as e:
+    print("HTTP", e.code, e.read().decode())
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &etcd.client_url])
+        .arg(etcd.pki.ca())
+        .arg(etcd.pki.cert(user))
+        .arg(etcd.pki.key(user))
+        .arg(body)
+        .output()
+        .unwrap();
+    out_text(&out)
+}
+
 /// What a client can do: (read /sys/epoch, write /sys/epoch, read /l/, write /l/).
 async fn reach(etcd: &Etcd, user: &str) -> [bool; 4] {
     let Ok(mut c) = connect(etcd, user).await else {
@@ -122,6 +151,16 @@ async fn the_arbiter_cannot_move_the_epoch_and_strangers_cannot_touch_anything()
         assert!(c.get("/sys/epoch", None).await.is_err());
     }
 
+    // The JSON gateway on the same port, with root's own certificate: with auth on, etcd
+    // refuses it ("CommonName of client sending a request against gateway will be ignored"):
+    // the gateway would dial etcd as the member certificate, not as the caller.
+    let gateway = gateway_range(&etcd, "root", "/sys/epoch");
+    assert!(
+        !gateway.contains("\"kvs\""),
+        "the gateway read the epoch: {gateway}"
+    );
+    assert!(gateway.starts_with("HTTP 400"), "{gateway}");
+
     // lockctl: the roles are as wanted, a second apply changes nothing, and only root may
     // look (the arbiter's credential cannot read the auth tables).
     let urls = etcd.client_url.as_str();
@@ -173,6 +212,9 @@ async fn without_roles_the_same_probes_succeed_until_lockctl_roles_apply() {
     etcd.client().await.unwrap();
     assert_eq!(reach(&etcd, "arbiter").await, [true; 4]);
     assert_eq!(reach(&etcd, "stranger").await, [true; 4]);
+    // With auth off the gateway reads (its refusal above is auth's doing).
+    let gateway = gateway_range(&etcd, "root", "/sys/epoch");
+    assert!(gateway.contains("\"kvs\""), "{gateway}");
     // TLS alone still refuses a certificate from another CA.
     assert_eq!(reach(&etcd, "foreign-root").await, [false; 4]);
 
