@@ -129,9 +129,10 @@ def _etcd_has(etcd: dict, key: str) -> bool:
     # may read /l/); its JSON gateway has no user, so etcdctl reads.
     out = subprocess.run(
         [etcd["etcdctl"], f"--endpoints={etcd['url']}", f"--cacert={etcd['ca']}",
-         f"--cert={etcd['cert']}", f"--key={etcd['key']}", "get", key, "--count-only",
+         f"--cert={etcd['cert']}", f"--key={etcd['key']}", "get", key, "--keys-only",
          "-w", "json"],
-        capture_output=True, timeout=10, check=True)
+        capture_output=True, timeout=10)
+    assert out.returncode == 0, f"etcdctl: {out.stderr.decode()}"
     return int(json.loads(out.stdout).get("count", 0)) > 0
 
 
