@@ -18,8 +18,13 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 
 /// The answer to one admin request (pure: the path decides).
 pub fn respond(path: &str) -> (StatusCode, &'static str, String) {
+    respond_with(path, || METRICS.encode())
+}
+
+/// [`respond`] for another process's metrics (the audit tailer's), encoded by `encode`.
+pub fn respond_with(path: &str, encode: fn() -> String) -> (StatusCode, &'static str, String) {
     match path {
-        "/metrics" => (StatusCode::OK, CONTENT_TYPE, METRICS.encode()),
+        "/metrics" => (StatusCode::OK, CONTENT_TYPE, encode()),
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
@@ -28,8 +33,11 @@ pub fn respond(path: &str) -> (StatusCode, &'static str, String) {
     }
 }
 
-async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, content_type, body) = respond(req.uri().path());
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    encode: fn() -> String,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, content_type, body) = respond_with(req.uri().path(), encode);
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
     if let Ok(v) = content_type.parse() {
@@ -40,6 +48,11 @@ async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Byt
 
 /// Serves until the process ends.
 pub async fn serve(listener: TcpListener) {
+    serve_with(listener, || METRICS.encode()).await;
+}
+
+/// Serves `/metrics` encoded by `encode` until the process ends.
+pub async fn serve_with(listener: TcpListener, encode: fn() -> String) {
     loop {
         let (tcp, _) = match listener.accept().await {
             Ok(c) => c,
@@ -51,7 +64,7 @@ pub async fn serve(listener: TcpListener) {
         };
         tokio::spawn(async move {
             let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), service_fn(handle))
+                .serve_connection(TokioIo::new(tcp), service_fn(|r| handle(r, encode)))
                 .await;
         });
     }

@@ -4,6 +4,7 @@
 //! |----------|----------|------------------------------------------------------------|
 //! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`           |
 //! | operator | operator | read and write `/sys/`, `/l/`, `/s/`, `/q/` (`lockctl epoch`, restore drills) |
+//! | auditor  | auditor  | read everything under `/`; read and write `/audit/` (its election) |
 //! | root     | root     | everything; only to manage users and roles (`lockctl roles apply`) |
 //!
 //! Users have no password: etcd names them by the common name of their client certificate
@@ -63,6 +64,10 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[2], Access::ReadWrite),
         ],
     },
+    RoleSpec {
+        name: "auditor",
+        grants: &[("/", Access::Read), ("/audit/", Access::ReadWrite)],
+    },
 ];
 
 pub const USERS: &[UserSpec] = &[
@@ -77,6 +82,10 @@ pub const USERS: &[UserSpec] = &[
     UserSpec {
         name: "operator",
         roles: &["operator"],
+    },
+    UserSpec {
+        name: "auditor",
+        roles: &["auditor"],
     },
 ];
 

@@ -63,6 +63,11 @@ pub struct Holder {
 pub struct SessionRecord {
     pub spiffe_id: String,
     pub ttl_seconds: u32,
+    /// Set by CloseSession just before it revokes the lease, so the revoke's deletes carry
+    /// it in their previous value: the audit trail tells a close from an expiry, which
+    /// etcd's own events cannot (both are a lease revoke deleting every key on the lease).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closing: bool,
 }
 
 pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {

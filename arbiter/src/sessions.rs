@@ -62,6 +62,7 @@ impl Sessions {
         let record = SessionRecord {
             spiffe_id: spiffe_id.to_owned(),
             ttl_seconds,
+            closing: false,
         };
         let key = session_key(lease);
         let txn = Txn::new()
@@ -136,7 +137,31 @@ impl Sessions {
 
     /// Revokes the lease: etcd deletes every key attached to it in one committed entry.
     pub async fn close(&self, store: &Store, session: &Session) -> Result<(), ArbiterError> {
-        let revoked = store.sealed().await?.revoke(session.lease).await;
+        let sealed = store.sealed().await?;
+        // Mark the record closing (an overwrite on the same lease, only while it is this
+        // session's), then revoke: the audit trail reads the mark in the revoke's deletes.
+        let key = session_key(session.lease);
+        let record = SessionRecord {
+            spiffe_id: session.spiffe_id.clone(),
+            ttl_seconds: session.ttl_seconds,
+            closing: true,
+        };
+        let mark = Txn::new()
+            .when(vec![Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                session.create_revision,
+            )])
+            .and_then(vec![TxnOp::put(
+                key.as_str(),
+                encode(&record),
+                Some(PutOptions::new().with_lease(session.lease)),
+            )]);
+        if !sealed.txn(mark).await?.succeeded() {
+            self.forget(session.lease);
+            return Err(ArbiterError::SessionNotFound);
+        }
+        let revoked = sealed.revoke(session.lease).await;
         self.forget(session.lease);
         match revoked? {
             true => Ok(()),

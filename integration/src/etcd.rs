@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 /// The etcd users there are certificates for (CN = user); `stranger` is no etcd user.
-pub const USERS: [&str; 4] = ["root", "arbiter", "operator", "stranger"];
+pub const USERS: [&str; 5] = ["root", "arbiter", "operator", "auditor", "stranger"];
 
 /// etcd's own PKI for one cluster: a CA (not the SPIFFE trust domain's), one member
 /// certificate for serving clients and peers (IP SANs of every member, no CN, so the JSON

@@ -7,6 +7,7 @@
 //! (`integration/pause-test`).
 
 pub mod arbiter;
+pub mod audit;
 pub mod envoy;
 pub mod etcd;
 pub mod h2raw;

@@ -145,6 +145,21 @@ enum Cmd {
         #[command(subcommand)]
         cmd: EpochCmd,
     },
+    /// A key's history from the audit store (ADR-21): grants, handoffs, releases,
+    /// expiries, forced releases, oldest first. KEY is a lock key, or `/s/<lease>` for a
+    /// session.
+    Audit {
+        key: String,
+        /// Only events observed in this last stretch (e.g. 30m, 12h, 7d).
+        #[arg(long)]
+        since: Option<String>,
+        /// The audit store (PostgreSQL URL).
+        #[arg(long, env = "LOCK_AUDIT_DB")]
+        db: String,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// etcd users and roles: the arbiter may read /sys/ and write /l/ /s/ /q/, the operator
     /// also /sys/ (run with the root user's client certificate).
     Roles {
@@ -356,6 +371,12 @@ async fn main() -> ExitCode {
         Cmd::Epoch {
             cmd: EpochCmd::Advance { store, from },
         } => offline::epoch_advance(&store.etcd, &store.tls.files(), from).await,
+        Cmd::Audit {
+            key,
+            since,
+            db,
+            json,
+        } => offline::audit(&key, since.as_deref(), &db, json).await,
         Cmd::Roles {
             cmd: RolesCmd::Apply { store, dry_run },
         } => offline::roles(&store.etcd, &store.tls.files(), !dry_run).await,

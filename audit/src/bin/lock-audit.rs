@@ -1,0 +1,132 @@
+//! `lock-audit tail`: the audit tailer (one active per cluster; run two or three for
+//! failover). `lock-audit export --day D --out DIR`: a day's rows to Parquet.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
+use lock_audit::store::Postgres;
+use lock_audit::tailer::{self, TailerOptions};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(about = "The lock service's audit trail (ADR-21)")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Tail etcd's revision log into the audit store.
+    Tail {
+        #[arg(
+            long,
+            env = "LOCK_ETCD",
+            value_delimiter = ',',
+            default_value = "http://127.0.0.1:2379"
+        )]
+        etcd: Vec<String>,
+        /// etcd's CA (PEM); with --etcd-cert/--etcd-key (the `auditor` user) TLS is used.
+        #[arg(long, env = "LOCK_ETCD_CA")]
+        etcd_ca: Option<PathBuf>,
+        #[arg(long, env = "LOCK_ETCD_CERT")]
+        etcd_cert: Option<PathBuf>,
+        #[arg(long, env = "LOCK_ETCD_KEY")]
+        etcd_key: Option<PathBuf>,
+        /// The audit store (PostgreSQL URL).
+        #[arg(long, env = "LOCK_AUDIT_DB")]
+        db: String,
+        /// This tailer's name in the election.
+        #[arg(long, default_value = "lock-audit")]
+        id: String,
+        #[arg(long, default_value_t = 2000)]
+        checkpoint_every_ms: u64,
+        /// etcd's compaction window in revisions: alarm at half of it.
+        #[arg(long)]
+        compaction_window: Option<i64>,
+        /// The election lease TTL (seconds): how soon a standby takes over.
+        #[arg(long, default_value_t = 5)]
+        lease_ttl: i64,
+        /// `GET /metrics` here (plaintext; loopback or a pod address).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        admin_listen: SocketAddr,
+    },
+    /// Write the rows observed on one UTC day to `OUT/lock-audit-<day>.parquet`.
+    Export {
+        #[arg(long, env = "LOCK_AUDIT_DB")]
+        db: String,
+        /// YYYY-MM-DD (UTC).
+        #[arg(long)]
+        day: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match Args::parse().cmd {
+        Cmd::Tail {
+            etcd,
+            etcd_ca,
+            etcd_cert,
+            etcd_key,
+            db,
+            id,
+            checkpoint_every_ms,
+            compaction_window,
+            lease_ttl,
+            admin_listen,
+        } => {
+            let files = EtcdTlsFiles {
+                ca: etcd_ca,
+                cert: etcd_cert,
+                key: etcd_key,
+            };
+            let tls = etcd_tls::load(&etcd, &files).context("etcd transport")?;
+            let mut options = etcd_client::ConnectOptions::new()
+                .with_connect_timeout(Duration::from_secs(5))
+                .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+            if let Some(tls) = &tls {
+                options = options.with_tls(tls.options());
+            }
+            let client = etcd_client::Client::connect(&etcd, Some(options))
+                .await
+                .context("connecting to etcd")?;
+            let store = Postgres::connect(&db).await.context("audit store")?;
+            let admin = tokio::net::TcpListener::bind(admin_listen).await?;
+            // The harness reads the bound address from here, as it does the arbiter's.
+            println!("admin listening on {}", admin.local_addr()?);
+            tokio::spawn(lock_arbiter::admin::serve_with(admin, || {
+                lock_audit::metrics::METRICS.encode()
+            }));
+            let (stop_tx, stop) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                let _ = tokio::signal::ctrl_c().await;
+                let _ = stop_tx.send(true);
+            });
+            let opts = TailerOptions {
+                id,
+                checkpoint_every: Duration::from_millis(checkpoint_every_ms),
+                compaction_window,
+                lease_ttl,
+            };
+            tailer::run(client, &store, &opts, stop).await?;
+        }
+        Cmd::Export { db, day, out } => {
+            let store = Postgres::connect(&db).await.context("audit store")?;
+            std::fs::create_dir_all(&out)?;
+            let (path, n) = lock_audit::export::export_day(&store, &day, &out).await?;
+            println!("{n} rows to {}", path.display());
+        }
+    }
+    Ok(())
+}

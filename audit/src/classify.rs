@@ -1,0 +1,468 @@
+//! What happened at one etcd revision, in the lock service's words (ADR-21). Pure: the
+//! changes of one revision in, audit rows out; the table test below lists the cases.
+//!
+//! etcd's events alone cannot tell every case apart, so the records carry what is needed
+//! in the previous values the watch returns:
+//! - a **grant** creates `/l/<key>`; a **handoff** overwrites it (the release Txn grants the
+//!   queue head, `release.rs`); a **release** deletes it alone;
+//! - a lease revoke deletes the session record `/s/<lease>` and every hold on the lease at
+//!   one revision: an **expiry** when the record was not marked, a **close** when
+//!   CloseSession marked it `closing` just before revoking (`sessions.rs`);
+//! - an **epoch advance** puts `/sys/epoch` and deletes every hold at one revision;
+//! - a **force release** writes `/sys/force/<id>` with the delete (issue 22, item 2).
+//!
+//! Durable waiters (`/q/`) are not audited: a wait is not a hold.
+
+use lock_arbiter::layout::{
+    EPOCH_KEY, EpochRecord, HOLDER_PREFIX, Holder, SESSION_PREFIX, SessionRecord, decode,
+};
+use std::collections::BTreeSet;
+
+/// The prefix of force-release records (`/sys/force/<id>`).
+pub const FORCE_PREFIX: &str = "/sys/force/";
+
+/// One key's change at a revision, as the watch reports it (with the previous value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub key: String,
+    /// The new value; None for a delete.
+    pub value: Option<Vec<u8>>,
+    /// The value before (watch with `prev_kv`); None when the key was created.
+    pub prev: Option<Vec<u8>>,
+}
+
+impl Change {
+    pub fn put(key: &str, value: &[u8], prev: Option<&[u8]>) -> Self {
+        Self {
+            key: key.to_owned(),
+            value: Some(value.to_vec()),
+            prev: prev.map(<[u8]>::to_vec),
+        }
+    }
+
+    pub fn delete(key: &str, prev: Option<&[u8]>) -> Self {
+        Self {
+            key: key.to_owned(),
+            value: None,
+            prev: prev.map(<[u8]>::to_vec),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Grant,
+    Handoff,
+    Release,
+    /// A hold ended because its session's lease expired.
+    Expiry,
+    /// A hold ended by its session's close (CloseSession revokes the lease).
+    ClosedWithSession,
+    /// A hold ended by an epoch advance (every hold is deleted with it).
+    RevokedByAdvance,
+    ForceRelease,
+    SessionOpen,
+    SessionClose,
+    SessionExpiry,
+    EpochAdvance,
+    /// Revisions the tailer could not read (compacted past its checkpoint).
+    Gap,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 12] = [
+        Kind::Grant,
+        Kind::Handoff,
+        Kind::Release,
+        Kind::Expiry,
+        Kind::ClosedWithSession,
+        Kind::RevokedByAdvance,
+        Kind::ForceRelease,
+        Kind::SessionOpen,
+        Kind::SessionClose,
+        Kind::SessionExpiry,
+        Kind::EpochAdvance,
+        Kind::Gap,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Grant => "grant",
+            Kind::Handoff => "handoff",
+            Kind::Release => "release",
+            Kind::Expiry => "expiry",
+            Kind::ClosedWithSession => "closed-with-session",
+            Kind::RevokedByAdvance => "revoked-by-advance",
+            Kind::ForceRelease => "force-release",
+            Kind::SessionOpen => "session-open",
+            Kind::SessionClose => "session-close",
+            Kind::SessionExpiry => "session-expiry",
+            Kind::EpochAdvance => "epoch-advance",
+            Kind::Gap => "gap",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// One audit row, keyed by (cluster, revision, key). Never a token: a hold is named by
+/// its key and revision, as etcd names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Row {
+    pub revision: i64,
+    /// The lock key (without `/l/`), `/s/<lease>` for session rows, `/sys/epoch` for an
+    /// advance, "" for a gap.
+    pub key: String,
+    pub kind: Kind,
+    /// The holder's (or session's) SPIFFE ID; for a handoff, the new holder's.
+    pub spiffe_id: String,
+    /// The session lease, hex.
+    pub session: String,
+    pub class: String,
+    /// Kind-specific facts as JSON (a handoff's previous holder, an advance's epochs, a
+    /// gap's range).
+    pub detail: String,
+}
+
+/// The rows for the changes committed at `revision`, in key order.
+pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
+    let advance = changes
+        .iter()
+        .any(|c| c.key == EPOCH_KEY && c.value.is_some());
+    let force = changes
+        .iter()
+        .any(|c| c.key.starts_with(FORCE_PREFIX) && c.value.is_some());
+    // Sessions ended at this revision, by how.
+    let mut expired = BTreeSet::new();
+    let mut closed = BTreeSet::new();
+    for c in changes {
+        if let (Some(lease), None) = (c.key.strip_prefix(SESSION_PREFIX), &c.value) {
+            let record = c.prev.as_deref().and_then(decode::<SessionRecord>);
+            match record {
+                Some(r) if r.closing => closed.insert(lease.to_owned()),
+                _ => expired.insert(lease.to_owned()),
+            };
+        }
+    }
+    let mut rows = Vec::new();
+    for c in changes {
+        let row =
+            |kind, key: &str, spiffe_id: String, session: String, class: String, detail| Row {
+                revision,
+                key: key.to_owned(),
+                kind,
+                spiffe_id,
+                session,
+                class,
+                detail,
+            };
+        if let Some(key) = c.key.strip_prefix(HOLDER_PREFIX) {
+            let holder =
+                |v: &Option<Vec<u8>>| v.as_deref().and_then(decode::<Holder>).unwrap_or_default();
+            let (now, before) = (holder(&c.value), holder(&c.prev));
+            let r = match (&c.value, &c.prev) {
+                (Some(_), None) => row(
+                    Kind::Grant,
+                    key,
+                    now.spiffe_id,
+                    now.session,
+                    now.class,
+                    String::new(),
+                ),
+                (Some(_), Some(_)) => {
+                    let detail = serde_json::json!({
+                        "from_spiffe_id": before.spiffe_id,
+                        "from_session": before.session,
+                    })
+                    .to_string();
+                    row(
+                        Kind::Handoff,
+                        key,
+                        now.spiffe_id,
+                        now.session,
+                        now.class,
+                        detail,
+                    )
+                }
+                (None, _) => {
+                    let kind = if advance {
+                        Kind::RevokedByAdvance
+                    } else if force {
+                        Kind::ForceRelease
+                    } else if expired.contains(&before.session) {
+                        Kind::Expiry
+                    } else if closed.contains(&before.session) {
+                        Kind::ClosedWithSession
+                    } else {
+                        Kind::Release
+                    };
+                    row(
+                        kind,
+                        key,
+                        before.spiffe_id,
+                        before.session,
+                        before.class,
+                        String::new(),
+                    )
+                }
+            };
+            rows.push(r);
+        } else if let Some(lease) = c.key.strip_prefix(SESSION_PREFIX) {
+            let record = |v: &Option<Vec<u8>>| v.as_deref().and_then(decode::<SessionRecord>);
+            let kind = match (&c.value, &c.prev) {
+                (Some(_), None) => Some(Kind::SessionOpen),
+                // CloseSession's mark: the close is recorded with the revoke that follows.
+                (Some(_), Some(_)) => None,
+                (None, _) if closed.contains(lease) => Some(Kind::SessionClose),
+                (None, _) => Some(Kind::SessionExpiry),
+            };
+            let Some(kind) = kind else { continue };
+            let (spiffe_id, detail) = match record(&c.value).or_else(|| record(&c.prev)) {
+                Some(r) => (
+                    r.spiffe_id,
+                    serde_json::json!({"ttl_seconds": r.ttl_seconds}).to_string(),
+                ),
+                None => (String::new(), String::new()),
+            };
+            rows.push(row(
+                kind,
+                &c.key,
+                spiffe_id,
+                lease.to_owned(),
+                String::new(),
+                detail,
+            ));
+        } else if c.key == EPOCH_KEY && c.value.is_some() {
+            let epoch = |v: &Option<Vec<u8>>| {
+                v.as_deref()
+                    .and_then(decode::<EpochRecord>)
+                    .map(|r| r.epoch)
+            };
+            let detail = serde_json::json!({
+                "from": epoch(&c.prev),
+                "to": epoch(&c.value),
+            })
+            .to_string();
+            rows.push(row(
+                Kind::EpochAdvance,
+                EPOCH_KEY,
+                String::new(),
+                String::new(),
+                String::new(),
+                detail,
+            ));
+        } else if c.key.starts_with(FORCE_PREFIX) && c.value.is_some() {
+            // The force record itself (requester, approver, reason) is its detail.
+            let detail = c
+                .value
+                .as_deref()
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default();
+            rows.push(row(
+                Kind::ForceRelease,
+                &c.key,
+                String::new(),
+                String::new(),
+                String::new(),
+                detail,
+            ));
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// The row recording that revisions `from..=to` could not be read (etcd compacted them
+/// before the tailer got there): an explicit hole, never a silent one.
+pub fn gap(from: i64, to: i64) -> Row {
+    Row {
+        revision: from,
+        key: String::new(),
+        kind: Kind::Gap,
+        spiffe_id: String::new(),
+        session: String::new(),
+        class: String::new(),
+        detail: serde_json::json!({"from": from, "to": to}).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_arbiter::layout::encode;
+
+    fn holder(id: &str, session: &str) -> Vec<u8> {
+        encode(&Holder {
+            spiffe_id: format!("spiffe://t/{id}"),
+            session: session.into(),
+            class: "ledger".into(),
+            acquired_at_ms: 1,
+        })
+    }
+
+    fn session(id: &str, closing: bool) -> Vec<u8> {
+        encode(&SessionRecord {
+            spiffe_id: format!("spiffe://t/{id}"),
+            ttl_seconds: 10,
+            closing,
+        })
+    }
+
+    fn kinds(changes: &[Change]) -> Vec<(String, Kind)> {
+        classify(7, changes)
+            .into_iter()
+            .map(|r| (r.key, r.kind))
+            .collect()
+    }
+
+    #[test]
+    fn table() {
+        use Kind::*;
+        let s = |k: &str| k.to_owned();
+        let a1 = holder("a", "a1");
+        let b2 = holder("b", "b2");
+        type Case<'a> = (&'a str, Vec<Change>, Vec<(String, Kind)>);
+        let cases: Vec<Case> = vec![
+            (
+                "grant",
+                vec![Change::put("/l/pay/1", &a1, None)],
+                vec![(s("pay/1"), Grant)],
+            ),
+            (
+                "handoff: the release Txn overwrites the record with the head's",
+                vec![Change::put("/l/pay/1", &b2, Some(&a1))],
+                vec![(s("pay/1"), Handoff)],
+            ),
+            (
+                "release",
+                vec![Change::delete("/l/pay/1", Some(&a1))],
+                vec![(s("pay/1"), Release)],
+            ),
+            (
+                "expiry: the record and the holds at one revision, no mark",
+                vec![
+                    Change::delete("/l/pay/1", Some(&a1)),
+                    Change::delete("/l/pay/2", Some(&a1)),
+                    Change::delete("/s/a1", Some(&session("a", false))),
+                ],
+                vec![
+                    (s("/s/a1"), SessionExpiry),
+                    (s("pay/1"), Expiry),
+                    (s("pay/2"), Expiry),
+                ],
+            ),
+            (
+                "close: the same deletes, the record marked closing",
+                vec![
+                    Change::delete("/l/pay/1", Some(&a1)),
+                    Change::delete("/s/a1", Some(&session("a", true))),
+                ],
+                vec![(s("/s/a1"), SessionClose), (s("pay/1"), ClosedWithSession)],
+            ),
+            (
+                "another session's release at the revision of an expiry is still a release",
+                vec![
+                    Change::delete("/l/pay/1", Some(&b2)),
+                    Change::delete("/s/a1", Some(&session("a", false))),
+                ],
+                vec![(s("/s/a1"), SessionExpiry), (s("pay/1"), Release)],
+            ),
+            (
+                "session open",
+                vec![Change::put("/s/a1", &session("a", false), None)],
+                vec![(s("/s/a1"), SessionOpen)],
+            ),
+            (
+                "the close mark alone is no row (the revoke records the close)",
+                vec![Change::put(
+                    "/s/a1",
+                    &session("a", true),
+                    Some(&session("a", false)),
+                )],
+                vec![],
+            ),
+            (
+                "epoch advance deletes every hold",
+                vec![
+                    Change::put(
+                        "/sys/epoch",
+                        br#"{"epoch":2,"cluster_id":"c"}"#,
+                        Some(br#"{"epoch":1,"cluster_id":"c"}"#),
+                    ),
+                    Change::delete("/l/pay/1", Some(&a1)),
+                    Change::delete("/q/pay/1/b2", Some(b"w")),
+                ],
+                vec![
+                    (s("/sys/epoch"), EpochAdvance),
+                    (s("pay/1"), RevokedByAdvance),
+                ],
+            ),
+            (
+                "force release writes its record with the delete",
+                vec![
+                    Change::put("/sys/force/f1", br#"{"reason":"leak"}"#, None),
+                    Change::delete("/l/pay/1", Some(&a1)),
+                ],
+                vec![
+                    (s("/sys/force/f1"), ForceRelease),
+                    (s("pay/1"), ForceRelease),
+                ],
+            ),
+            (
+                "durable waiters are not audited",
+                vec![Change::put("/q/pay/1/b2", b"w", None)],
+                vec![],
+            ),
+            (
+                "a force record's lease ending is no event",
+                vec![Change::delete("/sys/force/f1", Some(b"{}"))],
+                vec![],
+            ),
+        ];
+        for (name, changes, want) in cases {
+            assert_eq!(kinds(&changes), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn rows_name_holder_session_class_and_never_a_token() {
+        let rows = classify(
+            9,
+            &[Change::put(
+                "/l/pay/1",
+                &holder("b", "b2"),
+                Some(&holder("a", "a1")),
+            )],
+        );
+        let r = &rows[0];
+        assert_eq!(
+            (
+                r.revision,
+                r.spiffe_id.as_str(),
+                r.session.as_str(),
+                r.class.as_str()
+            ),
+            (9, "spiffe://t/b", "b2", "ledger")
+        );
+        assert!(
+            r.detail.contains("spiffe://t/a") && r.detail.contains("a1"),
+            "{}",
+            r.detail
+        );
+        let advance = classify(
+            3,
+            &[Change::put(
+                "/sys/epoch",
+                br#"{"epoch":2,"cluster_id":"c"}"#,
+                Some(br#"{"epoch":1,"cluster_id":"c"}"#),
+            )],
+        );
+        assert_eq!(advance[0].detail, r#"{"from":1,"to":2}"#);
+        assert_eq!(gap(5, 9).detail, r#"{"from":5,"to":9}"#);
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.as_str()), Some(k));
+        }
+    }
+}

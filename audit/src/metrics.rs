@@ -1,0 +1,73 @@
+//! The tailer's Prometheus metrics, served at `/metrics` on its admin listener. No labels:
+//! one tailer per process, and never a key or an identity (ADR-22).
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::LazyLock;
+
+pub struct Metrics {
+    registry: Registry,
+    /// Rows newly stored (a replayed row already present is not counted).
+    pub rows: Counter,
+    /// Gap rows written: revisions compacted before the tailer read them.
+    pub gaps: Counter,
+    /// 1 while this tailer holds the election.
+    pub leader: Gauge,
+    /// The revision up to which every row is stored.
+    pub checkpoint: Gauge,
+    /// etcd's head revision minus the checkpoint.
+    pub lag: Gauge,
+    /// 1 while the lag is past half the compaction window: act before a gap.
+    pub compaction_risk: Gauge,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("lock_audit");
+        let m = Self {
+            registry: Registry::default(),
+            rows: Counter::default(),
+            gaps: Counter::default(),
+            leader: Gauge::default(),
+            checkpoint: Gauge::default(),
+            lag: Gauge::default(),
+            compaction_risk: Gauge::default(),
+        };
+        registry.register("rows", "Audit rows stored", m.rows.clone());
+        registry.register(
+            "gaps",
+            "Gap rows: revisions compacted before they were read",
+            m.gaps.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this tailer holds the election",
+            m.leader.clone(),
+        );
+        registry.register(
+            "checkpoint_revision",
+            "Revision up to which every row is stored",
+            m.checkpoint.clone(),
+        );
+        registry.register(
+            "lag_revisions",
+            "etcd head revision minus the checkpoint",
+            m.lag.clone(),
+        );
+        registry.register(
+            "compaction_risk",
+            "1 while the lag is past half the compaction window",
+            m.compaction_risk.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);

@@ -1,0 +1,339 @@
+//! The audit trail (issue 22, item 1) against real etcd, arbiters, Envoy and PostgreSQL:
+//! two tailers (one elected), the leader killed mid-load; the table then holds every lock
+//! event of etcd's history exactly once, as an independent watch from revision 1 reads it;
+//! expiry, close, release, handoff and epoch advance told apart; a compaction past the
+//! checkpoint is a gap row and an alarm; a day's rows read back from Parquet; `lockctl
+//! audit` prints a key's history.
+
+use lock_audit::classify::{Kind, Row};
+use lock_audit::store::{AuditStore, Postgres as AuditDb};
+use lock_config::proto::v1::*;
+use lock_integration::audit::Tailer;
+use lock_integration::postgres::Postgres;
+use lock_integration::registry::{FAST_PREFIX, waiter_id};
+use lock_integration::stack::Stack;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const YEAR_2100_MS: i64 = 4_102_444_800_000;
+
+async fn head(stack: &Stack) -> i64 {
+    let mut c = stack.etcd_client().await.unwrap();
+    c.get("/sys/epoch", None)
+        .await
+        .unwrap()
+        .header()
+        .map_or(0, |h| h.revision())
+}
+
+/// Waits (bounded) until the stored checkpoint reaches `revision`; on time out, says so
+/// with the tailers' logs.
+async fn caught_up(db: &AuditDb, cluster: &str, revision: i64, tailers: &[&Tailer]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let cp = db.checkpoint(cluster).await.unwrap().unwrap_or(0);
+        if cp >= revision {
+            return;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = tailers.iter().map(|t| t.proc.log_text()).collect();
+            panic!(
+                "the tailer's checkpoint stayed at {cp}, below {revision}; logs:\n{}",
+                logs.join("\n---\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn stored_rows(db: &AuditDb) -> Vec<Row> {
+    let mut rows: Vec<Row> = db
+        .between(0, YEAR_2100_MS)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.row)
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// One workload's script: on a shared key (contention: waits and handoffs) and keys of
+/// its own; every third hold is abandoned (the session expires), every fourth ends with
+/// its session's close; the rest are released. Errors are tolerated: the arbiters and
+/// the tailers are disturbed meanwhile.
+async fn workload(stack: &Stack, w: usize, rounds: usize) -> Vec<String> {
+    let mut c = stack.workload(&waiter_id(w)).await.unwrap();
+    let mut abandoned = Vec::new();
+    for r in 0..rounds {
+        let lost = r % 3 == 0;
+        let key = if lost {
+            format!("{FAST_PREFIX}/audit/lost-{w}-{r}")
+        } else {
+            format!("{FAST_PREFIX}/audit/shared")
+        };
+        let Ok(s) = c
+            .open_session(OpenSessionRequest { key: key.clone() })
+            .await
+        else {
+            continue;
+        };
+        let session_id = s.into_inner().session_id;
+        let granted = c
+            .acquire(AcquireRequest {
+                key: key.clone(),
+                session_id,
+                wait_millis: 4000,
+            })
+            .await;
+        let Ok(g) = granted else {
+            let _ = c.close_session(CloseSessionRequest { session_id }).await;
+            continue;
+        };
+        if lost {
+            abandoned.push(key);
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if r % 4 != 1 {
+            let _ = c
+                .release(ReleaseRequest {
+                    key: key.clone(),
+                    token: g.into_inner().token,
+                    session_id,
+                })
+                .await;
+        }
+        let _ = c.close_session(CloseSessionRequest { session_id }).await;
+    }
+    abandoned
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction() {
+    let (stack, _registry) = Stack::with_test_registry().await.unwrap();
+    let pg = Postgres::start(&stack.dir.join("audit-pg")).unwrap();
+    let url = pg.url();
+    let access = stack.etcd_access();
+    let dir = stack.dir.clone();
+    let mut tailers = vec![
+        Tailer::start(&dir, &access, &url, "tailer-a", &[]).unwrap(),
+        Tailer::start(&dir, &access, &url, "tailer-b", &[]).unwrap(),
+    ];
+    let db = AuditDb::connect(&url).await.unwrap();
+    let cluster = stack.etcd.cluster_id().await.unwrap();
+
+    // Load from three workloads while the elected tailer is killed and restarted.
+    let load = async {
+        let (a, b, c) = tokio::join!(
+            workload(&stack, 0, 9),
+            workload(&stack, 1, 9),
+            workload(&stack, 2, 9)
+        );
+        [a, b, c]
+    };
+    let disturb = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let leader = tailers
+            .iter()
+            .position(|t| t.metric("lock_audit_leader").unwrap_or(0) == 1)
+            .expect("one tailer is elected");
+        tailers[leader].proc.kill();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let id = tailers[leader].id.clone();
+        tailers[leader] = Tailer::start(&dir, &access, &url, &id, &[]).unwrap();
+    };
+    let (abandoned, ()) = tokio::join!(load, disturb);
+    let abandoned: Vec<String> = abandoned.into_iter().flatten().collect();
+    assert!(
+        !abandoned.is_empty(),
+        "no hold was abandoned: no expiry to see"
+    );
+
+    // Let the abandoned sessions expire (TTL 5 s), bounded.
+    let mut root = stack.etcd_client().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let lost_prefix = format!("/l/{FAST_PREFIX}/audit/lost-");
+    while root
+        .get(
+            lost_prefix.as_str(),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap()
+        .count()
+        > 0
+    {
+        assert!(Instant::now() < deadline, "abandoned holds never expired");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // One hold, then an epoch advance, which ends it.
+    let mut ops = stack.workload(&waiter_id(0)).await.unwrap();
+    let advanced = format!("{FAST_PREFIX}/audit/advanced");
+    let s = ops
+        .open_session(OpenSessionRequest {
+            key: advanced.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    ops.acquire(AcquireRequest {
+        key: advanced.clone(),
+        session_id: s,
+        wait_millis: 0,
+    })
+    .await
+    .unwrap();
+    stack.advance_epoch(1).unwrap();
+
+    // Every event of etcd's history, exactly once.
+    let at = head(&stack).await;
+    caught_up(&db, &cluster, at, &tailers.iter().collect::<Vec<_>>()).await;
+    let mut want = lock_audit::tailer::replay(&mut root, 1).await.unwrap();
+    want.sort();
+    let got = stored_rows(&db).await;
+    let missing: Vec<&Row> = want.iter().filter(|r| !got.contains(r)).collect();
+    let extra: Vec<&Row> = got.iter().filter(|r| !want.contains(r)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:#?}\nextra {extra:#?}"
+    );
+    assert_eq!(got.len(), want.len());
+    let mut kinds: BTreeMap<Kind, usize> = BTreeMap::new();
+    for r in &got {
+        *kinds.entry(r.kind).or_default() += 1;
+    }
+    println!("audit rows by kind: {kinds:?}");
+
+    // Told apart: each abandoned hold expired with its session; closes and releases are
+    // what they were; the advance revoked the hold it found.
+    for key in &abandoned {
+        let rows: Vec<&Row> = got.iter().filter(|r| &r.key == key).collect();
+        let seq: Vec<Kind> = rows.iter().map(|r| r.kind).collect();
+        assert_eq!(seq, vec![Kind::Grant, Kind::Expiry], "{key}");
+        let session = format!("/s/{}", rows[0].session);
+        let seq: Vec<Kind> = got
+            .iter()
+            .filter(|r| r.key == session)
+            .map(|r| r.kind)
+            .collect();
+        assert_eq!(
+            seq,
+            vec![Kind::SessionOpen, Kind::SessionExpiry],
+            "{session}"
+        );
+    }
+    for k in [
+        Kind::Grant,
+        Kind::Release,
+        Kind::ClosedWithSession,
+        Kind::SessionClose,
+        Kind::Handoff,
+        Kind::EpochAdvance,
+    ] {
+        assert!(
+            kinds.get(&k).copied().unwrap_or(0) > 0,
+            "no {k:?} row: {kinds:?}"
+        );
+    }
+    let ended: Vec<Kind> = got
+        .iter()
+        .filter(|r| r.key == advanced)
+        .map(|r| r.kind)
+        .collect();
+    assert_eq!(ended, vec![Kind::Grant, Kind::RevokedByAdvance]);
+    // Never a token in the trail.
+    let text = format!("{got:?}");
+    assert!(!text.contains("token"), "{text}");
+
+    // `lockctl audit KEY`.
+    let out =
+        std::process::Command::new(lock_integration::paths::workspace_bin("lockctl").unwrap())
+            .args(["audit", &abandoned[0], "--since", "1h", "--db", &url])
+            .output()
+            .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("grant") && text.contains("expiry"), "{text}");
+
+    // A day's rows to Parquet and back.
+    let day = time::OffsetDateTime::now_utc().date().to_string();
+    let export =
+        std::process::Command::new(lock_integration::paths::workspace_bin("lock-audit").unwrap())
+            .args(["export", "--db", &url, "--day", &day, "--out"])
+            .arg(dir.join("archive"))
+            .output()
+            .unwrap();
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let back = lock_audit::export::read(
+        &dir.join("archive")
+            .join(format!("lock-audit-{day}.parquet")),
+    )
+    .unwrap();
+    let (from, to) = lock_audit::export::day_bounds(&day).unwrap();
+    assert_eq!(back, db.between(from, to).await.unwrap());
+    assert!(back.len() >= got.len());
+
+    // A compaction past the checkpoint: tailers stopped, more events, etcd compacted at
+    // the head, a tailer started: an explicit gap row and the alarm metric.
+    for t in &mut tailers {
+        t.proc.kill();
+    }
+    let checkpoint = db.checkpoint(&cluster).await.unwrap().unwrap_or(0);
+    for i in 0..3 {
+        let key = format!("{FAST_PREFIX}/audit/compacted-{i}");
+        let s = ops
+            .open_session(OpenSessionRequest { key: key.clone() })
+            .await
+            .unwrap()
+            .into_inner()
+            .session_id;
+        ops.acquire(AcquireRequest {
+            key,
+            session_id: s,
+            wait_millis: 0,
+        })
+        .await
+        .unwrap();
+        ops.close_session(CloseSessionRequest { session_id: s })
+            .await
+            .unwrap();
+    }
+    let compacted_at = head(&stack).await;
+    root.compact(
+        compacted_at,
+        Some(etcd_client::CompactionOptions::new().with_physical()),
+    )
+    .await
+    .unwrap();
+    let late = Tailer::start(&dir, &access, &url, "tailer-late", &[]).unwrap();
+    caught_up(&db, &cluster, compacted_at, &[&late]).await;
+    let gaps: Vec<Row> = stored_rows(&db)
+        .await
+        .into_iter()
+        .filter(|r| r.kind == Kind::Gap)
+        .collect();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(
+        gaps[0].detail,
+        format!(
+            "{{\"from\":{},\"to\":{}}}",
+            checkpoint + 1,
+            compacted_at - 1
+        )
+    );
+    assert_eq!(late.metric("lock_audit_gaps_total").unwrap(), 1);
+}
