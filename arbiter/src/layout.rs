@@ -3,7 +3,7 @@
 //! ```text
 //! /sys/epoch                 EpochRecord {epoch, cluster_id}
 //! /l/<namespace>/<path>      Holder {spiffe_id, session, class, acquired_at_ms}  on the session lease
-//! /s/<lease-hex>             SessionRecord {spiffe_id, ttl_seconds}             on the session lease
+//! /s/<lease-hex>             SessionRecord {spiffe_id, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! ```
 //!

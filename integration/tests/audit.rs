@@ -336,4 +336,24 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
         )
     );
     assert_eq!(late.metric("lock_audit_gaps_total").unwrap(), 1);
+
+    // Every tailer series the alert rules name is one the tailer exports.
+    let exported = lock_integration::admin_get(late.admin, "/metrics").unwrap();
+    let rules = std::fs::read_to_string(
+        lock_integration::paths::workspace_root().join("deploy/prometheus/alerts.yaml"),
+    )
+    .unwrap();
+    let mut rest = rules.as_str();
+    while let Some(i) = rest.find("lock_audit_") {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let base = name.trim_end_matches("_total");
+        assert!(
+            exported.contains(&format!("# TYPE {base} ")),
+            "alerts.yaml uses {name}, which the tailer does not export:\n{exported}"
+        );
+        rest = &rest[i + name.len()..];
+    }
 }
