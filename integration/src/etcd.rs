@@ -185,14 +185,15 @@ impl Etcd {
         extra: &[String],
         security: Security,
     ) -> anyhow::Result<Vec<Self>> {
-        let mut places = Vec::with_capacity(n);
-        for _ in 0..n {
-            places.push(Placement {
+        let ports = crate::process::free_ports(3 * n)?;
+        let places = ports
+            .chunks(3)
+            .map(|p| Placement {
                 ip: std::net::Ipv4Addr::LOCALHOST.into(),
                 netns: None,
-                ports: [free_port()?, free_port()?, free_port()?],
-            });
-        }
+                ports: [p[0], p[1], p[2]],
+            })
+            .collect();
         Self::start_placed(dir, prefix, places, extra, security)
     }
 
@@ -266,7 +267,17 @@ impl Etcd {
         }
         if security == Security::Roles {
             let urls: Vec<String> = members.iter().map(|m| m.client_url.clone()).collect();
-            enable_roles(&urls, &pki)?;
+            if let Err(e) = enable_roles(&urls, &pki) {
+                // Say which member is down and why (its log), not only the last refusal.
+                let states: Vec<String> = members
+                    .iter_mut()
+                    .map(|m| match m.proc.check_running() {
+                        Ok(()) => format!("{} running", m.name),
+                        Err(down) => down.to_string(),
+                    })
+                    .collect();
+                anyhow::bail!("enabling etcd roles: {e:#}\n{}", states.join("\n"));
+            }
         }
         Ok(members)
     }
@@ -455,13 +466,19 @@ fn enable_roles(urls: &[String], pki: &EtcdPki) -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let attempt = std::sync::atomic::AtomicUsize::new(0);
         rt.block_on(crate::process::eventually(patience(), || {
-            let (urls, tls) = (urls.clone(), tls.clone());
+            // One member per attempt, in turn: a member still starting cannot hold up the
+            // others (etcd forwards the writes to the leader).
+            let i = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let url = urls[i % urls.len()].clone();
+            let tls = tls.clone();
             async move {
                 let opts = etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(std::time::Duration::from_secs(2))
                     .with_timeout(std::time::Duration::from_secs(5))
                     .with_tls(tls);
-                let client = etcd_client::Client::connect(urls, Some(opts)).await?;
+                let client = etcd_client::Client::connect([url], Some(opts)).await?;
                 let mut auth = client.auth_client();
                 let current = etcd_roles::read(&mut auth).await?;
                 let changes = etcd_roles::plan(&current, etcd_roles::ROLES, etcd_roles::USERS);

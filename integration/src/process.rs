@@ -155,6 +155,18 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// `n` distinct free loopback ports: each is held until all are chosen, so the kernel
+/// cannot hand one out twice (a 3-member etcd took 9 ports one by one, and two of them
+/// could coincide: one member then failed to bind and the cluster never formed).
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    held.iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
 /// Polls `check` until it returns Ok or `patience` passes (the harness's
 /// `assert_eventually`); the last error is reported.
 pub async fn eventually<T, F, Fut>(patience: Duration, mut check: F) -> anyhow::Result<T>
