@@ -162,9 +162,7 @@ pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let held: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()?;
-    held.iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 /// Polls `check` until it returns Ok or `patience` passes (the harness's
