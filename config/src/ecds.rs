@@ -53,6 +53,17 @@ pub fn discovery_response_raw(configuration: &str, wasm_path: &str) -> Value {
     })
 }
 
+/// The filter configuration inside an ECDS document written by [`discovery_response`]
+/// (what is live: `lockctl grants push` diffs against it). None if it is not one.
+pub fn configuration_of(doc: &Value) -> Option<FilterConfig> {
+    let value = doc
+        .get("resources")?
+        .get(0)?
+        .pointer("/typed_config/config/configuration/value")?
+        .as_str()?;
+    FilterConfig::from_json(value.as_bytes()).ok()
+}
+
 /// FNV-1a 64: a stable content hash for the version (no dependency for 10 lines).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -81,6 +92,8 @@ mod tests {
         assert_eq!(cfg["allow_on_headers_stop_iteration"], true);
         let value = cfg["configuration"]["value"].as_str().unwrap();
         assert_eq!(FilterConfig::from_json(value.as_bytes()).unwrap(), c);
+        assert_eq!(configuration_of(&d), Some(c.clone()));
+        assert_eq!(configuration_of(&json!({"resources": []})), None);
         assert_eq!(
             d["version_info"],
             discovery_response(&c, "/x.wasm")["version_info"]

@@ -3,6 +3,7 @@
 //! function, then freeze into an immutable [`Registry`].
 
 mod date;
+pub mod diff;
 mod documents;
 mod errors;
 mod validate;

@@ -113,6 +113,14 @@ async fn grants_are_pushed_live_and_a_refused_push_keeps_the_previous_config() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The push says what it changes against what is live.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "+ grant     {ORDERS} may lock pay/ledger   [widens]"
+        )),
+        "{said}"
+    );
     eventually(Duration::from_secs(20), || {
         let mut c = orders.clone();
         async move {

@@ -188,3 +188,164 @@ async fn register_lists_advisory_classes_flags_expired_waivers_and_counts_holds(
         .unwrap();
     assert_eq!(old["expired"], true);
 }
+
+/// A copy of the dev registry in a fresh folder, edited by `edit` (file name, from, to).
+fn edited(dir: &std::path::Path, edits: &[(&str, &str, &str)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for entry in std::fs::read_dir(dev_registry()).unwrap() {
+        let p = entry.unwrap().path();
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
+        for (file, from, to) in edits {
+            if *file == name {
+                assert!(text.contains(from), "{name} has no {from:?}");
+                text = text.replacen(from, to, 1);
+            }
+        }
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+}
+
+fn diff(args: &[&str], cwd: Option<&std::path::Path>) -> (Option<i32>, String) {
+    let mut cmd =
+        std::process::Command::new(lock_integration::paths::workspace_bin("lockctl").unwrap());
+    cmd.args(["registry", "diff"]).args(args);
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `lockctl registry diff`: hand-made pairs of registries, from folders and from git
+/// revisions, with the exit codes CI keys on.
+#[test]
+fn registry_diff_says_what_a_change_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (old, new) = (tmp.path().join("old"), tmp.path().join("new"));
+    edited(&old, &[]);
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+
+    // Identical: exit 0.
+    let (code, out) = diff(&[&s(&old), &s(&dev_registry())], None);
+    assert_eq!((code, out.trim()), (Some(0), "no change"), "{out}");
+
+    // A widened grant, a shorter TTL and a namespace moved: all risky, exit 1 either way.
+    edited(
+        &new,
+        &[
+            ("classes.yaml", "ttlSeconds: 60", "ttlSeconds: 45"),
+            ("namespaces.yaml", "region: local", "region: elsewhere"),
+            (
+                "grants.yaml",
+                "prefixes: [orders]",
+                "prefixes: [orders, archive]",
+            ),
+        ],
+    );
+    let (code, out) = diff(&[&s(&old), &s(&new)], None);
+    assert_eq!(code, Some(1), "{out}");
+    for line in [
+        "may lock archive   [risk]",
+        "ttlSeconds 60 -> 45   [risk]",
+        "region local -> elsewhere   [risk]",
+        "liveness bound 60s -> 45s",
+        "keepalives/s for 1000 sessions 50.0 -> 66.7",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    let (code, _) = diff(&[&s(&old), &s(&new), "--fail-on", "risky"], None);
+    assert_eq!(code, Some(1));
+
+    // Only a safe change (a longer TTL): exit 1 by default, 0 with --fail-on risky.
+    let safe = tmp.path().join("safe");
+    edited(
+        &safe,
+        &[("classes.yaml", "ttlSeconds: 60", "ttlSeconds: 90")],
+    );
+    assert_eq!(diff(&[&s(&old), &s(&safe)], None).0, Some(1));
+    let (code, out) = diff(&[&s(&old), &s(&safe), "--fail-on", "risky"], None);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("0 risky"), "{out}");
+
+    // An invalid registry: exit 2, naming the problem.
+    let bad = tmp.path().join("bad");
+    edited(&bad, &[("classes.yaml", "ttlSeconds: 60", "ttlSeconds: 1")]);
+    let (code, out) = diff(&[&s(&old), &s(&bad)], None);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("ttlSeconds"), "{out}");
+
+    // From git revisions, as the CI job runs it.
+    let repo = tmp.path().join("repo");
+    edited(&repo.join("registry"), &[]);
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "registry"]);
+    edited(
+        &repo.join("registry"),
+        &[(
+            "grants.yaml",
+            "prefixes: [orders]",
+            "prefixes: [orders, archive]",
+        )],
+    );
+    git(&["commit", "-q", "-am", "widen"]);
+    let (code, out) = diff(&["HEAD~1:registry", "HEAD:registry"], Some(&repo));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("may lock archive   [risk]"), "{out}");
+    assert!(out.contains("1 change(s), 1 risky"), "{out}");
+    let (code, out) = diff(&["HEAD~5:registry", "HEAD:registry"], Some(&repo));
+    assert_eq!(code, Some(2), "{out}");
+}
+
+/// The example CI job for the registry repository is a valid GitHub workflow (the schema
+/// vendored in check-jsonschema, offline), and the check refuses a broken one.
+#[test]
+fn the_registry_ci_example_is_a_valid_workflow() {
+    let root = lock_integration::paths::workspace_root();
+    let tool = root.join(".deps/python-venv/bin/check-jsonschema");
+    let run = |file: &std::path::Path| {
+        std::process::Command::new(&tool)
+            .args(["--builtin-schema", "vendor.github-workflows"])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let example = root.join("deploy/ci/registry-review.yml");
+    let out = run(&example);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = std::fs::read_to_string(&example).unwrap();
+    assert!(text.contains("lockctl registry diff") && text.contains("lockctl registry check"));
+    let tmp = tempfile::tempdir().unwrap();
+    let broken = tmp.path().join("broken.yml");
+    std::fs::write(
+        &broken,
+        text.replace("runs-on: ubuntu-latest", "runs_on: ubuntu-latest"),
+    )
+    .unwrap();
+    assert!(!run(&broken).status.success());
+}

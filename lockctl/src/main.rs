@@ -1,7 +1,8 @@
 //! `lockctl`: the operator and workload CLI.
 //!
-//! Exit codes: 0 success; 1 refused by the service (the reason is printed); 2 usage or
-//! local input error (bad registry, bad token); 3 cannot reach the service or etcd.
+//! Exit codes: 0 success; 1 refused by the service (the reason is printed), or for
+//! `registry diff` changes found; 2 usage or local input error (bad registry, bad token);
+//! 3 cannot reach the service or etcd.
 
 mod offline;
 mod remote;
@@ -300,6 +301,21 @@ enum RegistryCmd {
         #[arg(long, default_value_t = 1000)]
         sessions: u64,
     },
+    /// What a change does: identities gaining and losing prefixes, namespaces moving
+    /// region, classes changing enforcement, posture, TTL or tier (with their renewal cost
+    /// and liveness bound). OLD and NEW are directories, or `REV:DIR` read from git (e.g.
+    /// `origin/main:registry`). Exit 0: no change (or none risky, with --fail-on risky);
+    /// 1: changes; 2: a registry is invalid.
+    Diff {
+        old: String,
+        new: String,
+        /// Expected concurrent sessions per class, for the keepalive load estimate.
+        #[arg(long, default_value_t = 1000)]
+        sessions: u64,
+        /// Which changes make the exit status 1.
+        #[arg(long, value_enum, default_value_t = offline::FailOn::Any)]
+        fail_on: offline::FailOn,
+    },
 }
 
 #[derive(Subcommand)]
@@ -403,6 +419,19 @@ async fn main() -> ExitCode {
         Cmd::Registry {
             cmd: RegistryCmd::Check { dir, sessions },
         } => offline::registry_check(&dir, sessions),
+        Cmd::Registry {
+            cmd:
+                RegistryCmd::Diff {
+                    old,
+                    new,
+                    sessions,
+                    fail_on,
+                },
+        } => match offline::registry_diff(&old, &new, sessions, fail_on) {
+            Ok(true) => return ExitCode::from(1),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        },
         Cmd::Grants {
             cmd:
                 GrantsCmd::Compile {

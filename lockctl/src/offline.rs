@@ -210,6 +210,23 @@ pub fn grants_push(
     wasm: &Path,
 ) -> Result<(), Failure> {
     let config = filter_config(dir, region, trust_domains)?;
+    // What the push changes against what is live (the file Envoy watches).
+    let live = std::fs::read(out)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|doc| lock_config::ecds::configuration_of(&doc));
+    match &live {
+        Some(live) => {
+            let changes = lock_config::registry::diff::diff_filter(live, &config);
+            if changes.is_empty() {
+                println!("no change to grants or namespaces against what is live");
+            }
+            for c in changes {
+                println!("{c}{}", if c.risky() { "   [widens]" } else { "" });
+            }
+        }
+        None => println!("nothing live at {} yet: every grant is new", out.display()),
+    }
     let doc = lock_config::ecds::discovery_response(&config, &wasm.display().to_string());
     let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::input(e.to_string()))?;
     let tmp = out.with_extension("tmp");
@@ -431,4 +448,97 @@ mod audit_tests {
             assert_eq!(parse_since(s), want, "{s}");
         }
     }
+}
+
+/// Which changes make `lockctl registry diff` exit 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    /// Any change (like diff(1)).
+    Any,
+    /// Only changes that widen access or weaken a guarantee.
+    Risky,
+}
+
+/// Reads a registry from a directory or, for `REV:DIR` that is not a path, from git.
+fn registry_at(spec: &str) -> Result<lock_config::Registry, Failure> {
+    let sources = match spec.split_once(':') {
+        Some((rev, dir)) if !Path::new(spec).exists() => git_sources(rev, dir)?,
+        _ => registry_files::read_sources(Path::new(spec))
+            .map_err(|e| Failure::input(e.to_string()))?,
+    };
+    lock_config::Registry::load(&sources, registry_files::today())
+        .map_err(|e| Failure::input(format!("{spec}: {e}")))
+}
+
+/// Every `*.yaml`/`*.yml` directly in `dir` at git revision `rev` (in the current repo).
+fn git_sources(rev: &str, dir: &str) -> Result<Vec<lock_config::registry::Source>, Failure> {
+    let git = |args: &[&str]| -> Result<String, Failure> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .output()
+            .map_err(|e| Failure::input(format!("git: {e}")))?;
+        if !out.status.success() {
+            return Err(Failure::input(format!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let dir = dir.trim_end_matches('/');
+    let listing = git(&["ls-tree", "--name-only", rev, &format!("{dir}/")])?;
+    let mut names: Vec<&str> = listing
+        .lines()
+        .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+        .collect();
+    names.sort_unstable();
+    if names.is_empty() {
+        return Err(Failure::input(format!("{rev}:{dir}: no *.yaml documents")));
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            Ok(lock_config::registry::Source {
+                name: format!("{rev}:{name}"),
+                text: git(&["show", &format!("{rev}:{name}")])?,
+            })
+        })
+        .collect()
+}
+
+/// `lockctl registry diff OLD NEW`: prints the changes; Ok(true) when the exit status is 1.
+pub fn registry_diff(
+    old: &str,
+    new: &str,
+    sessions: u64,
+    fail_on: FailOn,
+) -> Result<bool, Failure> {
+    use lock_config::registry::diff::{Change, diff, keepalives_per_second};
+    let (before, after) = (registry_at(old)?, registry_at(new)?);
+    let changes = diff(&before, &after);
+    if changes.is_empty() {
+        println!("no change");
+        return Ok(false);
+    }
+    let mut touched = std::collections::BTreeMap::new();
+    for c in &changes {
+        println!("{c}{}", if c.risky() { "   [risk]" } else { "" });
+        if let Change::ClassChanged { name, ttl, .. } = c {
+            touched.insert(name.clone(), *ttl);
+        }
+    }
+    for (name, (from, to)) in touched {
+        println!(
+            "  {name}: keepalives/s for {sessions} sessions {:.1} -> {:.1}; liveness bound {from}s -> {to}s",
+            keepalives_per_second(sessions, from),
+            keepalives_per_second(sessions, to),
+        );
+    }
+    let risky = changes.iter().filter(|c| c.risky()).count();
+    println!("{} change(s), {risky} risky", changes.len());
+    Ok(match fail_on {
+        FailOn::Any => true,
+        FailOn::Risky => risky > 0,
+    })
 }
