@@ -25,10 +25,24 @@ pub fn respond(path: &str) -> (StatusCode, &'static str, String) {
 pub fn respond_with(path: &str, encode: fn() -> String) -> (StatusCode, &'static str, String) {
     match path {
         "/metrics" => (StatusCode::OK, CONTENT_TYPE, encode()),
+        // What this arbiter serves, for `lockctl registry status` (and people).
+        "/status" => (
+            StatusCode::OK,
+            "application/json",
+            serde_json::json!({
+                "registry_version": lock_config::ecds::version_text(
+                    u64::try_from(METRICS.registry_version.get()).unwrap_or(0)
+                ),
+                "epoch": METRICS.epoch.get(),
+                "sealed": METRICS.sealed.get() == 1,
+                "serving": METRICS.serving.get() == 1,
+            })
+            .to_string(),
+        ),
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: the admin listener serves /metrics\n".to_owned(),
+            "not found: the admin listener serves /metrics and /status\n".to_owned(),
         ),
     }
 }
@@ -72,6 +86,12 @@ pub async fn serve_with(listener: TcpListener, encode: fn() -> String) {
 
 /// `GET http://{addr}/metrics` (for `lockctl register --metrics`): the exposition text.
 pub async fn scrape(addr: &str) -> Result<String, String> {
+    get(addr, "/metrics").await
+}
+
+/// `GET http://{addr}{path}` on an admin listener (an arbiter's or Envoy's): the body of a
+/// 200 answer, within 5 s.
+pub async fn get(addr: &str, path: &str) -> Result<String, String> {
     use http_body_util::BodyExt as _;
     let fail = |e: &dyn std::fmt::Display| format!("{addr}: {e}");
     let call = async {
@@ -82,7 +102,7 @@ pub async fn scrape(addr: &str) -> Result<String, String> {
             .await
             .map_err(|e| fail(&e))?;
         tokio::spawn(conn);
-        let req = Request::get("/metrics")
+        let req = Request::get(path)
             .header(hyper::header::HOST, addr)
             .body(http_body_util::Empty::<Bytes>::new())
             .map_err(|e| fail(&e))?;
@@ -108,6 +128,9 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert!(content_type.starts_with("application/openmetrics-text"));
         assert!(body.ends_with("# EOF\n"), "{body}");
+        let (status, _, body) = respond("/status");
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("\"registry_version\""), "{body}");
         for path in ["/", "/metrics/x", "/debug/pprof"] {
             assert_eq!(respond(path).0, StatusCode::NOT_FOUND, "{path}");
         }

@@ -79,6 +79,9 @@ pub struct Metrics {
     pub epoch: Gauge,
     /// 1 while the health service reports SERVING.
     pub serving: Gauge,
+    /// The version of the registry this arbiter serves (`lock_config::registry::
+    /// sources_version`, 48 bits): `lockctl registry status` compares it with the folder's.
+    pub registry_version: Gauge,
     /// Each class's handles into the families above, found by name without building a
     /// label (an allocation) on the grant path.
     classes: RwLock<HashMap<String, ClassMetrics>>,
@@ -113,6 +116,7 @@ impl Metrics {
         let sealed = Gauge::default();
         let epoch = Gauge::default();
         let serving = Gauge::default();
+        let registry_version = Gauge::default();
         registry.register("grants", "Grants returned, by class", grants.clone());
         registry.register(
             "releases",
@@ -172,6 +176,11 @@ impl Metrics {
             "1 while the health service reports SERVING",
             serving.clone(),
         );
+        registry.register(
+            "registry_version",
+            "The version of the registry served (48-bit content hash)",
+            registry_version.clone(),
+        );
         Self {
             registry,
             grants,
@@ -189,6 +198,7 @@ impl Metrics {
             sealed,
             epoch,
             serving,
+            registry_version,
             classes: RwLock::new(HashMap::new()),
         }
     }
@@ -348,6 +358,7 @@ mod tests {
             "lock_arbiter_sealed ",
             "lock_arbiter_epoch ",
             "lock_arbiter_serving ",
+            "lock_arbiter_registry_version ",
         ] {
             assert!(text.contains(family), "{family} missing from:\n{text}");
         }

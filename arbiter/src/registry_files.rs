@@ -60,3 +60,10 @@ pub fn read_sources(dir: &Path) -> Result<Vec<Source>, LoadError> {
 pub fn load(dir: &Path) -> Result<Registry, LoadError> {
     Ok(Registry::load(&read_sources(dir)?, today())?)
 }
+
+/// [`load`], with the registry's version (`lock_config::registry::sources_version`).
+pub fn load_versioned(dir: &Path) -> Result<(Registry, u64), LoadError> {
+    let sources = read_sources(dir)?;
+    let version = lock_config::registry::sources_version(&sources);
+    Ok((Registry::load(&sources, today())?, version))
+}

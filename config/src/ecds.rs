@@ -25,7 +25,7 @@ pub fn discovery_response(config: &FilterConfig, wasm_path: &str) -> Value {
 /// configurations the filter must refuse).
 pub fn discovery_response_raw(configuration: &str, wasm_path: &str) -> Value {
     json!({
-        "version_info": format!("{:016x}", fnv1a(configuration.as_bytes())),
+        "version_info": version_text(config_version(configuration.as_bytes())),
         "resources": [{
             "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
             "name": EXTENSION_NAME,
@@ -64,8 +64,21 @@ pub fn configuration_of(doc: &Value) -> Option<FilterConfig> {
     FilterConfig::from_json(value.as_bytes()).ok()
 }
 
+/// The version of a filter configuration (the plugin configuration's bytes): the low 48
+/// bits of its FNV-1a hash, so it survives a Prometheus gauge (a float) exactly. The ECDS
+/// `version_info`, the filter's `lock_edge.config_version` gauge and `lockctl registry
+/// status` all show this number.
+pub fn config_version(configuration: &[u8]) -> u64 {
+    fnv1a(configuration) & 0xffff_ffff_ffff
+}
+
+/// A version as printed everywhere: 12 hex digits.
+pub fn version_text(version: u64) -> String {
+    format!("{version:012x}")
+}
+
 /// FNV-1a 64: a stable content hash for the version (no dependency for 10 lines).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })

@@ -29,3 +29,15 @@ pub struct Source {
     pub name: String,
     pub text: String,
 }
+
+/// The version of a registry an arbiter serves: the texts of its sources in their order
+/// (file names sorted), hashed as [`crate::ecds::config_version`] hashes (48 bits). Where
+/// the folder lives does not change it; an edit of any document does.
+pub fn sources_version(sources: &[Source]) -> u64 {
+    let mut all = Vec::new();
+    for s in sources {
+        all.extend_from_slice(s.text.as_bytes());
+        all.push(0);
+    }
+    crate::ecds::config_version(&all)
+}

@@ -61,6 +61,12 @@ impl RootContext for LockFilterRoot {
                         compiled.region
                     ),
                 );
+                // The version this Envoy now serves, as the ECDS version_info says it
+                // (`lockctl registry status` reads the gauge).
+                let version = lock_config::ecds::config_version(&bytes);
+                if let Ok(id) = hostcalls::define_metric(MetricType::Gauge, CONFIG_VERSION) {
+                    let _ = hostcalls::record_metric(id, version);
+                }
                 self.config = Some(Rc::new(compiled));
                 true
             }
@@ -194,6 +200,9 @@ impl Host for WasmHost {
         }
     }
 }
+
+/// The gauge holding the served configuration's version (`wasmcustom.` prefixed by Envoy).
+const CONFIG_VERSION: &str = "lock_edge.config_version";
 
 thread_local! {
     /// Metric ids by name: define_metric is idempotent, this only saves the hostcall.

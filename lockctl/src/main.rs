@@ -316,6 +316,22 @@ enum RegistryCmd {
         #[arg(long, value_enum, default_value_t = offline::FailOn::Any)]
         fail_on: offline::FailOn,
     },
+    /// Who serves which version: each Envoy's filter configuration (its
+    /// `lock_edge.config_version` gauge) and each arbiter's registry (its `/status`),
+    /// against what DIR compiles to. Exit 0: all current; 1: some stale; 3: unreachable.
+    Status {
+        dir: PathBuf,
+        #[arg(long)]
+        region: String,
+        #[arg(long = "trust-domain", required = true)]
+        trust_domains: Vec<String>,
+        /// Envoy admin listeners (host:port).
+        #[arg(long, value_delimiter = ',')]
+        envoy_admin: Vec<String>,
+        /// Arbiter admin listeners (host:port).
+        #[arg(long, value_delimiter = ',')]
+        arbiter_admin: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -428,6 +444,28 @@ async fn main() -> ExitCode {
                     fail_on,
                 },
         } => match offline::registry_diff(&old, &new, sessions, fail_on) {
+            Ok(true) => return ExitCode::from(1),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        },
+        Cmd::Registry {
+            cmd:
+                RegistryCmd::Status {
+                    dir,
+                    region,
+                    trust_domains,
+                    envoy_admin,
+                    arbiter_admin,
+                },
+        } => match offline::registry_status(
+            &dir,
+            &region,
+            &trust_domains,
+            &envoy_admin,
+            &arbiter_admin,
+        )
+        .await
+        {
             Ok(true) => return ExitCode::from(1),
             Ok(false) => Ok(()),
             Err(e) => Err(e),

@@ -542,3 +542,87 @@ pub fn registry_diff(
         FailOn::Risky => risky > 0,
     })
 }
+
+/// What one component serves, as `registry status` finds it.
+enum Served {
+    Version(u64),
+    Unreachable(String),
+}
+
+/// `lockctl registry status`: Ok(true) when the exit status is 1 (something stale).
+pub async fn registry_status(
+    dir: &Path,
+    region: &str,
+    trust_domains: &[String],
+    envoys: &[String],
+    arbiters: &[String],
+) -> Result<bool, Failure> {
+    use lock_config::ecds::{config_version, version_text};
+    let config = filter_config(dir, region, trust_domains)?;
+    let filter_want = config_version(
+        serde_json::to_string(&config)
+            .map_err(|e| Failure::input(e.to_string()))?
+            .as_bytes(),
+    );
+    let sources = registry_files::read_sources(dir).map_err(|e| Failure::input(e.to_string()))?;
+    let arbiter_want = lock_config::registry::sources_version(&sources);
+    let mut rows = Vec::new();
+    for addr in envoys {
+        let path = "/stats?filter=^wasmcustom.lock_edge.config_version$";
+        let served = match lock_arbiter::admin::get(addr, path).await {
+            Ok(body) => body
+                .lines()
+                .find_map(|l| l.strip_prefix("wasmcustom.lock_edge.config_version: "))
+                .and_then(|v| v.trim().parse().ok())
+                .map_or(
+                    Served::Unreachable(
+                        "no lock_edge.config_version gauge (no configuration accepted?)".into(),
+                    ),
+                    Served::Version,
+                ),
+            Err(e) => Served::Unreachable(e),
+        };
+        rows.push(("envoy", addr, served, filter_want));
+    }
+    for addr in arbiters {
+        let served = match lock_arbiter::admin::get(addr, "/status").await {
+            Ok(body) => serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| u64::from_str_radix(v["registry_version"].as_str()?, 16).ok())
+                .map_or(
+                    Served::Unreachable("no registry_version in /status".into()),
+                    Served::Version,
+                ),
+            Err(e) => Served::Unreachable(e),
+        };
+        rows.push(("arbiter", addr, served, arbiter_want));
+    }
+    println!(
+        "{:<8} {:<24} {:<14} {:<14} STATE",
+        "ROLE", "ADMIN", "SERVES", "EXPECTED"
+    );
+    let (mut stale, mut unreachable) = (0, 0);
+    for (role, addr, served, want) in &rows {
+        let (serves, state) = match served {
+            Served::Version(v) if v == want => (version_text(*v), "current".to_owned()),
+            Served::Version(v) => {
+                stale += 1;
+                (version_text(*v), "STALE".to_owned())
+            }
+            Served::Unreachable(e) => {
+                unreachable += 1;
+                ("-".to_owned(), format!("UNREACHABLE: {e}"))
+            }
+        };
+        println!(
+            "{role:<8} {addr:<24} {serves:<14} {:<14} {state}",
+            version_text(*want)
+        );
+    }
+    if unreachable > 0 {
+        return Err(Failure::unreachable(format!(
+            "{unreachable} component(s) did not answer"
+        )));
+    }
+    Ok(stale > 0)
+}

@@ -120,8 +120,11 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let transport = transport(&args)?;
-    let registry = registry_files::load(&args.registry)
+    let (registry, registry_version) = registry_files::load_versioned(&args.registry)
         .with_context(|| format!("loading registry {}", args.registry.display()))?;
+    lock_arbiter::metrics::METRICS
+        .registry_version
+        .set(i64::try_from(registry_version).unwrap_or(0));
     let etcd_tls = lock_arbiter::etcd_tls::load(
         &args.etcd,
         &lock_arbiter::etcd_tls::EtcdTlsFiles {
