@@ -33,6 +33,10 @@ pub fn respond_with(path: &str, encode: fn() -> String) -> (StatusCode, &'static
                 "registry_version": lock_config::ecds::version_text(
                     u64::try_from(METRICS.registry_version.get()).unwrap_or(0)
                 ),
+                "registry_refused_version": match METRICS.registry_refused_version.get() {
+                    0 => None,
+                    v => Some(lock_config::ecds::version_text(u64::try_from(v).unwrap_or(0))),
+                },
                 "epoch": METRICS.epoch.get(),
                 "sealed": METRICS.sealed.get() == 1,
                 "serving": METRICS.serving.get() == 1,

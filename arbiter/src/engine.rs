@@ -19,7 +19,7 @@ use crate::release::{Heads, Releaser};
 use crate::sessions::{Keepers, Session, Sessions};
 use crate::store::Store;
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
-use lock_config::registry::{Fairness, ResolvedClass};
+use lock_config::registry::Fairness;
 use lock_config::{FencingToken, LockKey, Registry};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,9 @@ pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
 pub struct Engine {
     store: Store,
-    registry: Arc<Registry>,
+    /// Swapped whole by a live reload (`registry_reload.rs`); each request reads one
+    /// snapshot and keeps it to its end, so a reload applies to new requests only.
+    registry: arc_swap::ArcSwap<Registry>,
     sessions: Sessions,
     queues: Arc<Queues>,
     /// Deliberate bugs for the release gate; empty outside debug builds told to inject.
@@ -50,7 +52,7 @@ impl Engine {
         METRICS.declare(registry.classes().map(|c| c.name));
         Self {
             store: Store::new(etcd, bugs.clone()),
-            registry,
+            registry: arc_swap::ArcSwap::new(registry),
             sessions: Sessions::default(),
             queues: Arc::new(Queues::default()),
             bugs,
@@ -76,8 +78,16 @@ impl Engine {
             .map(|sealed| sealed.epoch().record.epoch)
     }
 
-    fn class_for(&self, key: &LockKey) -> Result<ResolvedClass<'_>, ArbiterError> {
-        self.registry.class_for(key).ok_or(ArbiterError::NoClass)
+    /// The registry new requests see.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.load_full()
+    }
+
+    /// A live reload: new requests get `registry`; requests in flight (waiters included)
+    /// finish with the one they started with; queues, sessions and holds stay.
+    pub fn replace_registry(&self, registry: Arc<Registry>) {
+        METRICS.declare(registry.classes().map(|c| c.name));
+        self.registry.store(registry);
     }
 
     fn granter(&self) -> Granter<'_> {
@@ -94,7 +104,8 @@ impl Engine {
         identity: &str,
         key: &LockKey,
     ) -> Result<(Session, String), ArbiterError> {
-        let class = self.class_for(key)?;
+        let registry = self.registry();
+        let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
         let session = self
             .sessions
             .open(&self.store, identity, class.ttl_seconds)
@@ -129,7 +140,8 @@ impl Engine {
         lease: i64,
         wait: Duration,
     ) -> Result<Grant, ArbiterError> {
-        let class = self.class_for(key)?;
+        let registry = self.registry();
+        let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
         let session = Box::pin(self.sessions.owned(&self.store, lease, identity)).await?;
         if session.ttl_seconds != class.ttl_seconds {
             return Err(ArbiterError::WrongSessionTtl {
@@ -190,7 +202,8 @@ impl Engine {
         lease: Option<i64>,
     ) -> Result<i64, ArbiterError> {
         // A key with no class (the registry changed under a hold) is released plainly.
-        let class = self.class_for(key).ok();
+        let registry = self.registry();
+        let class = registry.class_for(key);
         let heads = match &class {
             Some(c) if c.spec.fairness == Fairness::Durable => Heads::Durable { class: c.name },
             Some(_) => Heads::Fifo(&self.queues),
@@ -258,7 +271,7 @@ impl Engine {
         let sealed = self.store.sealed().await?;
         let resp = sealed.get(&holder_key(key)).await?;
         let durable = self
-            .registry
+            .registry()
             .class_for(key)
             .is_some_and(|c| c.spec.fairness == Fairness::Durable);
         let waiters = if durable {

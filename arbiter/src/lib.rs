@@ -24,6 +24,7 @@ pub mod peer_tls;
 pub mod proto;
 pub mod queue;
 pub mod registry_files;
+pub mod registry_reload;
 pub mod release;
 pub mod release_watch;
 pub mod renewals;

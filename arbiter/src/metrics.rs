@@ -82,6 +82,10 @@ pub struct Metrics {
     /// The version of the registry this arbiter serves (`lock_config::registry::
     /// sources_version`, 48 bits): `lockctl registry status` compares it with the folder's.
     pub registry_version: Gauge,
+    /// The version of the last registry a reload refused (0: none since the last good one).
+    pub registry_refused_version: Gauge,
+    /// Reloads refused because the new registry was invalid.
+    pub registry_reloads_refused: Counter,
     /// Each class's handles into the families above, found by name without building a
     /// label (an allocation) on the grant path.
     classes: RwLock<HashMap<String, ClassMetrics>>,
@@ -117,6 +121,8 @@ impl Metrics {
         let epoch = Gauge::default();
         let serving = Gauge::default();
         let registry_version = Gauge::default();
+        let registry_refused_version = Gauge::default();
+        let registry_reloads_refused = Counter::default();
         registry.register("grants", "Grants returned, by class", grants.clone());
         registry.register(
             "releases",
@@ -181,6 +187,16 @@ impl Metrics {
             "The version of the registry served (48-bit content hash)",
             registry_version.clone(),
         );
+        registry.register(
+            "registry_refused_version",
+            "The version of the registry a reload refused (0: none)",
+            registry_refused_version.clone(),
+        );
+        registry.register(
+            "registry_reloads_refused",
+            "Registry reloads refused as invalid",
+            registry_reloads_refused.clone(),
+        );
         Self {
             registry,
             grants,
@@ -199,6 +215,8 @@ impl Metrics {
             epoch,
             serving,
             registry_version,
+            registry_refused_version,
+            registry_reloads_refused,
             classes: RwLock::new(HashMap::new()),
         }
     }

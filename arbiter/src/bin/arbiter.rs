@@ -71,9 +71,13 @@ struct Args {
     etcd_cert: Option<PathBuf>,
     #[arg(long, env = "ARBITER_ETCD_KEY")]
     etcd_key: Option<PathBuf>,
-    /// Registry directory (*.yaml): classes decide TTLs.
+    /// Registry directory (*.yaml): classes decide TTLs. Polled for changes: a valid new
+    /// version applies to new requests; an invalid one is refused and reported.
     #[arg(long, env = "ARBITER_REGISTRY")]
     registry: PathBuf,
+    /// How often the registry directory is checked for a new version.
+    #[arg(long, default_value_t = 2000, env = "ARBITER_REGISTRY_POLL_MS")]
+    registry_poll_ms: u64,
     /// Name reported in x-lock-arbiter.
     #[arg(long, default_value = "arbiter", env = "ARBITER_ID")]
     id: String,
@@ -152,6 +156,13 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let engine = Arc::new(Engine::new(etcd, Arc::new(registry), bugs));
+    // Classes change without a restart (`registry_reload.rs`).
+    tokio::spawn(lock_arbiter::registry_reload::run(
+        engine.clone(),
+        args.registry.clone(),
+        registry_version,
+        Duration::from_millis(args.registry_poll_ms),
+    ));
     if let Err(e) = engine.check_epoch().await {
         // Not fatal: the arbiter serves refusals (SEALED) until the epoch exists.
         tracing::warn!(error = %e, "epoch not usable yet");
