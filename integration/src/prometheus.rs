@@ -107,3 +107,26 @@ fn encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Every metric name starting with `prefix` that `text` (alert rules, a dashboard) uses,
+/// each with the base name its exposition declares (`# TYPE base ...`): a counter's
+/// `_total` and a histogram's `_bucket`/`_sum`/`_count` are stripped.
+pub fn names_used(text: &str, prefix: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(prefix) {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let base = name
+            .trim_end_matches("_total")
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_count")
+            .trim_end_matches("_sum")
+            .to_owned();
+        rest = &rest[i + name.len()..];
+        out.push((name, base));
+    }
+    out
+}

@@ -343,17 +343,10 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
         lock_integration::paths::workspace_root().join("deploy/prometheus/alerts.yaml"),
     )
     .unwrap();
-    let mut rest = rules.as_str();
-    while let Some(i) = rest.find("lock_audit_") {
-        let name: String = rest[i..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        let base = name.trim_end_matches("_total");
+    for (name, base) in lock_integration::prometheus::names_used(&rules, "lock_audit_") {
         assert!(
             exported.contains(&format!("# TYPE {base} ")),
             "alerts.yaml uses {name}, which the tailer does not export:\n{exported}"
         );
-        rest = &rest[i + name.len()..];
     }
 }

@@ -638,23 +638,11 @@ async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_ser
     let root = lock_integration::paths::workspace_root().join("deploy");
     for file in ["grafana/lock-service.json", "prometheus/alerts.yaml"] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
-        let mut rest = text.as_str();
-        while let Some(i) = rest.find("lock_arbiter_") {
-            let name: String = rest[i..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            // Histograms are exported as _bucket/_sum/_count of their base name.
-            let base = name
-                .trim_end_matches("_total")
-                .trim_end_matches("_bucket")
-                .trim_end_matches("_count")
-                .trim_end_matches("_sum");
+        for (name, base) in lock_integration::prometheus::names_used(&text, "lock_arbiter_") {
             assert!(
                 exported.contains(&format!("# TYPE {base} ")),
                 "{file} uses {name}, which the arbiter does not export"
             );
-            rest = &rest[i + name.len()..];
         }
     }
 }
