@@ -12,11 +12,20 @@ use crate::error::ArbiterError;
 use etcd_client::{Certificate, Identity, TlsOptions};
 use std::path::{Path, PathBuf};
 
-/// The three files of an etcd client credential, as given on the command line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The three files of an etcd client credential: one set of flags (and `LOCK_ETCD_*`
+/// variables) for every command that reaches etcd (arbiter, lockctl, lock-audit). The
+/// certificate's common name is the etcd user (`arbiter`, `operator`, `auditor`, `root`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct EtcdTlsFiles {
+    /// etcd's CA certificate (PEM), which signed etcd's server certificate. With
+    /// --etcd-cert and --etcd-key, TLS to https:// endpoints; without them only plaintext
+    /// to loopback is accepted.
+    #[arg(long = "etcd-ca", env = "LOCK_ETCD_CA")]
     pub ca: Option<PathBuf>,
+    /// The client certificate (PEM); its common name is the etcd user.
+    #[arg(long = "etcd-cert", env = "LOCK_ETCD_CERT")]
     pub cert: Option<PathBuf>,
+    #[arg(long = "etcd-key", env = "LOCK_ETCD_KEY")]
     pub key: Option<PathBuf>,
 }
 

@@ -9,6 +9,7 @@ mod remote;
 mod run;
 
 use clap::{Parser, Subcommand};
+use lock_arbiter::etcd_tls::EtcdTlsFiles;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -183,7 +184,7 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         etcd: Vec<String>,
         #[command(flatten)]
-        etcd_tls: EtcdTlsArgs,
+        etcd_tls: EtcdTlsFiles,
         /// The arbiters' admin listeners (host:port): grants per class since their start,
         /// summed over them (`lock_arbiter_grants_total`).
         #[arg(long, value_delimiter = ',')]
@@ -229,31 +230,9 @@ struct EtcdArgs {
         value_delimiter = ','
     )]
     etcd: Vec<String>,
+    /// The etcd credential (the `operator` user for the epoch, `root` for roles).
     #[command(flatten)]
-    tls: EtcdTlsArgs,
-}
-
-/// The client certificate for etcd; its common name is the etcd user (`operator` for the
-/// epoch, `root` for roles). Required for https:// endpoints; plaintext is loopback only.
-#[derive(clap::Args)]
-struct EtcdTlsArgs {
-    /// etcd's CA certificate (PEM).
-    #[arg(long, env = "LOCK_ETCD_CA")]
-    etcd_ca: Option<PathBuf>,
-    #[arg(long, env = "LOCK_ETCD_CERT")]
-    etcd_cert: Option<PathBuf>,
-    #[arg(long, env = "LOCK_ETCD_KEY")]
-    etcd_key: Option<PathBuf>,
-}
-
-impl EtcdTlsArgs {
-    fn files(&self) -> lock_arbiter::etcd_tls::EtcdTlsFiles {
-        lock_arbiter::etcd_tls::EtcdTlsFiles {
-            ca: self.etcd_ca.clone(),
-            cert: self.etcd_cert.clone(),
-            key: self.etcd_key.clone(),
-        }
-    }
+    tls: EtcdTlsFiles,
 }
 
 #[derive(Subcommand)]
@@ -392,17 +371,17 @@ async fn main() -> ExitCode {
             etcd,
             etcd_tls,
             metrics,
-        } => offline::register(&dir, json, &etcd, &etcd_tls.files(), &metrics).await,
+        } => offline::register(&dir, json, &etcd, &etcd_tls, &metrics).await,
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await,
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await,
         Cmd::Inspect { key, conn } => remote::inspect(&conn, &key).await,
         Cmd::Validate { key, token, conn } => remote::validate(&conn, &key, token).await,
         Cmd::Epoch {
             cmd: EpochCmd::Init { store },
-        } => offline::epoch_init(&store.etcd, &store.tls.files()).await,
+        } => offline::epoch_init(&store.etcd, &store.tls).await,
         Cmd::Epoch {
             cmd: EpochCmd::Advance { store, from },
-        } => offline::epoch_advance(&store.etcd, &store.tls.files(), from).await,
+        } => offline::epoch_advance(&store.etcd, &store.tls, from).await,
         Cmd::Audit {
             key,
             since,
@@ -411,10 +390,10 @@ async fn main() -> ExitCode {
         } => offline::audit(&key, since.as_deref(), &db, json).await,
         Cmd::Roles {
             cmd: RolesCmd::Apply { store, dry_run },
-        } => offline::roles(&store.etcd, &store.tls.files(), !dry_run).await,
+        } => offline::roles(&store.etcd, &store.tls, !dry_run).await,
         Cmd::Roles {
             cmd: RolesCmd::Show { store },
-        } => offline::roles(&store.etcd, &store.tls.files(), false).await,
+        } => offline::roles(&store.etcd, &store.tls, false).await,
         Cmd::Restore {
             snapshot,
             data_dir,

@@ -60,17 +60,9 @@ struct Args {
         value_delimiter = ','
     )]
     etcd: Vec<String>,
-    /// etcd's CA certificate (PEM), which signed etcd's server certificate. With
-    /// --etcd-cert and --etcd-key the arbiter talks TLS to https:// endpoints; without
-    /// them only plaintext to loopback is accepted.
-    #[arg(long, env = "ARBITER_ETCD_CA")]
-    etcd_ca: Option<PathBuf>,
-    /// The arbiter's etcd client certificate (PEM); its common name is its etcd user
-    /// (`arbiter`: may read /sys/, write /l/ /s/ /q/; `lockctl store roles apply`).
-    #[arg(long, env = "ARBITER_ETCD_CERT")]
-    etcd_cert: Option<PathBuf>,
-    #[arg(long, env = "ARBITER_ETCD_KEY")]
-    etcd_key: Option<PathBuf>,
+    /// The arbiter's etcd credential (its user `arbiter`: may read /sys/, write /l/ /s/ /q/).
+    #[command(flatten)]
+    etcd_tls: lock_arbiter::etcd_tls::EtcdTlsFiles,
     /// Registry directory (*.yaml): classes decide TTLs. Polled for changes: a valid new
     /// version applies to new requests; an invalid one is refused and reported.
     #[arg(long, env = "ARBITER_REGISTRY")]
@@ -129,15 +121,8 @@ async fn main() -> anyhow::Result<()> {
     lock_arbiter::metrics::METRICS
         .registry_version
         .set(i64::try_from(registry_version).unwrap_or(0));
-    let etcd_tls = lock_arbiter::etcd_tls::load(
-        &args.etcd,
-        &lock_arbiter::etcd_tls::EtcdTlsFiles {
-            ca: args.etcd_ca.clone(),
-            cert: args.etcd_cert.clone(),
-            key: args.etcd_key.clone(),
-        },
-    )
-    .context("etcd transport")?;
+    let etcd_tls =
+        lock_arbiter::etcd_tls::load(&args.etcd, &args.etcd_tls).context("etcd transport")?;
     let etcd = Etcd::connect(
         &args.etcd,
         Duration::from_millis(args.store_timeout_ms),

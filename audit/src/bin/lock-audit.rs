@@ -28,13 +28,9 @@ enum Cmd {
             default_value = "http://127.0.0.1:2379"
         )]
         etcd: Vec<String>,
-        /// etcd's CA (PEM); with --etcd-cert/--etcd-key (the `auditor` user) TLS is used.
-        #[arg(long, env = "LOCK_ETCD_CA")]
-        etcd_ca: Option<PathBuf>,
-        #[arg(long, env = "LOCK_ETCD_CERT")]
-        etcd_cert: Option<PathBuf>,
-        #[arg(long, env = "LOCK_ETCD_KEY")]
-        etcd_key: Option<PathBuf>,
+        /// The tailer's etcd credential (the `auditor` user).
+        #[command(flatten)]
+        credential: EtcdTlsFiles,
         /// The audit store (PostgreSQL URL).
         #[arg(long, env = "LOCK_AUDIT_DB")]
         db: String,
@@ -76,9 +72,7 @@ async fn main() -> anyhow::Result<()> {
     match Args::parse().cmd {
         Cmd::Tail {
             etcd,
-            etcd_ca,
-            etcd_cert,
-            etcd_key,
+            credential,
             db,
             id,
             checkpoint_every_ms,
@@ -86,12 +80,7 @@ async fn main() -> anyhow::Result<()> {
             lease_ttl,
             admin_listen,
         } => {
-            let files = EtcdTlsFiles {
-                ca: etcd_ca,
-                cert: etcd_cert,
-                key: etcd_key,
-            };
-            let tls = etcd_tls::load(&etcd, &files).context("etcd transport")?;
+            let tls = etcd_tls::load(&etcd, &credential).context("etcd transport")?;
             let mut options = etcd_client::ConnectOptions::new()
                 .with_connect_timeout(Duration::from_secs(5))
                 .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
