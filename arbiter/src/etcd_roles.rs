@@ -5,6 +5,7 @@
 //! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`           |
 //! | operator | operator | read and write `/sys/`, `/l/`, `/s/`, `/q/` (`lockctl epoch`, restore drills) |
 //! | auditor  | auditor  | read everything under `/`; read and write `/audit/` (its election) |
+//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/sys/force/`, `/sys/force-request/` (lock-admin) |
 //! | root     | root     | everything; only to manage users and roles (`lockctl roles apply`) |
 //!
 //! Users have no password: etcd names them by the common name of their client certificate
@@ -68,6 +69,19 @@ pub const ROLES: &[RoleSpec] = &[
         name: "auditor",
         grants: &[("/", Access::Read), ("/audit/", Access::ReadWrite)],
     },
+    // The force-release admin server (lock-admin, ADR-20). It deletes holds (etcd has no
+    // delete-only permission: write on `/l/`), and revoking a session's lease needs write
+    // on every key attached to it (`/l/`, `/s/`, `/q/`). It cannot touch `/sys/epoch`.
+    RoleSpec {
+        name: "force",
+        grants: &[
+            (LOCK_PREFIXES[0], Access::ReadWrite),
+            (LOCK_PREFIXES[1], Access::ReadWrite),
+            (LOCK_PREFIXES[2], Access::ReadWrite),
+            ("/sys/force/", Access::ReadWrite),
+            ("/sys/force-request/", Access::ReadWrite),
+        ],
+    },
 ];
 
 pub const USERS: &[UserSpec] = &[
@@ -86,6 +100,10 @@ pub const USERS: &[UserSpec] = &[
     UserSpec {
         name: "auditor",
         roles: &["auditor"],
+    },
+    UserSpec {
+        name: "force",
+        roles: &["force"],
     },
 ];
 

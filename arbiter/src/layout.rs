@@ -5,6 +5,8 @@
 //! /l/<namespace>/<path>      Holder {spiffe_id, session, class, acquired_at_ms}  on the session lease
 //! /s/<lease-hex>             SessionRecord {spiffe_id, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
+//! /sys/force-request/<id>    a filed force release awaiting a second operator (lock-force)
+//! /sys/force/<id>            an executed force release's record, on a 24 h lease (lock-force)
 //! ```
 //!
 //! `/s/` is an addition to DESIGN 4.2: it binds a session (etcd lease) to the identity that
@@ -19,6 +21,12 @@ pub const EPOCH_KEY: &str = "/sys/epoch";
 pub const HOLDER_PREFIX: &str = "/l/";
 pub const SESSION_PREFIX: &str = "/s/";
 pub const QUEUE_PREFIX: &str = "/q/";
+/// Executed force releases (ADR-20): written in the release's own transaction, so the
+/// audit trail classifies the hold's delete at that revision as a force release.
+pub const FORCE_PREFIX: &str = "/sys/force/";
+/// Filed force releases awaiting approval. Not under [`FORCE_PREFIX`]: filing is no event
+/// of a hold.
+pub const FORCE_REQUEST_PREFIX: &str = "/sys/force-request/";
 
 pub fn holder_key(key: &LockKey) -> String {
     format!("{HOLDER_PREFIX}{}", key.as_str())

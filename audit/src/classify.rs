@@ -13,13 +13,11 @@
 //!
 //! Durable waiters (`/q/`) are not audited: a wait is not a hold.
 
+pub use lock_arbiter::layout::FORCE_PREFIX;
 use lock_arbiter::layout::{
     EPOCH_KEY, EpochRecord, HOLDER_PREFIX, Holder, SESSION_PREFIX, SessionRecord, decode,
 };
 use std::collections::BTreeSet;
-
-/// The prefix of force-release records (`/sys/force/<id>`).
-pub const FORCE_PREFIX: &str = "/sys/force/";
 
 /// One key's change at a revision, as the watch reports it (with the previous value).
 #[derive(Debug, Clone, PartialEq, Eq)]

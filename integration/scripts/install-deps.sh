@@ -19,6 +19,9 @@
 #   python        a venv (.deps/python-venv) with clients/python and its pinned test tools
 #                 (clients/python/requirements-dev.txt: grpcio, grpcio-tools, pytest, grpcurl)
 #   buf           npm @bufbuild/buf (lint and breaking-change checks of lock.v1) in .deps/npm
+#   node tools    integration/node/package-lock.json into .deps/node-tools: oidc-provider (a real
+#                 OpenID provider for the force-release tests) and playwright-core
+#   chromium      Debian chromium (the approval page's browser test, driven by playwright-core)
 #   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
 #                 `install-deps.sh fuzz`)
 #
@@ -197,6 +200,28 @@ install_buf() {
   ln -sf "$DEPS/npm/node_modules/.bin/buf" "$DEPS/bin/buf"
 }
 
+install_node_tools() {
+  # The force-release tests' OpenID provider and browser driver, exactly as locked.
+  local dir="$DEPS/node-tools" src="$ROOT/integration/node"
+  local want; want=$(sha256sum "$src/package.json" "$src/package-lock.json" | sha256sum | cut -d' ' -f1)
+  if [ -d "$dir/node_modules/oidc-provider" ] && [ "$(cat "$dir/.installed" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  command -v npm >/dev/null 2>&1 || system_apt_install npm
+  log "node tools: npm ci of integration/node into $dir"
+  mkdir -p "$dir"
+  cp "$src/package.json" "$src/package-lock.json" "$dir/"
+  (cd "$dir" && npm ci --silent --no-audit --no-fund)
+  echo "$want" > "$dir/.installed"
+}
+
+install_chromium() {
+  # The approval page is tested in a real browser: Debian's chromium, headless.
+  if command -v chromium >/dev/null 2>&1; then return; fi
+  log "chromium: installing Debian chromium"
+  system_apt_install chromium
+}
+
 install_python_client() {
   # The Python client's tests (integration/tests/python_client.rs) and grpcurl for the
   # README's example. Reinstalled when the pinned list changes.
@@ -243,6 +268,8 @@ install_etcd
 install_envoy
 install_prometheus
 install_buf
+install_node_tools
+install_chromium
 install_python_client
 mkdir -p "$DEPS/bin"
 for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done

@@ -14,7 +14,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 /// The etcd users there are certificates for (CN = user); `stranger` is no etcd user.
-pub const USERS: [&str; 5] = ["root", "arbiter", "operator", "auditor", "stranger"];
+pub const USERS: [&str; 6] = [
+    "root", "arbiter", "operator", "auditor", "force", "stranger",
+];
 
 /// etcd's own PKI for one cluster: a CA (not the SPIFFE trust domain's), one member
 /// certificate for serving clients and peers (IP SANs of every member, no CN, so the JSON

@@ -12,6 +12,7 @@ pub mod envoy;
 pub mod etcd;
 pub mod h2raw;
 pub mod netlab;
+pub mod oidc;
 pub mod paths;
 pub mod pki;
 pub mod postgres;

@@ -4,6 +4,7 @@
 //! `registry diff` changes found; 2 usage or local input error (bad registry, bad token);
 //! 3 cannot reach the service or etcd.
 
+mod force;
 mod offline;
 mod remote;
 mod run;
@@ -162,6 +163,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Two-person force release of a leaked lock (ADR-20), through the admin API
+    /// (`lock-admin`): one operator files, a different one approves; both sign in at the
+    /// IdP (an ID token from --id-token-file or $LOCK_ID_TOKEN, or --device-login).
+    ForceRelease {
+        #[command(subcommand)]
+        cmd: ForceCmd,
+    },
     /// etcd users and roles: the arbiter may read /sys/ and write /l/ /s/ /q/, the operator
     /// also /sys/ (run with the root user's client certificate).
     Roles {
@@ -233,6 +241,36 @@ struct EtcdArgs {
     /// The etcd credential (the `operator` user for the epoch, `root` for roles).
     #[command(flatten)]
     tls: EtcdTlsFiles,
+}
+
+#[derive(Subcommand)]
+pub enum ForceCmd {
+    /// File a request to release KEY's current hold; prints the request id. A second
+    /// operator approves it with `approve ID` (or on the approval page).
+    Request {
+        key: String,
+        /// Why (kept with the record and in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// Also revoke the holder's session: every hold it has ends.
+        #[arg(long)]
+        revoke_session: bool,
+        #[command(flatten)]
+        admin: force::AdminConn,
+    },
+    /// Approve and execute request ID (never your own).
+    Approve {
+        id: String,
+        #[command(flatten)]
+        admin: force::AdminConn,
+    },
+    /// Pending requests and the releases executed in the last 24 h.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        admin: force::AdminConn,
+    },
 }
 
 #[derive(Subcommand)]
@@ -388,6 +426,7 @@ async fn main() -> ExitCode {
             db,
             json,
         } => offline::audit(&key, since.as_deref(), &db, json).await,
+        Cmd::ForceRelease { cmd } => force::run(cmd).await,
         Cmd::Roles {
             cmd: RolesCmd::Apply { store, dry_run },
         } => offline::roles(&store.etcd, &store.tls, !dry_run).await,

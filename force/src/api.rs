@@ -1,0 +1,259 @@
+//! The admin API (JSON, for `lockctl force-release`): every call carries the operator's ID
+//! token as `Authorization: Bearer`. Its own listener, never the workload path: Envoy's
+//! edge routes only lock.v1 to the arbiters, and this server holds no route to them.
+//!
+//! ```text
+//! GET  /v1/oidc                   the issuer and client ID (for lockctl's device sign-in)
+//! GET  /v1/requests               {pending: [...], executed: [...]}      any operator
+//! POST /v1/requests               {key, reason, revoke_session} -> 201   any operator
+//! POST /v1/requests/{id}/approve  -> 200 {record, warning}               another operator
+//! ```
+
+use crate::oidc::{Operator, TokenRefused, Verifier};
+use crate::request::{ForceRecord, ForceRequest, Refusal, warning};
+use crate::store::{Executed, ForceError, ForceStore};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Everything a request can fail with, and its one mapping to an HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Token(#[from] TokenRefused),
+    #[error(transparent)]
+    Force(#[from] ForceError),
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+impl AdminError {
+    pub fn status(&self) -> StatusCode {
+        use StatusCode as S;
+        match self {
+            AdminError::Token(TokenRefused::JwksUnavailable(_)) => S::SERVICE_UNAVAILABLE,
+            AdminError::Token(TokenRefused::NoRole(_) | TokenRefused::NoMfa(..)) => S::FORBIDDEN,
+            AdminError::Token(_) => S::UNAUTHORIZED,
+            AdminError::Force(ForceError::Store(_)) => S::SERVICE_UNAVAILABLE,
+            AdminError::Force(ForceError::Refused(r)) => match r {
+                Refusal::InvalidKey(_) | Refusal::ReasonRequired | Refusal::ReasonTooLong => {
+                    S::BAD_REQUEST
+                }
+                Refusal::SamePerson => S::FORBIDDEN,
+                Refusal::NotFound => S::NOT_FOUND,
+                Refusal::NotHeld
+                | Refusal::Expired
+                | Refusal::HoldChanged { .. }
+                | Refusal::HoldGone => S::CONFLICT,
+            },
+            AdminError::BadRequest(_) => S::BAD_REQUEST,
+        }
+    }
+
+    /// A stable name for scripts and tests.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AdminError::Token(TokenRefused::NoRole(_)) => "NO_ROLE",
+            AdminError::Token(TokenRefused::NoMfa(..)) => "NO_MFA",
+            AdminError::Token(TokenRefused::Expired) => "TOKEN_EXPIRED",
+            AdminError::Token(TokenRefused::WrongAudience) => "WRONG_AUDIENCE",
+            AdminError::Token(TokenRefused::WrongIssuer) => "WRONG_ISSUER",
+            AdminError::Token(TokenRefused::JwksUnavailable(_)) => "IDP_UNAVAILABLE",
+            AdminError::Token(_) => "BAD_TOKEN",
+            AdminError::Force(ForceError::Store(_)) => "STORE_UNAVAILABLE",
+            AdminError::Force(ForceError::Refused(r)) => match r {
+                Refusal::InvalidKey(_) => "INVALID_KEY",
+                Refusal::ReasonRequired | Refusal::ReasonTooLong => "BAD_REASON",
+                Refusal::NotHeld => "NOT_HELD",
+                Refusal::SamePerson => "SAME_PERSON",
+                Refusal::Expired => "REQUEST_EXPIRED",
+                Refusal::NotFound => "NOT_FOUND",
+                Refusal::HoldChanged { .. } => "HOLD_CHANGED",
+                Refusal::HoldGone => "HOLD_GONE",
+            },
+            AdminError::BadRequest(_) => "BAD_REQUEST",
+        }
+    }
+}
+
+impl From<Refusal> for AdminError {
+    fn from(r: Refusal) -> Self {
+        AdminError::Force(ForceError::Refused(r))
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            code: self.code().into(),
+            message: self.to_string(),
+        };
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+pub struct App {
+    pub store: ForceStore,
+    pub verifier: Verifier,
+    pub page: crate::page::PageState,
+}
+
+pub type Shared = Arc<App>;
+
+/// The operator a bearer ID token names.
+pub async fn operator(app: &App, headers: &HeaderMap) -> Result<Operator, AdminError> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or(TokenRefused::Missing)?;
+    Ok(app.verifier.verify(token).await?.operator)
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OidcInfo {
+    pub issuer: String,
+    pub client_id: String,
+    pub token_endpoint: String,
+    pub device_authorization_endpoint: Option<String>,
+}
+
+pub async fn oidc_info(State(app): State<Shared>) -> Json<OidcInfo> {
+    let d = &app.verifier.discovery;
+    Json(OidcInfo {
+        issuer: d.issuer.clone(),
+        client_id: app.verifier.settings.client_id.clone(),
+        token_endpoint: d.token_endpoint.clone(),
+        device_authorization_endpoint: d.device_authorization_endpoint.clone(),
+    })
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Pending {
+    #[serde(flatten)]
+    pub request: ForceRequest,
+    pub warning: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Listing {
+    pub pending: Vec<Pending>,
+    pub executed: Vec<ForceRecord>,
+}
+
+pub async fn list(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Json<Listing>, AdminError> {
+    operator(&app, &headers).await?;
+    Ok(Json(listing(&app.store).await?))
+}
+
+pub async fn listing(store: &ForceStore) -> Result<Listing, AdminError> {
+    let pending = store
+        .pending()
+        .await?
+        .into_iter()
+        .map(|r| Pending {
+            warning: warning(&r.enforcement).map(str::to_owned),
+            request: r,
+        })
+        .collect();
+    Ok(Listing {
+        pending,
+        executed: store.executed().await?,
+    })
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FileBody {
+    pub key: String,
+    pub reason: String,
+    #[serde(default)]
+    pub revoke_session: bool,
+}
+
+pub async fn file(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Json<FileBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<Pending>), AdminError> {
+    let requester = operator(&app, &headers).await?;
+    let Json(body) = body.map_err(|e| AdminError::BadRequest(e.body_text()))?;
+    let req = app
+        .store
+        .file(&body.key, &body.reason, body.revoke_session, &requester)
+        .await?;
+    tracing::info!(
+        id = %req.id, key = %req.key, requester = %requester.subject,
+        revoke_session = req.revoke_session, "force release filed"
+    );
+    Ok((
+        StatusCode::CREATED,
+        Json(Pending {
+            warning: warning(&req.enforcement).map(str::to_owned),
+            request: req,
+        }),
+    ))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Approved {
+    #[serde(flatten)]
+    pub executed: ExecutedView,
+    pub warning: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ExecutedView {
+    pub record: ForceRecord,
+    pub session_revoke_error: Option<String>,
+}
+
+pub async fn approve(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Approved>, AdminError> {
+    let approver = operator(&app, &headers).await?;
+    let done = execute(&app, &id, &approver).await?;
+    Ok(Json(done))
+}
+
+/// Approval by `approver` (API or page), logged.
+pub async fn execute(app: &App, id: &str, approver: &Operator) -> Result<Approved, AdminError> {
+    match app.store.approve(id, approver).await {
+        Ok(Executed {
+            record,
+            session_revoke_error,
+        }) => {
+            tracing::warn!(
+                id = %record.id, key = %record.key, requester = %record.requester.subject,
+                approver = %record.approver.subject, enforcement = %record.enforcement,
+                hold_revision = record.hold_revision, "force release executed"
+            );
+            Ok(Approved {
+                warning: warning(&record.enforcement).map(str::to_owned),
+                executed: ExecutedView {
+                    record,
+                    session_revoke_error,
+                },
+            })
+        }
+        Err(e) => {
+            tracing::info!(id, approver = %approver.subject, error = %e, "force release refused");
+            Err(e.into())
+        }
+    }
+}

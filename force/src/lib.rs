@@ -1,0 +1,15 @@
+//! Two-person force release (ADR-20, issue 22): a leaked lock (holder alive, renewing,
+//! never releasing) is cleared by one operator filing a request with a reason and a
+//! second approving it, both signed in at the organisation's IdP with MFA.
+//!
+//! A walk: `api.rs`/`page.rs` (who asks: `oidc.rs`) → `request.rs` (may they: pure) →
+//! `store.rs` (one etcd Txn that re-checks the hold). `server.rs` puts the routes on their
+//! own listener; `client.rs` is `lockctl force-release`.
+
+pub mod api;
+pub mod client;
+pub mod oidc;
+pub mod page;
+pub mod request;
+pub mod server;
+pub mod store;

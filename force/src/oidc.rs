@@ -1,0 +1,451 @@
+//! Who is asking: an OIDC ID token, verified against the issuer's published keys (JWKS).
+//!
+//! A token names an operator only if all of these hold:
+//! - it is signed (never `alg: none`), with an asymmetric algorithm, by a key in the issuer's
+//!   JWKS whose `kid` it names; the key's declared algorithm, if any, is the token's;
+//! - `iss` is the configured issuer, `aud` contains the configured audience, `exp` is in the
+//!   future (`leeway` seconds of clock skew), `sub` is present;
+//! - the role claim (`roles` by default, a string or a list) contains the operator role
+//!   (`lock-operator`), and the MFA claim (`amr`) contains one of the accepted methods
+//!   (`otp`, `hwk`): a force release is approved where the IdP's second factor lives.
+//!
+//! The checks on claims are [`check_claims`] (pure, a table of cases); signature, issuer,
+//! audience and expiry are `jsonwebtoken`'s. Tokens are never logged or echoed: a refusal
+//! says which rule failed, not what the token held.
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+/// How operators are recognised (the admin server's `--oidc-*` flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct OidcSettings {
+    /// The IdP's issuer URL (https, or http on loopback); its discovery document and JWKS
+    /// are read from it.
+    #[arg(long = "oidc-issuer", env = "LOCK_OIDC_ISSUER")]
+    pub issuer: String,
+    /// The audience ID tokens must carry: the admin page's OIDC client ID.
+    #[arg(
+        long = "oidc-client-id",
+        env = "LOCK_OIDC_CLIENT_ID",
+        default_value = "lock-admin"
+    )]
+    pub client_id: String,
+    /// The claim listing the user's roles or groups.
+    #[arg(long = "oidc-role-claim", default_value = "roles")]
+    pub role_claim: String,
+    /// The role a force-release requester and approver must have.
+    #[arg(long = "oidc-role", default_value = "lock-operator")]
+    pub role: String,
+    /// The claim listing authentication methods (RFC 8176).
+    #[arg(long = "oidc-mfa-claim", default_value = "amr")]
+    pub mfa_claim: String,
+    /// Methods that count as a second factor (any one).
+    #[arg(long = "oidc-mfa", value_delimiter = ',', default_value = "otp,hwk")]
+    pub mfa_values: Vec<String>,
+    /// Clock skew allowed on `exp`, seconds.
+    #[arg(long = "oidc-leeway-seconds", default_value_t = 30)]
+    pub leeway_seconds: u64,
+}
+
+/// A verified operator. Two operators are the same person when issuer and subject match.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operator {
+    pub issuer: String,
+    pub subject: String,
+    /// `name` (or `email`, or the subject): for people reading records, not for decisions.
+    pub name: String,
+}
+
+impl Operator {
+    pub fn same_person(&self, other: &Operator) -> bool {
+        self.issuer == other.issuer && self.subject == other.subject
+    }
+}
+
+/// A verified token: who, until when, and the sign-in's nonce (the page checks it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub operator: Operator,
+    /// `exp`, seconds since the epoch.
+    pub expires_at: u64,
+    pub nonce: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRefused {
+    #[error("no ID token (Authorization: Bearer <id token>)")]
+    Missing,
+    #[error("the ID token is not a signed JWT")]
+    Malformed,
+    #[error("the ID token is unsigned or uses an algorithm not accepted ({0})")]
+    Algorithm(String),
+    #[error("the ID token's signing key is not in the issuer's JWKS")]
+    UnknownKey,
+    #[error("the ID token's signature does not verify")]
+    BadSignature,
+    #[error("the ID token has expired")]
+    Expired,
+    #[error("the ID token is from another issuer")]
+    WrongIssuer,
+    #[error("the ID token is for another audience")]
+    WrongAudience,
+    #[error("the ID token lacks claim {0}")]
+    MissingClaim(String),
+    #[error("the operator lacks the {0} role")]
+    NoRole(String),
+    #[error("the operator did not sign in with a second factor ({0} lacks any of {1})")]
+    NoMfa(String, String),
+    #[error("the issuer's keys cannot be fetched: {0}")]
+    JwksUnavailable(String),
+}
+
+/// Only asymmetric algorithms: a shared-secret (HS*) token could be minted by anyone who
+/// holds the client's secret, and `none` by anyone.
+const ACCEPTED: [Algorithm; 8] = [
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+];
+
+/// The role and MFA rules over a token's claims (signature, iss, aud, exp already checked).
+pub fn check_claims(claims: &Value, s: &OidcSettings) -> Result<Operator, TokenRefused> {
+    let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_owned);
+    let list = |name: &str| -> Vec<String> {
+        match claims.get(name) {
+            Some(Value::String(v)) => v.split_whitespace().map(str::to_owned).collect(),
+            Some(Value::Array(vs)) => vs
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let subject = text("sub")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| TokenRefused::MissingClaim("sub".into()))?;
+    if !list(&s.role_claim).contains(&s.role) {
+        return Err(TokenRefused::NoRole(s.role.clone()));
+    }
+    let methods = list(&s.mfa_claim);
+    if !methods.iter().any(|m| s.mfa_values.contains(m)) {
+        return Err(TokenRefused::NoMfa(
+            s.mfa_claim.clone(),
+            s.mfa_values.join(","),
+        ));
+    }
+    Ok(Operator {
+        issuer: text("iss").unwrap_or_default(),
+        name: text("name")
+            .or_else(|| text("email"))
+            .unwrap_or_else(|| subject.clone()),
+        subject,
+    })
+}
+
+/// Verifies `token` with the keys in `jwks` (pure: no fetching, `jsonwebtoken` reads the
+/// clock for `exp`).
+pub fn verify_with(token: &str, jwks: &JwkSet, s: &OidcSettings) -> Result<Verified, TokenRefused> {
+    let header = jsonwebtoken::decode_header(token).map_err(|e| match e.kind() {
+        // `alg: none` (or any name jsonwebtoken does not know) fails here.
+        ErrorKind::Json(_) | ErrorKind::InvalidAlgorithmName => {
+            TokenRefused::Algorithm("unknown or none".into())
+        }
+        _ => TokenRefused::Malformed,
+    })?;
+    if !ACCEPTED.contains(&header.alg) {
+        return Err(TokenRefused::Algorithm(format!("{:?}", header.alg)));
+    }
+    let kid = header.kid.as_deref().ok_or(TokenRefused::UnknownKey)?;
+    let jwk = jwks.find(kid).ok_or(TokenRefused::UnknownKey)?;
+    if let Some(declared) = jwk.common.key_algorithm
+        && format!("{declared:?}") != format!("{:?}", header.alg)
+    {
+        return Err(TokenRefused::Algorithm(format!("{:?}", header.alg)));
+    }
+    let key = DecodingKey::from_jwk(jwk).map_err(|_| TokenRefused::UnknownKey)?;
+    let mut validation = Validation::new(header.alg);
+    validation.set_issuer(&[s.issuer.as_str()]);
+    validation.set_audience(&[s.client_id.as_str()]);
+    validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    validation.leeway = s.leeway_seconds;
+    let data =
+        jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(|e| match e.kind() {
+            ErrorKind::ExpiredSignature => TokenRefused::Expired,
+            ErrorKind::InvalidIssuer => TokenRefused::WrongIssuer,
+            ErrorKind::InvalidAudience => TokenRefused::WrongAudience,
+            ErrorKind::InvalidSignature => TokenRefused::BadSignature,
+            ErrorKind::InvalidAlgorithm => TokenRefused::Algorithm(format!("{:?}", header.alg)),
+            ErrorKind::MissingRequiredClaim(c) => TokenRefused::MissingClaim(c.clone()),
+            _ => TokenRefused::Malformed,
+        })?;
+    Ok(Verified {
+        operator: check_claims(&data.claims, s)?,
+        expires_at: data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0),
+        nonce: data
+            .claims
+            .get("nonce")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
+
+/// The parts of the issuer's discovery document this service uses.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Discovery {
+    pub issuer: String,
+    pub jwks_uri: String,
+    pub authorization_endpoint: String,
+    pub token_endpoint: String,
+    #[serde(default)]
+    pub device_authorization_endpoint: Option<String>,
+}
+
+/// Whether `url` may carry tokens: https, or http to a loopback address (tests, `make run`).
+pub fn transport_ok(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Reads the issuer's discovery document (and checks it names the same issuer).
+pub async fn discover(http: &reqwest::Client, issuer: &str) -> Result<Discovery, TokenRefused> {
+    if !transport_ok(issuer) {
+        return Err(TokenRefused::JwksUnavailable(format!(
+            "issuer {issuer} is not https (plain http only on loopback)"
+        )));
+    }
+    let url = format!(
+        "{}/.well-known/openid-configuration",
+        issuer.trim_end_matches('/')
+    );
+    let unavailable = |e: reqwest::Error| TokenRefused::JwksUnavailable(e.to_string());
+    let d: Discovery = http
+        .get(&url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(unavailable)?
+        .json()
+        .await
+        .map_err(unavailable)?;
+    if d.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
+        return Err(TokenRefused::JwksUnavailable(format!(
+            "the discovery document names issuer {}",
+            d.issuer
+        )));
+    }
+    Ok(d)
+}
+
+/// The issuer's keys, fetched at start and again when a token names a key not yet seen
+/// (the IdP rotated), at most once per [`Verifier::REFRESH_EVERY`].
+pub struct Verifier {
+    pub settings: OidcSettings,
+    pub discovery: Discovery,
+    http: reqwest::Client,
+    keys: RwLock<(JwkSet, Instant)>,
+}
+
+impl Verifier {
+    pub const REFRESH_EVERY: Duration = Duration::from_secs(30);
+
+    pub async fn new(settings: OidcSettings, http: reqwest::Client) -> Result<Self, TokenRefused> {
+        let discovery = discover(&http, &settings.issuer).await?;
+        let keys = fetch_jwks(&http, &discovery.jwks_uri).await?;
+        Ok(Verifier {
+            settings,
+            discovery,
+            http,
+            keys: RwLock::new((keys, Instant::now())),
+        })
+    }
+
+    pub async fn verify(&self, token: &str) -> Result<Verified, TokenRefused> {
+        let first = {
+            let keys = self.keys.read().map_err(|_| TokenRefused::UnknownKey)?;
+            verify_with(token, &keys.0, &self.settings)
+        };
+        if first != Err(TokenRefused::UnknownKey) {
+            return first;
+        }
+        let stale = self
+            .keys
+            .read()
+            .map(|k| k.1.elapsed() >= Self::REFRESH_EVERY)
+            .unwrap_or(true);
+        if !stale {
+            return first;
+        }
+        let fresh = fetch_jwks(&self.http, &self.discovery.jwks_uri).await?;
+        let answer = verify_with(token, &fresh, &self.settings);
+        if let Ok(mut keys) = self.keys.write() {
+            *keys = (fresh, Instant::now());
+        }
+        answer
+    }
+}
+
+async fn fetch_jwks(http: &reqwest::Client, uri: &str) -> Result<JwkSet, TokenRefused> {
+    if !transport_ok(uri) {
+        return Err(TokenRefused::JwksUnavailable(format!("{uri} is not https")));
+    }
+    let unavailable = |e: reqwest::Error| TokenRefused::JwksUnavailable(e.to_string());
+    http.get(uri)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(unavailable)?
+        .json()
+        .await
+        .map_err(unavailable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings() -> OidcSettings {
+        OidcSettings {
+            issuer: "https://idp.example".into(),
+            client_id: "lock-admin".into(),
+            role_claim: "roles".into(),
+            role: "lock-operator".into(),
+            mfa_claim: "amr".into(),
+            mfa_values: vec!["otp".into(), "hwk".into()],
+            leeway_seconds: 0,
+        }
+    }
+
+    #[test]
+    fn claims_table() {
+        let s = settings();
+        let alice = Ok(Operator {
+            issuer: "https://idp.example".into(),
+            subject: "alice".into(),
+            name: "Alice".into(),
+        });
+        let cases: Vec<(&str, Value, Result<Operator, TokenRefused>)> = vec![
+            (
+                "role list and otp",
+                json!({"iss": "https://idp.example", "sub": "alice", "name": "Alice",
+                       "roles": ["x", "lock-operator"], "amr": ["pwd", "otp"]}),
+                alice.clone(),
+            ),
+            (
+                "role as a space-separated string, hardware key",
+                json!({"iss": "https://idp.example", "sub": "alice", "name": "Alice",
+                       "roles": "lock-operator other", "amr": ["hwk"]}),
+                alice.clone(),
+            ),
+            (
+                "no role claim",
+                json!({"sub": "alice", "amr": ["otp"]}),
+                Err(TokenRefused::NoRole("lock-operator".into())),
+            ),
+            (
+                "another role only",
+                json!({"sub": "alice", "roles": ["lock-operator-readonly"], "amr": ["otp"]}),
+                Err(TokenRefused::NoRole("lock-operator".into())),
+            ),
+            (
+                "password only",
+                json!({"sub": "alice", "roles": ["lock-operator"], "amr": ["pwd"]}),
+                Err(TokenRefused::NoMfa("amr".into(), "otp,hwk".into())),
+            ),
+            (
+                "no amr",
+                json!({"sub": "alice", "roles": ["lock-operator"]}),
+                Err(TokenRefused::NoMfa("amr".into(), "otp,hwk".into())),
+            ),
+            (
+                "empty subject",
+                json!({"sub": "", "roles": ["lock-operator"], "amr": ["otp"]}),
+                Err(TokenRefused::MissingClaim("sub".into())),
+            ),
+            (
+                "name falls back to email, then subject",
+                json!({"iss": "i", "sub": "s1", "email": "s1@x", "roles": ["lock-operator"], "amr": ["otp"]}),
+                Ok(Operator {
+                    issuer: "i".into(),
+                    subject: "s1".into(),
+                    name: "s1@x".into(),
+                }),
+            ),
+        ];
+        for (name, claims, want) in cases {
+            assert_eq!(check_claims(&claims, &s), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn same_person_is_issuer_and_subject() {
+        let a = |iss: &str, sub: &str, name: &str| Operator {
+            issuer: iss.into(),
+            subject: sub.into(),
+            name: name.into(),
+        };
+        assert!(a("i", "alice", "Alice").same_person(&a("i", "alice", "A. Other name")));
+        assert!(!a("i", "alice", "Alice").same_person(&a("i", "bob", "Alice")));
+        assert!(!a("i", "alice", "Alice").same_person(&a("j", "alice", "Alice")));
+    }
+
+    #[test]
+    fn tokens_travel_only_over_tls_or_loopback() {
+        for (url, ok) in [
+            ("https://idp.example", true),
+            ("http://127.0.0.1:8080", true),
+            ("http://localhost:8080/realms/x", true),
+            ("http://[::1]:9", true),
+            ("http://idp.example", false),
+            ("http://10.0.0.1:80", false),
+            ("ftp://idp", false),
+        ] {
+            assert_eq!(transport_ok(url), ok, "{url}");
+        }
+    }
+
+    #[test]
+    fn unsigned_and_garbage_tokens_are_refused_before_any_key() {
+        let jwks = JwkSet { keys: Vec::new() };
+        let s = settings();
+        // {"alg":"none","typ":"JWT"} . {"sub":"alice"} . (no signature)
+        let none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSJ9.";
+        assert!(matches!(
+            verify_with(none, &jwks, &s),
+            Err(TokenRefused::Algorithm(_))
+        ));
+        // HS256 (a shared secret) is never accepted.
+        let hs = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSJ9.c2ln";
+        assert_eq!(
+            verify_with(hs, &jwks, &s),
+            Err(TokenRefused::Algorithm("HS256".into()))
+        );
+        assert_eq!(
+            verify_with("not a token", &jwks, &s),
+            Err(TokenRefused::Malformed)
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The admin server's listener: HTTPS with the given certificate, or plain HTTP on a
+//! loopback address only (ID tokens are bearer credentials).
+
+use crate::api::{self, Shared};
+use crate::page;
+use axum::Router;
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+pub fn router(app: Shared) -> Router {
+    Router::new()
+        .route("/", get(page::index))
+        .route("/login", get(page::login))
+        .route("/callback", get(page::callback))
+        .route("/approve/{id}", post(page::approve))
+        .route("/logout", post(page::logout))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/oidc", get(api::oidc_info))
+        .route("/v1/requests", get(api::list).post(api::file))
+        .route("/v1/requests/{id}/approve", post(api::approve))
+        .with_state(app)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("{0} is not a loopback address: serve the admin API over TLS (--tls-cert, --tls-key)")]
+    PlaintextOffHost(SocketAddr),
+    #[error("TLS certificate: {0}")]
+    Tls(String),
+}
+
+/// The plaintext rule: only where nothing else on the network can read a token.
+pub fn plaintext_allowed(addr: SocketAddr) -> Result<(), ListenError> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(ListenError::PlaintextOffHost(addr))
+    }
+}
+
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ListenError> {
+    let tls = |e: String| ListenError::Tls(e);
+    let certs = pem::parse_many(std::fs::read(cert).map_err(|e| tls(e.to_string()))?)
+        .map_err(|e| tls(e.to_string()))?
+        .into_iter()
+        .filter(|p| p.tag() == "CERTIFICATE")
+        .map(|p| rustls::pki_types::CertificateDer::from(p.into_contents()))
+        .collect::<Vec<_>>();
+    let key = pem::parse(std::fs::read(key).map_err(|e| tls(e.to_string()))?)
+        .map_err(|e| tls(e.to_string()))?;
+    let key = rustls::pki_types::PrivateKeyDer::try_from(key.into_contents())
+        .map_err(|e| tls(e.to_string()))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| tls(e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| tls(e.to_string()))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Serves `app` on `listener` until the process ends.
+pub async fn serve(
+    listener: TcpListener,
+    app: Shared,
+    tls: Option<TlsAcceptor>,
+) -> std::io::Result<()> {
+    let router = router(app);
+    let Some(acceptor) = tls else {
+        return axum::serve(listener, router).await;
+    };
+    loop {
+        let (tcp, peer) = listener.accept().await?;
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            match acceptor.accept(tcp).await {
+                Ok(stream) => {
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+                Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            }
+        });
+    }
+}
