@@ -420,6 +420,56 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
         );
     }
 
+    // --- lockctl signs in by the device flow: the operator finishes it in a browser. ---
+    let mut cli = tokio::process::Command::new(workspace_bin("lockctl").unwrap())
+        .args(["force-release", "list", "--device-login", "--admin", url])
+        .env_remove("LOCK_ID_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(cli.stderr.take().unwrap());
+    let mut line = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::AsyncBufReadExt::read_line(&mut stderr, &mut line),
+    )
+    .await
+    .expect("lockctl prints where to sign in")
+    .unwrap();
+    // "To sign in, open URL and enter the code CODE"
+    let verify = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let done = tokio::task::spawn_blocking(move || {
+        let out = Command::new("node")
+            .arg(workspace_root().join("integration/node/device.mjs"))
+            .args(["--url", &verify, "--user", "bob"])
+            .env("LOCK_NODE_TOOLS", node_tools())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+    .await
+    .unwrap();
+    assert!(
+        !done.contains("\"error\""),
+        "device sign-in in the browser: {done}"
+    );
+    let out = tokio::time::timeout(Duration::from_secs(30), cli.wait_with_output())
+        .await
+        .expect("lockctl finishes once the browser sign-in is done")
+        .unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "lockctl list by device sign-in: {listing}"
+    );
+    assert!(listing.contains("approved in the browser"), "{listing}");
+
     // --- The audit trail has each release, with its record. ---
     let head = etcd
         .get("/sys/epoch", None)
