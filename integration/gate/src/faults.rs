@@ -1,8 +1,9 @@
 //! The faults the gate injects, each bounded in time and undone before the next:
 //! processes killed and restarted, frozen and thawed, the etcd leader cut off from its
 //! peers by blackhole routes in the members' network namespaces, Envoy restarted, and the
-//! operator's epoch advance.
+//! operator's epoch advance and force release.
 
+use super::history::{Kind, Phase};
 use lock_integration::process::Proc;
 use lock_integration::stack::Stack;
 use std::str::FromStr;
@@ -33,9 +34,13 @@ pub enum Fault {
     /// DRAINING, retried by clients at the key's next owner) and exits by itself, then
     /// starts again on its port.
     RollingRestart,
+    /// A two-person force release of a held key (lock-force's approval transaction, as
+    /// etcd's `force` user): the hold is deleted under its holder, who may still believe
+    /// it holds; the next waiter is granted.
+    ForceRelease,
 }
 
-pub const ALL: [Fault; 10] = [
+pub const ALL: [Fault; 11] = [
     Fault::KillMember,
     Fault::KillLeader,
     Fault::KillArbiter,
@@ -46,6 +51,7 @@ pub const ALL: [Fault; 10] = [
     Fault::RestartEnvoy,
     Fault::EpochAdvance,
     Fault::RollingRestart,
+    Fault::ForceRelease,
 ];
 
 impl Fault {
@@ -61,6 +67,7 @@ impl Fault {
             Fault::RestartEnvoy => "restart-envoy",
             Fault::EpochAdvance => "epoch-advance",
             Fault::RollingRestart => "rolling-restart",
+            Fault::ForceRelease => "force-release",
         }
     }
 }
@@ -89,8 +96,9 @@ pub struct Target<'a> {
     pub workers: &'a mut [Proc],
     pub holder_pause: Duration,
     pub epoch: &'a mut u16,
-    /// Records the epoch advance as an operation of the history.
-    pub record: &'a dyn Fn(super::history::Phase, Option<String>) -> u64,
+    /// Records the driver's own operations (an epoch advance, a force release) in the
+    /// history: kind, phase, key, why.
+    pub record: &'a dyn Fn(Kind, Phase, Option<String>, Option<String>) -> u64,
     pub pick: usize,
 }
 
@@ -168,22 +176,25 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
             tokio::task::block_in_place(|| t.stack.restart_envoy())?;
             "envoy".into()
         }
+        Fault::ForceRelease => force_release(t.stack, t.record, t.pick).await?,
         Fault::EpochAdvance => {
             let from = *t.epoch;
-            (t.record)(super::history::Phase::Invoke, None);
+            (t.record)(Kind::Advance, Phase::Invoke, None, None);
             let out = tokio::task::block_in_place(|| t.stack.epoch_advance(from))?;
             if out.status.success() {
                 *t.epoch += 1;
-                (t.record)(super::history::Phase::Ok, None);
+                (t.record)(Kind::Advance, Phase::Ok, None, None);
             } else {
                 // Exit 3: unreachable, the advance may or may not have committed.
                 let phase = if out.status.code() == Some(3) {
-                    super::history::Phase::Info
+                    Phase::Info
                 } else {
-                    super::history::Phase::Fail
+                    Phase::Fail
                 };
                 (t.record)(
+                    Kind::Advance,
                     phase,
+                    None,
                     Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
                 );
                 if let Some(e) = current_epoch(t.stack).await {
@@ -225,4 +236,92 @@ async fn current_epoch(stack: &Stack) -> Option<u16> {
     let r = c.get(lock_arbiter::layout::EPOCH_KEY, None).await.ok()?;
     let kv = r.kvs().first()?;
     lock_arbiter::layout::decode::<lock_arbiter::layout::EpochRecord>(kv.value()).map(|e| e.epoch)
+}
+
+/// Files and approves a force release of one held key (the `pick`-th, in key order), with
+/// lock-force's own store code as etcd's `force` user; recorded as a `force` operation.
+async fn force_release(
+    stack: &Stack,
+    record: &dyn Fn(Kind, Phase, Option<String>, Option<String>) -> u64,
+    pick: usize,
+) -> anyhow::Result<String> {
+    use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
+    use lock_force::oidc::Operator;
+    let mut root = stack.etcd_client().await?;
+    let held = root
+        .get(
+            lock_arbiter::layout::HOLDER_PREFIX,
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await?;
+    let keys: Vec<String> = held
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.key_str().ok())
+        .filter_map(|k| k.strip_prefix(lock_arbiter::layout::HOLDER_PREFIX))
+        .map(str::to_owned)
+        .collect();
+    let Some(key) = keys.get(pick % keys.len().max(1)).cloned() else {
+        return Ok("no key was held".into());
+    };
+    let env: std::collections::HashMap<String, String> =
+        stack.etcd.pki.lockctl_env("force").into_iter().collect();
+    let file = |name: &str| env.get(name).map(std::path::PathBuf::from);
+    let creds = EtcdTlsFiles {
+        ca: file("LOCK_ETCD_CA"),
+        cert: file("LOCK_ETCD_CERT"),
+        key: file("LOCK_ETCD_KEY"),
+    };
+    let urls: Vec<String> = stack.etcd_urls().split(',').map(str::to_owned).collect();
+    let tls = etcd_tls::load(&urls, &creds)?;
+    let etcd = lock_arbiter::Etcd::connect(&urls, Duration::from_secs(5), tls.as_ref()).await?;
+    let store = lock_force::store::ForceStore::new(etcd, None, Duration::from_secs(600));
+    let operator = |who: &str| Operator {
+        issuer: "gate".into(),
+        subject: who.into(),
+        name: who.into(),
+    };
+    record(Kind::Force, Phase::Invoke, Some(key.clone()), None);
+    let outcome = async {
+        let req = store
+            .file(
+                &key,
+                "release gate fault",
+                false,
+                &operator("gate-requester"),
+            )
+            .await?;
+        store.approve(&req.id, &operator("gate-approver")).await
+    }
+    .await;
+    let said = match outcome {
+        Ok(done) => {
+            record(Kind::Force, Phase::Ok, Some(key.clone()), None);
+            format!("{key} (hold revision {})", done.record.hold_revision)
+        }
+        // A definite refusal: the hold ended or changed first, nothing was deleted.
+        Err(lock_force::store::ForceError::Refused(r)) => {
+            record(
+                Kind::Force,
+                Phase::Fail,
+                Some(key.clone()),
+                Some(r.to_string()),
+            );
+            format!("{key}: {r}")
+        }
+        Err(e) => {
+            record(
+                Kind::Force,
+                Phase::Info,
+                Some(key.clone()),
+                Some(e.to_string()),
+            );
+            format!("{key}: outcome unknown ({e})")
+        }
+    };
+    Ok(said)
 }

@@ -38,6 +38,9 @@ pub enum Kind {
     PgWrite,
     /// `lockctl epoch advance`, run by the gate as an operator would after a restore.
     Advance,
+    /// A two-person force release of one key's current hold (lock-force's transaction,
+    /// run by the gate as the admin server would after an approval).
+    Force,
     /// A call of the attacker on another client's key, session or token, or around the
     /// edge (`via` names it): it must be refused.
     Attack,

@@ -341,7 +341,7 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
     let driver_history = history_dir.join("driver.jsonl");
     let driver = Recorder::create(&driver_history)?;
     let driver_ops = AtomicU64::new(0);
-    let record = |ph: Phase, why: Option<String>| -> u64 {
+    let record = |f: Kind, ph: Phase, key: Option<String>, why: Option<String>| -> u64 {
         let op = if ph == Phase::Invoke {
             driver_ops.fetch_add(1, Ordering::SeqCst) + 1
         } else {
@@ -352,8 +352,8 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             op,
             t: mono_ns(),
             ph,
-            f: Kind::Advance,
-            key: None,
+            f,
+            key,
             session: None,
             token: None,
             why,

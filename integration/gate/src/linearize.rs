@@ -362,6 +362,26 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             });
         }
     }
+    // Force releases: the forced hold's session loses this key at the force revision,
+    // some time after the gate invoked the release (or the hold was seen made, if the
+    // history lacks the call) and before the watcher saw the delete.
+    for (_rev, lease, at, made, gone) in truth.forced_holds(key) {
+        let invoked = ops
+            .iter()
+            .filter(|o| o.kind == Kind::Force && o.invoked <= gone.unwrap_or(u64::MAX))
+            .map(|o| o.invoked)
+            .max()
+            .unwrap_or(made)
+            .max(made);
+        pseudo += 1;
+        out.push(ModelOp {
+            thread: pseudo,
+            op: MutexOp::Expire { session: lease },
+            at: Some(at),
+            invoked,
+            ret: gone.map(|g| (g.max(invoked), MutexRet::Done)),
+        });
+    }
     // The epoch record's writes after the first (epoch init) are the advances, in order.
     let mut writes: Vec<i64> = truth.epoch_writes.iter().copied().collect();
     writes.sort_unstable();

@@ -6,7 +6,9 @@
 
 use super::history::mono_ns;
 use etcd_client::{EventType, WatchOptions};
-use lock_arbiter::layout::{EPOCH_KEY, HOLDER_PREFIX, Holder, SESSION_PREFIX, decode};
+use lock_arbiter::layout::{
+    EPOCH_KEY, FORCE_PREFIX, HOLDER_PREFIX, Holder, SESSION_PREFIX, decode,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -181,6 +183,9 @@ pub struct StoreTruth {
     pub session_end: HashMap<i64, i64>,
     /// Revisions at which the epoch record was written (init or advance).
     pub epoch_writes: HashSet<i64>,
+    /// Revisions at which a force-release record was written: the hold deleted in the
+    /// same transaction was taken away by operators, not released by its holder.
+    pub force_writes: HashSet<i64>,
     /// Session record deletions with the time the watcher saw them.
     pub session_end_seen: HashMap<i64, u64>,
     /// Group commit seen in the store: revisions at which two or more holder records were
@@ -232,6 +237,8 @@ impl StoreTruth {
                 }
             } else if e.key == EPOCH_KEY && !e.delete {
                 t.epoch_writes.insert(e.revision);
+            } else if e.key.starts_with(FORCE_PREFIX) && !e.delete {
+                t.force_writes.insert(e.revision);
             }
         }
         // Per revision: holder-record writes, and whether any was a put or leases differ.
@@ -307,13 +314,39 @@ impl StoreTruth {
     }
 
     /// The revision at which the hold created at `revision` was taken away by the service
-    /// (its session ended, or an epoch advance deleted it), if it was.
+    /// (its session ended, an epoch advance deleted it, or operators force-released it),
+    /// if it was.
     pub fn revoked_at(&self, key: &str, revision: i64) -> Option<i64> {
         let id = (format!("{HOLDER_PREFIX}{key}"), revision);
         let deleted = (*self.holds.get(&id)?)?;
         let lease = self.hold_lease.get(&id).copied().unwrap_or(0);
         let by_session = self.session_end.get(&lease) == Some(&deleted);
         let by_epoch = self.epoch_writes.contains(&deleted);
-        (by_session || by_epoch).then_some(deleted)
+        (by_session || by_epoch || self.forced_at(key, revision).is_some()).then_some(deleted)
+    }
+
+    /// The revision at which operators force-released the hold created at `revision`.
+    pub fn forced_at(&self, key: &str, revision: i64) -> Option<i64> {
+        let id = (format!("{HOLDER_PREFIX}{key}"), revision);
+        let deleted = (*self.holds.get(&id)?)?;
+        self.force_writes.contains(&deleted).then_some(deleted)
+    }
+
+    /// Holds of `key` force-released: (hold revision, its lease, the force revision, when
+    /// the watcher saw the hold made and deleted).
+    pub fn forced_holds(&self, key: &str) -> Vec<(i64, i64, i64, u64, Option<u64>)> {
+        let hkey = format!("{HOLDER_PREFIX}{key}");
+        let mut out: Vec<_> = self
+            .hold_lease
+            .iter()
+            .filter(|((k, _), _)| *k == hkey)
+            .filter_map(|((_, rev), lease)| {
+                let at = self.forced_at(key, *rev)?;
+                let (made, gone) = self.hold_seen.get(&(hkey.clone(), *rev))?;
+                Some((*rev, *lease, at, *made, *gone))
+            })
+            .collect();
+        out.sort_unstable();
+        out
     }
 }
