@@ -120,6 +120,39 @@ async fn the_arbiter_cannot_move_the_epoch_and_strangers_cannot_touch_anything()
     // The operator moves the epoch (lockctl epoch) and clears holds.
     assert_eq!(reach(&etcd, "operator").await, [true; 4]);
 
+    // lock-admin (`force`): its approval Txn and a session revoke, but never the epoch.
+    let mut force = connect(&etcd, "force").await.unwrap();
+    let lease = root.lease_grant(30, None).await.unwrap().id();
+    let on_lease = Some(PutOptions::new().with_lease(lease));
+    root.put("/l/pay/ledger/3", "h", on_lease.clone())
+        .await
+        .unwrap();
+    root.put(format!("/s/{lease:x}"), "s", on_lease.clone())
+        .await
+        .unwrap();
+    root.put(format!("/q/pay/ledger/3/{lease:x}"), "w", on_lease)
+        .await
+        .unwrap();
+    let approve = Txn::new()
+        .when([Compare::version("/l/pay/ledger/3", CompareOp::Greater, 0)])
+        .and_then([
+            TxnOp::delete("/l/pay/ledger/3", None),
+            TxnOp::delete("/sys/force-request/f1", None),
+            TxnOp::put("/sys/force/f1", "{}", None),
+        ]);
+    assert!(force.txn(approve).await.unwrap().succeeded());
+    force.lease_revoke(lease).await.unwrap();
+    for forbidden in ["/sys/epoch", "/sys/other", "/audit/election"] {
+        let e = force.put(forbidden, "forged", None).await.unwrap_err();
+        assert_eq!(code(&e), Some(Code::PermissionDenied), "{forbidden}: {e}");
+    }
+    let smuggled = Txn::new().and_then([
+        TxnOp::delete("/l/pay/ledger/4", None),
+        TxnOp::put("/sys/epoch", "forged", None),
+    ]);
+    let e = force.txn(smuggled).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+
     // A certificate from etcd's CA whose CN is no etcd user: nothing.
     assert_eq!(reach(&etcd, "stranger").await, [false; 4]);
     // CN "root" from another CA: refused in the handshake.
