@@ -17,6 +17,7 @@ pub mod etcd_tls;
 pub mod fifo;
 pub mod grant;
 pub mod health;
+pub mod https;
 pub mod keepalive;
 pub mod layout;
 pub mod metrics;

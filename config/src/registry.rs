@@ -6,6 +6,7 @@ mod date;
 pub mod diff;
 mod documents;
 mod errors;
+pub mod resource;
 mod validate;
 
 pub use date::Date;

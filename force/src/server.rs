@@ -10,7 +10,6 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -46,26 +45,7 @@ pub fn plaintext_allowed(addr: SocketAddr) -> Result<(), ListenError> {
 }
 
 pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ListenError> {
-    let tls = |e: String| ListenError::Tls(e);
-    let certs = pem::parse_many(std::fs::read(cert).map_err(|e| tls(e.to_string()))?)
-        .map_err(|e| tls(e.to_string()))?
-        .into_iter()
-        .filter(|p| p.tag() == "CERTIFICATE")
-        .map(|p| rustls::pki_types::CertificateDer::from(p.into_contents()))
-        .collect::<Vec<_>>();
-    let key = pem::parse(std::fs::read(key).map_err(|e| tls(e.to_string()))?)
-        .map_err(|e| tls(e.to_string()))?;
-    let key = rustls::pki_types::PrivateKeyDer::try_from(key.into_contents())
-        .map_err(|e| tls(e.to_string()))?;
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| tls(e.to_string()))?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .map_err(|e| tls(e.to_string()))?;
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    lock_arbiter::https::acceptor(cert, key).map_err(|e| ListenError::Tls(e.to_string()))
 }
 
 /// Serves `app` on `listener` until the process ends.

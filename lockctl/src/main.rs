@@ -349,6 +349,15 @@ enum RegistryCmd {
         #[arg(long, value_delimiter = ',')]
         arbiter_admin: Vec<String>,
     },
+    /// The CustomResourceDefinitions of the registry's kinds, generated from the document
+    /// types: written to OUT (one file per kind), or with --check, compared with OUT
+    /// (exit 1 when they differ: regenerate).
+    Crds {
+        #[arg(long, default_value = "deploy/kubernetes/crds")]
+        out: PathBuf,
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -462,6 +471,13 @@ async fn main() -> ExitCode {
                     fail_on,
                 },
         } => match offline::registry_diff(&old, &new, sessions, fail_on) {
+            Ok(true) => return ExitCode::from(1),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        },
+        Cmd::Registry {
+            cmd: RegistryCmd::Crds { out, check },
+        } => match offline::registry_crds(&out, check) {
             Ok(true) => return ExitCode::from(1),
             Ok(false) => Ok(()),
             Err(e) => Err(e),

@@ -626,3 +626,32 @@ pub async fn registry_status(
     }
     Ok(stale > 0)
 }
+
+/// `lockctl registry crds`: writes the generated CRDs to `out`, or (check) reports the
+/// files that differ from what would be written. Ok(true): some differ.
+pub fn registry_crds(out: &Path, check: bool) -> Result<bool, Failure> {
+    let io = |e: std::io::Error| Failure::input(format!("{}: {e}", out.display()));
+    let mut differ = false;
+    if !check {
+        std::fs::create_dir_all(out).map_err(io)?;
+    }
+    for (name, text) in lock_kube::crd::files() {
+        let path = out.join(&name);
+        if check {
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                println!(
+                    "{}: differs from the document types; run `lockctl registry crds`",
+                    path.display()
+                );
+                differ = true;
+            }
+        } else {
+            std::fs::write(&path, text).map_err(io)?;
+            println!("wrote {}", path.display());
+        }
+    }
+    if check && !differ {
+        println!("the CRDs in {} match the document types", out.display());
+    }
+    Ok(differ)
+}

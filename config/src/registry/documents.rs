@@ -72,12 +72,14 @@ impl Document {
 
 /// A tenant namespace and the region it is homed in (ADR-08).
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NamespaceSpec {
     pub region: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum Purpose {
     Correctness,
@@ -85,6 +87,7 @@ pub enum Purpose {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum Enforcement {
     Fenced,
@@ -92,6 +95,7 @@ pub enum Enforcement {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum QuorumPosture {
     #[default]
@@ -100,6 +104,7 @@ pub enum QuorumPosture {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum Fairness {
     #[default]
@@ -108,6 +113,7 @@ pub enum Fairness {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum Tier {
     Coord,
@@ -118,6 +124,7 @@ pub enum Tier {
 /// A lock class (ADR-01, 04, 07, 11, 14): what the keys under its prefixes are for and how
 /// they behave. A key's class is the longest matching class prefix.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LockClassSpec {
     pub namespace: String,
@@ -141,6 +148,7 @@ pub struct LockClassSpec {
 
 /// Per-identity rate budget at the edge (token bucket).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RateBudget {
     pub per_second: u32,
@@ -159,6 +167,7 @@ impl RateBudget {
 
 /// Which key prefixes one SPIFFE ID (exact match) may lock (ADR-19).
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LockGrantSpec {
     pub spiffe_id: String,
@@ -169,6 +178,7 @@ pub struct LockGrantSpec {
 
 /// Evidence that the pause test passed for a class against a resource (ADR-17).
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PauseTestResultSpec {
     pub class: String,

@@ -117,18 +117,26 @@ impl Validator {
             if value.is_null() {
                 continue;
             }
-            let name = value
-                .get("metadata")
-                .and_then(|m| m.get("name"))
-                .and_then(|n| n.as_str())
-                .map_or(label.clone(), str::to_owned);
-            let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("?");
-            match serde_yaml_ng::from_value::<Document>(value.clone()) {
-                Ok(doc) => out.push(Located {
-                    source: src.name.clone(),
-                    doc,
-                }),
-                Err(e) => self.err(&src.name, &format!("{kind}/{name}"), "spec", e.to_string()),
+            // Custom resources as exported from a cluster read the same (resource.rs).
+            let Ok(json) = serde_json::to_value(&value) else {
+                self.err(&src.name, &label, "-", "not representable as JSON");
+                continue;
+            };
+            for value in super::resource::normalize(json) {
+                let name = value
+                    .get("metadata")
+                    .and_then(|m| m.get("name"))
+                    .and_then(|n| n.as_str())
+                    .map_or(label.clone(), str::to_owned);
+                let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("?");
+                let id = format!("{kind}/{name}");
+                match serde_json::from_value::<Document>(value) {
+                    Ok(doc) => out.push(Located {
+                        source: src.name.clone(),
+                        doc,
+                    }),
+                    Err(e) => self.err(&src.name, &id, "spec", e.to_string()),
+                }
             }
         }
     }
