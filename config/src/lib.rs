@@ -21,6 +21,7 @@ pub mod key;
 pub mod proto;
 pub mod reason;
 pub mod registry;
+pub mod shards;
 pub mod status_details;
 pub mod token;
 

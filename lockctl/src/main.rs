@@ -163,6 +163,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Entity shards (ADR-09). Only the simulation is built: the arbiter does not route by
+    /// a shard map yet (issue 24).
+    Shards {
+        #[command(subcommand)]
+        cmd: ShardsCmd,
+    },
     /// Two-person force release of a leaked lock (ADR-20), through the admin API
     /// (`lock-admin`): one operator files, a different one approves; both sign in at the
     /// IdP (an ID token from --id-token-file or $LOCK_ID_TOKEN, or --device-login).
@@ -241,6 +247,26 @@ struct EtcdArgs {
     /// The etcd credential (the `operator` user for the epoch, `root` for roles).
     #[command(flatten)]
     tls: EtcdTlsFiles,
+}
+
+#[derive(Subcommand)]
+enum ShardsCmd {
+    /// Rendezvous hashing of KEYS deterministic keys over N shards, one shard added: keys
+    /// moved (against the ideal 1/(N+1)), moves between old shards (always 0), and the
+    /// largest and smallest shard over the mean. Pure computation, no cluster.
+    Simulate {
+        #[arg(long, default_value_t = 100_000)]
+        keys: usize,
+        /// Namespaces the keys are spread over.
+        #[arg(long, default_value_t = 1000)]
+        namespaces: usize,
+        /// Shard counts to add one shard to.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,10,50")]
+        shards: Vec<usize>,
+        /// Home depth (path segments after the namespace).
+        #[arg(long, default_value_t = 1)]
+        depth: u8,
+    },
 }
 
 #[derive(Subcommand)]
@@ -436,6 +462,18 @@ async fn main() -> ExitCode {
             json,
         } => offline::audit(&key, since.as_deref(), &db, json).await,
         Cmd::ForceRelease { cmd } => force::run(cmd).await,
+        Cmd::Shards {
+            cmd:
+                ShardsCmd::Simulate {
+                    keys,
+                    namespaces,
+                    shards,
+                    depth,
+                },
+        } => {
+            offline::shards_simulate(keys, namespaces, &shards, depth);
+            Ok(())
+        }
         Cmd::Roles {
             cmd: RolesCmd::Apply { store, dry_run },
         } => offline::roles(&store.etcd, &store.tls, !dry_run).await,

@@ -655,3 +655,24 @@ pub fn registry_crds(out: &Path, check: bool) -> Result<bool, Failure> {
     }
     Ok(differ)
 }
+
+/// `lockctl shards simulate`: what adding one shard moves, and the balance after.
+pub fn shards_simulate(keys: usize, namespaces: usize, shards: &[usize], depth: u8) {
+    use lock_config::shards::{sample_keys, simulate_add};
+    let sample = sample_keys(keys, namespaces);
+    println!("{keys} keys over {namespaces} namespaces, home depth {depth}; one shard added to N");
+    println!("     N   moved   moved/keys  ideal 1/(N+1)  between old  max/mean  min/mean");
+    for &n in shards {
+        let s = simulate_add(n, &sample, depth);
+        println!(
+            "{:>6}  {:>6}  {:>10.4}  {:>13.4}  {:>11}  {:>8.3}  {:>8.3}",
+            s.shards,
+            s.moved,
+            s.fraction,
+            s.ideal,
+            s.moved_between_old,
+            s.max_over_mean,
+            s.min_over_mean
+        );
+    }
+}
