@@ -59,6 +59,7 @@ impl AdminError {
             AdminError::Token(TokenRefused::NoRole(_)) => "NO_ROLE",
             AdminError::Token(TokenRefused::NoMfa(..)) => "NO_MFA",
             AdminError::Token(TokenRefused::Expired) => "TOKEN_EXPIRED",
+            AdminError::Token(TokenRefused::NotYetValid) => "TOKEN_NOT_YET_VALID",
             AdminError::Token(TokenRefused::WrongAudience) => "WRONG_AUDIENCE",
             AdminError::Token(TokenRefused::WrongIssuer) => "WRONG_ISSUER",
             AdminError::Token(TokenRefused::JwksUnavailable(_)) => "IDP_UNAVAILABLE",

@@ -89,6 +89,8 @@ pub enum TokenRefused {
     BadSignature,
     #[error("the ID token has expired")]
     Expired,
+    #[error("the ID token is not valid yet (nbf)")]
+    NotYetValid,
     #[error("the ID token is from another issuer")]
     WrongIssuer,
     #[error("the ID token is for another audience")]
@@ -133,6 +135,14 @@ pub fn check_claims(claims: &Value, s: &OidcSettings) -> Result<Operator, TokenR
     let subject = text("sub")
         .filter(|s| !s.is_empty())
         .ok_or_else(|| TokenRefused::MissingClaim("sub".into()))?;
+    // OIDC Core 3.1.3.7: with several audiences, the token was issued to `azp`, which must
+    // be this client (a token for another client that lists us too is not ours).
+    if let Some(Value::Array(auds)) = claims.get("aud")
+        && auds.len() > 1
+        && text("azp").as_deref() != Some(s.client_id.as_str())
+    {
+        return Err(TokenRefused::WrongAudience);
+    }
     if !list(&s.role_claim).contains(&s.role) {
         return Err(TokenRefused::NoRole(s.role.clone()));
     }
@@ -178,9 +188,11 @@ pub fn verify_with(token: &str, jwks: &JwkSet, s: &OidcSettings) -> Result<Verif
     validation.set_audience(&[s.client_id.as_str()]);
     validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
     validation.leeway = s.leeway_seconds;
+    validation.validate_nbf = true;
     let data =
         jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(|e| match e.kind() {
             ErrorKind::ExpiredSignature => TokenRefused::Expired,
+            ErrorKind::ImmatureSignature => TokenRefused::NotYetValid,
             ErrorKind::InvalidIssuer => TokenRefused::WrongIssuer,
             ErrorKind::InvalidAudience => TokenRefused::WrongAudience,
             ErrorKind::InvalidSignature => TokenRefused::BadSignature,
@@ -379,6 +391,19 @@ mod tests {
                 "no amr",
                 json!({"sub": "alice", "roles": ["lock-operator"]}),
                 Err(TokenRefused::NoMfa("amr".into(), "otp,hwk".into())),
+            ),
+            (
+                "several audiences, issued to another client",
+                json!({"sub": "alice", "aud": ["grafana", "lock-admin"], "azp": "grafana",
+                       "roles": ["lock-operator"], "amr": ["otp"]}),
+                Err(TokenRefused::WrongAudience),
+            ),
+            (
+                "several audiences, issued to us",
+                json!({"iss": "https://idp.example", "sub": "alice", "name": "Alice",
+                       "aud": ["grafana", "lock-admin"], "azp": "lock-admin",
+                       "roles": ["lock-operator"], "amr": ["otp"]}),
+                alice.clone(),
             ),
             (
                 "empty subject",

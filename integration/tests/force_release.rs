@@ -173,6 +173,21 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
             "WRONG_AUDIENCE",
         ),
         (
+            "not valid yet, the IdP's key",
+            idp.mint(&claims(&|c| c["nbf"] = (now + 3600).into()))
+                .unwrap(),
+            "TOKEN_NOT_YET_VALID",
+        ),
+        (
+            "issued to another client that lists us too",
+            idp.mint(&claims(&|c| {
+                c["aud"] = serde_json::json!(["grafana", "lock-admin"]);
+                c["azp"] = "grafana".into();
+            }))
+            .unwrap(),
+            "WRONG_AUDIENCE",
+        ),
+        (
             "another issuer, the IdP's key",
             idp.mint(&claims(&|c| c["iss"] = "https://evil.example".into()))
                 .unwrap(),
