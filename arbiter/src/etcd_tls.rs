@@ -98,7 +98,7 @@ pub fn transport_verdict(
 }
 
 /// Whether `host:port[/...]` names a loopback address (`localhost`, 127.0.0.0/8, ::1).
-fn on_loopback(authority: &str) -> bool {
+pub fn on_loopback(authority: &str) -> bool {
     let authority = authority.split('/').next().unwrap_or_default();
     let host = match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or_default(),

@@ -13,10 +13,10 @@
 //!
 //! Durable waiters (`/q/`) are not audited: a wait is not a hold.
 
-pub use lock_arbiter::layout::FORCE_PREFIX;
 use lock_arbiter::layout::{
     EPOCH_KEY, EpochRecord, HOLDER_PREFIX, Holder, SESSION_PREFIX, SessionRecord, decode,
 };
+pub use lock_arbiter::layout::{FORCE_PREFIX, FORCE_REQUEST_PREFIX};
 use std::collections::BTreeSet;
 
 /// One key's change at a revision, as the watch reports it (with the previous value).
@@ -59,6 +59,9 @@ pub enum Kind {
     /// A hold ended by an epoch advance (every hold is deleted with it).
     RevokedByAdvance,
     ForceRelease,
+    /// A force release filed (`/sys/force-request/<id>`), approved or not: who asked for
+    /// which hold, and why.
+    ForceRequest,
     SessionOpen,
     SessionClose,
     SessionExpiry,
@@ -68,7 +71,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Grant,
         Kind::Handoff,
         Kind::Release,
@@ -76,6 +79,7 @@ impl Kind {
         Kind::ClosedWithSession,
         Kind::RevokedByAdvance,
         Kind::ForceRelease,
+        Kind::ForceRequest,
         Kind::SessionOpen,
         Kind::SessionClose,
         Kind::SessionExpiry,
@@ -92,6 +96,7 @@ impl Kind {
             Kind::ClosedWithSession => "closed-with-session",
             Kind::RevokedByAdvance => "revoked-by-advance",
             Kind::ForceRelease => "force-release",
+            Kind::ForceRequest => "force-request",
             Kind::SessionOpen => "session-open",
             Kind::SessionClose => "session-close",
             Kind::SessionExpiry => "session-expiry",
@@ -246,6 +251,21 @@ pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
             rows.push(row(
                 Kind::EpochAdvance,
                 EPOCH_KEY,
+                String::new(),
+                String::new(),
+                String::new(),
+                detail,
+            ));
+        } else if c.key.starts_with(FORCE_REQUEST_PREFIX) && c.value.is_some() && c.prev.is_none() {
+            // A filing (its approval deletes it; expiry deletes it too: neither is an event).
+            let detail = c
+                .value
+                .as_deref()
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default();
+            rows.push(row(
+                Kind::ForceRequest,
+                &c.key,
                 String::new(),
                 String::new(),
                 String::new(),
@@ -411,6 +431,20 @@ mod tests {
             (
                 "durable waiters are not audited",
                 vec![Change::put("/q/pay/1/b2", b"w", None)],
+                vec![],
+            ),
+            (
+                "a force release filed",
+                vec![Change::put(
+                    "/sys/force-request/f1",
+                    br#"{"reason":"leak"}"#,
+                    None,
+                )],
+                vec![(s("/sys/force-request/f1"), ForceRequest)],
+            ),
+            (
+                "a filed request withdrawn, approved or expired is no event",
+                vec![Change::delete("/sys/force-request/f1", Some(b"{}"))],
                 vec![],
             ),
             (

@@ -12,6 +12,9 @@ pub struct Metrics {
     pub rows: Counter,
     /// Gap rows written: revisions compacted before the tailer read them.
     pub gaps: Counter,
+    /// Force releases executed (their `/sys/force/` records), as read: a failover may
+    /// count one again (its replay from the checkpoint), never miss one.
+    pub force_releases: Counter,
     /// 1 while this tailer holds the election.
     pub leader: Gauge,
     /// The revision up to which every row is stored.
@@ -29,6 +32,7 @@ impl Metrics {
             registry: Registry::default(),
             rows: Counter::default(),
             gaps: Counter::default(),
+            force_releases: Counter::default(),
             leader: Gauge::default(),
             checkpoint: Gauge::default(),
             lag: Gauge::default(),
@@ -39,6 +43,11 @@ impl Metrics {
             "gaps",
             "Gap rows: revisions compacted before they were read",
             m.gaps.clone(),
+        );
+        registry.register(
+            "force_releases",
+            "Force releases executed (two-person, ADR-20)",
+            m.force_releases.clone(),
         );
         registry.register(
             "leader",

@@ -8,7 +8,7 @@
 //! an explicit gap row and an alarm (metric + log); the lag is watched so it alarms at half
 //! the compaction window, before that happens.
 
-use crate::classify::{Change, Row, classify, gap};
+use crate::classify::{Change, FORCE_PREFIX, Kind, Row, classify, gap};
 use crate::metrics::METRICS;
 use crate::store::AuditStore;
 use etcd_client::{Client, EventType, WatchOptions, WatchResponse};
@@ -221,6 +221,11 @@ async fn tail<S: AuditStore + Sync>(
             }
             let inserted = store.insert(&cluster, &rows).await?;
             METRICS.rows.inc_by(inserted);
+            let forced = rows
+                .iter()
+                .filter(|r| r.kind == Kind::ForceRelease && r.key.starts_with(FORCE_PREFIX))
+                .count();
+            METRICS.force_releases.inc_by(forced as u64);
             // A progress notification (no events, not the creation answer) says every event
             // up to its header's revision has been delivered; any other answer vouches only
             // for the events it carries. (The creation answer's header is etcd's head, not

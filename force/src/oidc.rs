@@ -227,18 +227,8 @@ pub fn transport_ok(url: &str) -> bool {
     if url.starts_with("https://") {
         return true;
     }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    url.strip_prefix("http://")
+        .is_some_and(lock_arbiter::etcd_tls::on_loopback)
 }
 
 /// Reads the issuer's discovery document (and checks it names the same issuer).

@@ -4,14 +4,8 @@
 //
 //   node approve.mjs --url ADMIN --user bob [--approve ID] [--screenshot FILE]
 //                    [--screenshot-pending FILE]   (before approving)
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-
-const tools = createRequire(`${process.env.LOCK_NODE_TOOLS}/package.json`);
-// playwright-core is CommonJS: its exports arrive as the module's default.
-const playwright = await import(pathToFileURL(tools.resolve('playwright-core')));
-const { chromium } = playwright.default ?? playwright;
+import { launch } from './browser.mjs';
 
 const { values } = parseArgs({
   options: {
@@ -23,11 +17,7 @@ const { values } = parseArgs({
   },
 });
 
-const browser = await chromium.launch({
-  executablePath: process.env.LOCK_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch();
 const out = {};
 try {
   const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });

@@ -3,20 +3,11 @@
 // the code, signs in at the test IdP as --user. Prints one JSON line.
 //
 //   node device.mjs --url VERIFICATION_URI_COMPLETE --user bob
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-
-const tools = createRequire(`${process.env.LOCK_NODE_TOOLS}/package.json`);
-const playwright = await import(pathToFileURL(tools.resolve('playwright-core')));
-const { chromium } = playwright.default ?? playwright;
+import { launch } from './browser.mjs';
 
 const { values } = parseArgs({ options: { url: { type: 'string' }, user: { type: 'string' } } });
-const browser = await chromium.launch({
-  executablePath: process.env.LOCK_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch();
 const out = {};
 try {
   const page = await browser.newPage();

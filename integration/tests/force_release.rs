@@ -542,4 +542,14 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
             .any(|r| r.key == k4 && r.kind == lock_audit::classify::Kind::ClosedWithSession),
         "the revoked session's other hold is recorded as closed with it"
     );
+    // Every filing is on record, approved or not (four: one refused as HOLD_CHANGED).
+    let filed: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.kind == lock_audit::classify::Kind::ForceRequest)
+        .map(|r| r.detail.as_str())
+        .collect();
+    assert_eq!(filed.len(), 4, "{filed:?}");
+    assert!(filed.iter().any(|d| d.contains("\"stuck\"")), "{filed:?}");
+    // The tailer counts executed releases for the LockForceReleaseExecuted alert.
+    assert_eq!(tailer.metric("lock_audit_force_releases_total").unwrap(), 3);
 }
