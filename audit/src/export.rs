@@ -1,8 +1,11 @@
 //! A day's audit rows to Parquet (the records keep a year of events; the database keeps
 //! what is queried, the files what is retained). One file per UTC day,
-//! `lock-audit-<day>.parquet`, written to a temp name and renamed, so a reader never sees
-//! half a file. Object stores (S3, GCS) take the file as it is; uploading it is the
-//! platform's job here (MinIO is not installable to test against).
+//! `lock-audit-<day>.parquet`, to a local folder (written to a temp name and renamed, so a
+//! reader never sees half a file) or to an object-store URL through `object_store`
+//! (`s3://bucket/prefix` with the usual `AWS_*` variables, which also reach MinIO and other
+//! S3-compatible stores; `file:///path`): one PUT of the whole file, which object stores
+//! make visible atomically. Only `file://` is tested here: no S3-compatible server is
+//! installable on this machine.
 
 use crate::classify::Kind;
 use crate::store::{AuditStore, Stored};
@@ -43,6 +46,8 @@ pub enum ExportError {
     },
     #[error("{0}: unknown kind in the file")]
     Kind(String),
+    #[error("object store: {0}")]
+    Url(String),
 }
 
 /// The UTC day `YYYY-MM-DD` as [from, to) in milliseconds since the epoch.
@@ -78,6 +83,45 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> ExportError + '_ {
 pub fn write(path: &Path, rows: &[Stored]) -> Result<(), ExportError> {
     let tmp = path.with_extension("parquet.tmp");
     let file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    encode(file, rows)?;
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    Ok(())
+}
+
+/// Where an export goes: a local folder, or an object-store URL (`scheme://...`).
+pub fn is_url(out: &str) -> bool {
+    out.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric())
+    })
+}
+
+/// Writes the rows observed on `day` to `<url>/lock-audit-<day>.parquet` in an object
+/// store; returns the object's URL and the number of rows.
+pub async fn export_day_to_url<S: AuditStore>(
+    store: &S,
+    day: &str,
+    url: &str,
+) -> Result<(String, usize), ExportError> {
+    let (from, to) = day_bounds(day)?;
+    let rows = store.between(from, to).await?;
+    let mut bytes = Vec::new();
+    encode(&mut bytes, &rows)?;
+    let parsed = url::Url::parse(url).map_err(|e| ExportError::Url(format!("{url}: {e}")))?;
+    // Credentials and endpoints from the environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT...).
+    let (objects, prefix) = object_store::parse_url_opts(&parsed, std::env::vars())
+        .map_err(|e| ExportError::Url(format!("{url}: {e}")))?;
+    let name = format!("lock-audit-{day}.parquet");
+    let path = prefix.child(name.as_str());
+    objects
+        .put(&path, bytes.into())
+        .await
+        .map_err(|e| ExportError::Url(format!("{url}: {e}")))?;
+    Ok((format!("{}/{name}", url.trim_end_matches('/')), rows.len()))
+}
+
+/// Parquet of `rows` into `sink`.
+fn encode<W: std::io::Write + Send>(sink: W, rows: &[Stored]) -> Result<(), ExportError> {
+    let file = sink;
     let schema = Arc::new(parse_message_type(SCHEMA)?);
     let props = Arc::new(
         WriterProperties::builder()
@@ -121,7 +165,6 @@ pub fn write(path: &Path, rows: &[Stored]) -> Result<(), ExportError> {
     }
     group.close()?;
     writer.close()?;
-    std::fs::rename(&tmp, path).map_err(io(path))?;
     Ok(())
 }
 

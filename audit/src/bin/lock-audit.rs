@@ -56,8 +56,10 @@ enum Cmd {
         /// YYYY-MM-DD (UTC).
         #[arg(long)]
         day: String,
+        /// A local folder, or an object-store URL (`s3://bucket/prefix`, `file:///path`;
+        /// S3 credentials and endpoint from AWS_* variables).
         #[arg(long)]
-        out: PathBuf,
+        out: String,
     },
 }
 
@@ -112,9 +114,15 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Export { db, day, out } => {
             let store = Postgres::connect(&db).await.context("audit store")?;
-            std::fs::create_dir_all(&out)?;
-            let (path, n) = lock_audit::export::export_day(&store, &day, &out).await?;
-            println!("{n} rows to {}", path.display());
+            if lock_audit::export::is_url(&out) {
+                let (url, n) = lock_audit::export::export_day_to_url(&store, &day, &out).await?;
+                println!("{n} rows to {url}");
+            } else {
+                let out = PathBuf::from(out);
+                std::fs::create_dir_all(&out)?;
+                let (path, n) = lock_audit::export::export_day(&store, &day, &out).await?;
+                println!("{n} rows to {}", path.display());
+            }
         }
     }
     Ok(())
