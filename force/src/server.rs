@@ -74,3 +74,24 @@ pub async fn serve(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plaintext_only_on_loopback() {
+        for (addr, ok) in [
+            ("127.0.0.1:8480", true),
+            ("[::1]:8480", true),
+            ("0.0.0.0:8480", false),
+            ("10.1.2.3:8480", false),
+            ("[::]:8480", false),
+        ] {
+            let a: SocketAddr = addr
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+            assert_eq!(plaintext_allowed(a).is_ok(), ok, "{addr}");
+        }
+    }
+}

@@ -88,6 +88,13 @@ fn new_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+pub fn is_request_id(id: &str) -> bool {
+    id.len() == 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
 impl ForceStore {
     pub fn new(etcd: Etcd, registry: Option<PathBuf>, request_ttl: Duration) -> Self {
         ForceStore {
@@ -208,6 +215,10 @@ impl ForceStore {
 
     /// A pending request and its key's mod revision.
     async fn request(&self, id: &str) -> Result<(ForceRequest, i64), ForceError> {
+        // Ids are what `new_id` makes; anything else names no request (and no other key).
+        if !is_request_id(id) {
+            return Err(Refusal::NotFound.into());
+        }
         let resp = self.etcd.get(&request_key(id)).await?;
         let kv = resp.kvs().first().ok_or(Refusal::NotFound)?;
         let req = decode::<ForceRequest>(kv.value()).ok_or(Refusal::NotFound)?;
@@ -329,5 +340,24 @@ impl ForceStore {
             record,
             session_revoke_error,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_sixteen_lower_hex_digits() {
+        assert!(is_request_id(&new_id()));
+        for bad in [
+            "",
+            "../../epoch",
+            "0123456789ABCDEF",
+            "0123456789abcde",
+            "0123456789abcdef0",
+        ] {
+            assert!(!is_request_id(bad), "{bad:?}");
+        }
     }
 }

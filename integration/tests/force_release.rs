@@ -553,3 +553,82 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
     // The tailer counts executed releases for the LockForceReleaseExecuted alert.
     assert_eq!(tailer.metric("lock_audit_force_releases_total").unwrap(), 3);
 }
+
+/// ID tokens are bearer credentials: lock-admin will not listen in plain HTTP off
+/// loopback, and with a certificate it serves HTTPS only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_admin_serves_tokens_over_https_only() {
+    use lock_integration::etcd::{Etcd, Security};
+    use lock_integration::process::{Proc, free_ports, patience};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let etcd = Etcd::start_secured(dir, "admin-tls", 1, &[], Security::Roles)
+        .unwrap()
+        .remove(0);
+    let access = etcd.access(&etcd.client_url);
+    let ports = free_ports(2).unwrap();
+    let idp = Idp::start(dir, ports[1], &[]).unwrap();
+    let admin = |listen: &str, tls: bool| {
+        let mut cmd = Command::new(workspace_bin("lock-admin").unwrap());
+        cmd.args(["--etcd", &access.urls, "--listen", listen])
+            .args(["--oidc-issuer", &idp.issuer])
+            .envs(access.pki.lockctl_env("force"));
+        if tls {
+            cmd.arg("--tls-cert")
+                .arg(dir.join("admin.pem"))
+                .arg("--tls-key")
+                .arg(dir.join("admin.key"));
+        }
+        cmd
+    };
+    // Off loopback without TLS: refused at start, with the reason.
+    let out = admin("0.0.0.0:0", false).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("not a loopback address"), "{err}");
+    // With a certificate: HTTPS answers, plain HTTP does not.
+    let ca = lock_devca::DevCa::create_plain("lock-admin test CA").unwrap();
+    ca.issue(&lock_devca::Leaf::plain().with_ip("127.0.0.1".parse().unwrap()))
+        .unwrap()
+        .save(dir, "admin")
+        .unwrap();
+    let listen = format!("127.0.0.1:{}", ports[0]);
+    let mut proc = Proc::spawn("lock-admin-tls", admin(&listen, true), dir).unwrap();
+    proc.wait_for_line("lock-admin listening on", patience())
+        .unwrap();
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.bundle_pem().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let ok = https
+        .get(format!("https://{listen}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert!(ok.status().is_success());
+    // Sign-in redirects to the IdP with PKCE and this server's https callback.
+    let login = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.bundle_pem().as_bytes()).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("https://{listen}/login"))
+        .send()
+        .await
+        .unwrap();
+    let to = login.headers()[reqwest::header::LOCATION].to_str().unwrap();
+    assert!(to.starts_with(&idp.issuer), "{to}");
+    assert!(to.contains("code_challenge_method=S256"), "{to}");
+    assert!(
+        to.contains(&format!(
+            "redirect_uri=https%3A%2F%2F{}",
+            listen.replace(':', "%3A")
+        )),
+        "{to}"
+    );
+    let plain = reqwest::Client::new()
+        .get(format!("http://{listen}/healthz"))
+        .send()
+        .await;
+    assert!(plain.is_err() || !plain.unwrap().status().is_success());
+}
