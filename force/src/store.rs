@@ -328,6 +328,13 @@ impl ForceStore {
             return Err(Refusal::HoldGone.into());
         }
         let mut session_revoke_error = None;
+        if req.revoke_session && session.is_none() {
+            // The holder record named no readable session: only the hold was released.
+            session_revoke_error = Some(format!(
+                "the hold is released, but its session ({}) could not be read to revoke; its other holds end when its TTL lapses",
+                req.hold.session
+            ));
+        }
         if let Some((lease, _, _)) = session
             && let Err(e) = self.etcd.revoke(lease).await
         {
