@@ -195,3 +195,32 @@ pub async fn until_waiters(c: &Client, key: &str, n: u32) -> anyhow::Result<()> 
     })
     .await
 }
+
+/// Keeps `session_id` alive in the background: one KeepAlive every `every` on a stream,
+/// reopened if the arbiter it reached goes away; bounded at 600 streams. Abort the handle
+/// to stop (a dropped handle keeps renewing until the test's runtime ends).
+pub fn keep_alive(
+    c: Client,
+    session_id: i64,
+    every: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    use lock_config::proto::v1::KeepAliveRequest;
+    tokio::spawn(async move {
+        for _ in 0..600 {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let mut c = c.clone();
+            if let Ok(resp) = c
+                .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+            {
+                let mut replies = resp.into_inner();
+                while tx.send(KeepAliveRequest { session_id }).await.is_ok()
+                    && matches!(replies.message().await, Ok(Some(_)))
+                {
+                    tokio::time::sleep(every).await;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+}

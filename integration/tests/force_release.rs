@@ -43,29 +43,6 @@ impl Drop for Hold {
     }
 }
 
-/// Renews `session_id` every second on one KeepAlive stream (reopened if it ends),
-/// bounded in count.
-fn renew(client: Lock, session_id: i64) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        for _ in 0..300 {
-            let (tx, rx) = tokio::sync::mpsc::channel(1);
-            let mut c = client.clone();
-            if let Ok(resp) = c
-                .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-            {
-                let mut replies = resp.into_inner();
-                while tx.send(KeepAliveRequest { session_id }).await.is_ok()
-                    && matches!(replies.message().await, Ok(Some(_)))
-                {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-}
-
 async fn hold(stack: &Stack, who: usize, key: &str) -> Hold {
     let mut client = stack.workload(&waiter_id(who)).await.unwrap();
     let session_id = client
@@ -85,7 +62,7 @@ async fn hold(stack: &Stack, who: usize, key: &str) -> Hold {
         .into_inner()
         .token;
     Hold {
-        renewing: renew(client.clone(), session_id),
+        renewing: lock_integration::keep_alive(client.clone(), session_id, Duration::from_secs(1)),
         client,
         session_id,
         token,

@@ -25,27 +25,9 @@ async fn waiter(stack: &Stack, i: usize) -> (Client, i64) {
     (c, s)
 }
 
-/// Keeps a session alive in the background (the fast class has a 5 s TTL), reopening the
-/// stream if the arbiter it reached goes away.
+/// Keeps a session alive in the background (the fast class has a 5 s TTL).
 fn keep_alive(c: Client, session_id: i64) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        for _ in 0..600 {
-            let (tx, rx) = tokio::sync::mpsc::channel(1);
-            let mut c = c.clone();
-            if let Ok(resp) = c
-                .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-            {
-                let mut replies = resp.into_inner();
-                while tx.send(KeepAliveRequest { session_id }).await.is_ok()
-                    && matches!(replies.message().await, Ok(Some(_)))
-                {
-                    tokio::time::sleep(Duration::from_millis(1000)).await;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
+    lock_integration::keep_alive(c, session_id, Duration::from_millis(1000))
 }
 
 #[tokio::test]
