@@ -20,6 +20,7 @@ pub mod health;
 pub mod https;
 pub mod keepalive;
 pub mod layout;
+pub mod logging;
 pub mod metrics;
 pub mod peer_tls;
 pub mod proto;

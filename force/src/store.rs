@@ -323,8 +323,8 @@ impl ForceStore {
                 self.withdraw_if_dead(&refusal, id, req_rev).await;
                 return Err(refusal.into());
             }
-            // The hold is the same again but the session record moved (renewal does not
-            // write it; a close does): report the hold as changed.
+            // The request and the hold read as before, so the session record moved (a
+            // close marks it; renewals do not write it): its hold is ending.
             return Err(Refusal::HoldGone.into());
         }
         let mut session_revoke_error = None;

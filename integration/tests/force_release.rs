@@ -17,7 +17,7 @@
 use lock_config::proto::v1::*;
 use lock_force::client::{AdminClient, ClientError};
 use lock_integration::audit::Tailer;
-use lock_integration::oidc::{Admin, CLIENT_ID, Idp, node_tools, now_s, other_key, sign};
+use lock_integration::oidc::{Admin, Idp, node_tools, now_s, other_key, sign};
 use lock_integration::paths::{workspace_bin, workspace_root};
 use lock_integration::postgres::Postgres;
 use lock_integration::registry::{SLOW_PREFIX, waiter_id};
@@ -237,7 +237,6 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
         minted.list().await.is_ok(),
         "a well-formed minted token is accepted"
     );
-    let _ = CLIENT_ID;
 
     // --- File (alice, through lockctl); the requester cannot approve. ---
     let (code, id, err) = lockctl(

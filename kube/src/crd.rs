@@ -10,7 +10,7 @@
 use lock_config::registry::{LockClassSpec, LockGrantSpec, NamespaceSpec, PauseTestResultSpec};
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 pub const GROUP: &str = "lock.dev";
 pub const VERSION: &str = "v1alpha1";
@@ -248,21 +248,6 @@ pub fn files() -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// Drops keys whose value is null from a CR (a check-jsonschema instance must not carry
-/// the nulls serde writes for absent options).
-pub fn without_nulls(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k, without_nulls(v)))
-                .collect::<Map<_, _>>(),
-        ),
-        Value::Array(a) => Value::Array(a.into_iter().map(without_nulls).collect()),
-        other => other,
-    }
 }
 
 #[cfg(test)]

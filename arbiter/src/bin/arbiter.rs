@@ -108,12 +108,7 @@ async fn main() -> anyhow::Result<()> {
     let profiler = dhat::Profiler::builder()
         .file_name(std::env::var_os("LOCK_DHAT_FILE").unwrap_or_else(|| "dhat-heap.json".into()))
         .build();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    lock_arbiter::logging::init();
     let args = Args::parse();
     let transport = transport(&args)?;
     let (registry, registry_version) = registry_files::load_versioned(&args.registry)

@@ -50,12 +50,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    lock_arbiter::logging::init();
     let args = Args::parse();
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => Some(server::tls_acceptor(c, k)?),

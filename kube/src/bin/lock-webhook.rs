@@ -24,12 +24,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    lock_arbiter::logging::init();
     let args = Args::parse();
     let tls = lock_arbiter::https::acceptor(&args.tls_cert, &args.tls_key)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
