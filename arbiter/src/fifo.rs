@@ -11,7 +11,7 @@ use crate::layout::holder_key;
 use crate::queue::{Handed, Offer, Queues, Ticket};
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
-use crate::wait_end::{Ended, WaitEnd};
+use crate::wait_end::WaitEnd;
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::sync::Arc;
@@ -83,7 +83,7 @@ pub async fn acquire(
         end: &end,
     };
     if let Err(ended) = end.bound(ticket.until_head()).await {
-        return Box::pin(waiter.last_word(&mut answer, ended)).await;
+        return Box::pin(waiter.last_word(&mut answer, ended.refusal())).await;
     }
     Box::pin(waiter.wait_as_head(&mut answer)).await
 }
@@ -120,24 +120,29 @@ struct Waiter<'a> {
 }
 
 impl Waiter<'_> {
-    /// A wait ends with `ended`'s refusal, unless a release has taken the offer: then its
-    /// answer decides (the key may be this waiter's already), waited for within a bound.
-    /// A release that could not say (its transaction's outcome unknown) leaves the holder
-    /// record to say: read back, so a handed-on key is a grant, not a hold behind a refusal.
-    async fn last_word(&self, answer: &mut Answer, ended: Ended) -> Result<Grant, ArbiterError> {
+    /// A wait ends with `refusal` (its end, or its own attempt's error), unless a release
+    /// has taken the offer: then its answer decides (the key may be this waiter's
+    /// already), waited for within a bound. A release that could not say (its
+    /// transaction's outcome unknown) leaves the holder record to say: read back, so a
+    /// handed-on key is a grant, not a hold behind a refusal.
+    async fn last_word(
+        &self,
+        answer: &mut Answer,
+        refusal: ArbiterError,
+    ) -> Result<Grant, ArbiterError> {
         if self.ticket.withdraw() {
-            return Err(ended.refusal());
+            return Err(refusal);
         }
         match tokio::time::timeout(OFFER_ANSWER, answer).await {
             Ok(Ok(handed)) => match settle(Ok(handed), self.ticket, self.class) {
                 Some(done) => done,
-                None => Err(ended.refusal()),
+                None => Err(refusal),
             },
             Ok(Err(_)) | Err(_) => {
                 let held = self.granter.held_by(self.session, self.key, self.class);
                 match Box::pin(held).await? {
                     Some(g) => Ok(g),
-                    None => Err(ended.refusal()),
+                    None => Err(refusal),
                 }
             }
         }
@@ -170,13 +175,17 @@ impl Waiter<'_> {
                 // Boxed (as the etcd calls below): a head's future lives as long as its
                 // wait, and inline it would be as large as its largest etcd call (17 KiB a
                 // head, found by `make heap-profile`).
-                match Box::pin(granter.attempt(session, self.key, class, None)).await? {
-                    Attempt::Granted(g) => {
+                match Box::pin(granter.attempt(session, self.key, class, None)).await {
+                    Ok(Attempt::Granted(g)) => {
                         // The next head starts by watching, not by a doomed transaction.
                         ticket.saw_held(g.revision);
                         return Ok(g);
                     }
-                    Attempt::Held { revision } => ticket.saw_held(revision),
+                    Ok(Attempt::Held { revision }) => ticket.saw_held(revision),
+                    // A refusal (LEAKED_HOLD, MOVING, ...) while a release may have taken
+                    // this head's offer and be handing the key on to it: that answer
+                    // decides, or the handed-on key would be held with nobody told.
+                    Err(e) => return Box::pin(self.last_word(answer, e)).await,
                 }
             }
             let from = ticket.held_at().unwrap_or(0) + 1;
@@ -218,7 +227,9 @@ impl Waiter<'_> {
                     broken_watches = 0;
                     ticket.saw_released();
                 }
-                Wake::Ended(ended) => return Box::pin(self.last_word(answer, ended)).await,
+                Wake::Ended(ended) => {
+                    return Box::pin(self.last_word(answer, ended.refusal())).await;
+                }
                 Wake::Broken => {
                     // Watch lost or compacted: retry the transaction and re-watch at once;
                     // if the watch keeps failing, poll every second with jitter (ADR-15).
@@ -226,7 +237,7 @@ impl Waiter<'_> {
                     if broken_watches > 1 {
                         let pause = tokio::time::sleep(release_watch::poll_interval());
                         if let Err(ended) = self.end.bound(pause).await {
-                            return Box::pin(self.last_word(answer, ended)).await;
+                            return Box::pin(self.last_word(answer, ended.refusal())).await;
                         }
                     }
                     ticket.saw_released();
