@@ -33,6 +33,11 @@ pub enum Bug {
     /// freshly started arbiter does not have (issue 16: the restore drill shows the
     /// cluster-ID check is what seals it).
     SealWithoutClusterId,
+    /// An entity shard grants without its map fence (issue 24): the arbiter routes by the
+    /// shard map it loaded at start (its coord watch lost), admits without reading the
+    /// shard's fence, and its grant transaction omits the epoch-record compare, so after
+    /// a move it keeps granting moved keys on their old shard.
+    ShardFenceOff,
 }
 
 impl FromStr for Bug {
@@ -47,8 +52,9 @@ impl FromStr for Bug {
             "seal-without-cluster-id" => Ok(Bug::SealWithoutClusterId),
             "handoff-without-holder-compare" => Ok(Bug::HandoffWithoutHolderCompare),
             "batch-cross-answer" => Ok(Bug::BatchCrossAnswer),
+            "shard-fence-off" => Ok(Bug::ShardFenceOff),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off)"
             )),
         }
     }

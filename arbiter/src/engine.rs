@@ -8,6 +8,7 @@
 //! - every etcd response on these paths has passed the seal in `store.rs`.
 
 use crate::bugs::Bugs;
+use crate::clusters::{Clusters, Route};
 use crate::drain::Drain;
 use crate::error::ArbiterError;
 use crate::etcd::Etcd;
@@ -17,7 +18,6 @@ use crate::metrics::METRICS;
 use crate::queue::Queues;
 use crate::release::{Heads, Releaser};
 use crate::sessions::{Keepers, Session, Sessions};
-use crate::store::Store;
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use lock_config::registry::Fairness;
 use lock_config::{FencingToken, LockKey, Registry};
@@ -28,7 +28,8 @@ use std::time::Duration;
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
 pub struct Engine {
-    store: Store,
+    /// The etcd cluster(s): one, or the coord cluster and entity shards (`clusters.rs`).
+    clusters: Clusters,
     /// Swapped whole by a live reload (`registry_reload.rs`); each request reads one
     /// snapshot and keeps it to its end, so a reload applies to new requests only.
     registry: arc_swap::ArcSwap<Registry>,
@@ -48,10 +49,16 @@ pub struct Inspection {
 }
 
 impl Engine {
+    /// Everything on one etcd cluster.
     pub fn new(etcd: Etcd, registry: Arc<Registry>, bugs: Bugs) -> Self {
+        let clusters = Clusters::single(etcd, bugs.clone());
+        Self::with_clusters(clusters, registry, bugs)
+    }
+
+    pub fn with_clusters(clusters: Clusters, registry: Arc<Registry>, bugs: Bugs) -> Self {
         METRICS.declare(registry.classes().map(|c| c.name));
         Self {
-            store: Store::new(etcd, bugs.clone()),
+            clusters,
             registry: arc_swap::ArcSwap::new(registry),
             sessions: Sessions::default(),
             queues: Arc::new(Queues::default()),
@@ -72,7 +79,8 @@ impl Engine {
     /// requests are refused SEALED until the epoch is usable).
     /// Returns the epoch.
     pub async fn check_epoch(&self) -> Result<u16, ArbiterError> {
-        self.store
+        self.clusters
+            .coord()
             .resealed()
             .await
             .map(|sealed| sealed.epoch().record.epoch)
@@ -90,9 +98,9 @@ impl Engine {
         self.registry.store(registry);
     }
 
-    fn granter(&self) -> Granter<'_> {
+    fn granter<'a>(&'a self, route: &'a Route) -> Granter<'a> {
         Granter {
-            store: &self.store,
+            store: &route.store,
             sessions: &self.sessions,
             bugs: &self.bugs,
         }
@@ -106,17 +114,19 @@ impl Engine {
     ) -> Result<(Session, String), ArbiterError> {
         let registry = self.registry();
         let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
+        let route = self.clusters.for_key(class.spec.tier, key).await?;
         let session = self
             .sessions
-            .open(&self.store, identity, class.ttl_seconds)
+            .open(&route.store, identity, class.ttl_seconds)
             .await?;
         Ok((session, class.name.to_owned()))
     }
 
     /// CloseSession: revokes the caller's own session (its holds go with it).
     pub async fn close_session(&self, identity: &str, lease: i64) -> Result<(), ArbiterError> {
-        let session = self.sessions.owned(&self.store, lease, identity).await?;
-        self.sessions.close(&self.store, &session).await
+        let route = self.clusters.for_lease(lease).await?;
+        let session = self.sessions.owned(&route.store, lease, identity).await?;
+        self.sessions.close(&route.store, &session).await
     }
 
     /// One KeepAlive renewal of the caller's own session; the remaining TTL.
@@ -126,8 +136,9 @@ impl Engine {
         lease: i64,
         keepers: &mut Keepers,
     ) -> Result<i64, ArbiterError> {
+        let route = self.clusters.for_lease(lease).await?;
         self.sessions
-            .renew(&self.store, lease, identity, keepers)
+            .renew(&route.store, lease, identity, keepers)
             .await
     }
 
@@ -142,16 +153,23 @@ impl Engine {
     ) -> Result<Grant, ArbiterError> {
         let registry = self.registry();
         let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
-        let session = Box::pin(self.sessions.owned(&self.store, lease, identity)).await?;
+        let route = self.clusters.for_key(class.spec.tier, key).await?;
+        let at = self.clusters.for_lease(lease).await?;
+        let session = Box::pin(self.sessions.owned(&at.store, lease, identity)).await?;
         if session.ttl_seconds != class.ttl_seconds {
             return Err(ArbiterError::WrongSessionTtl {
                 class: class.name.to_owned(),
                 ttl_seconds: class.ttl_seconds,
             });
         }
+        if at.cluster != route.cluster {
+            return Err(ArbiterError::WrongSessionPlace {
+                cluster: route.cluster,
+            });
+        }
         let wait = wait.min(MAX_WAIT);
         let started = std::time::Instant::now();
-        let granter = self.granter();
+        let granter = self.granter(&route);
         let acquire = async {
             match class.spec.fairness {
                 Fairness::Durable => {
@@ -204,13 +222,15 @@ impl Engine {
         // A key with no class (the registry changed under a hold) is released plainly.
         let registry = self.registry();
         let class = registry.class_for(key);
+        let tier = class.as_ref().map(|c| c.spec.tier).unwrap_or_default();
+        let route = self.clusters.for_key(tier, key).await?;
         let heads = match &class {
             Some(c) if c.spec.fairness == Fairness::Durable => Heads::Durable { class: c.name },
             Some(_) => Heads::Fifo(&self.queues),
             None => Heads::None,
         };
         let releaser = Releaser {
-            store: &self.store,
+            store: &route.store,
             sessions: &self.sessions,
             bugs: &self.bugs,
             heads,
@@ -236,7 +256,8 @@ impl Engine {
     /// transaction reads the holder and the epoch record together.
     pub async fn validate(&self, key: &LockKey, token: FencingToken) -> Result<bool, ArbiterError> {
         let hkey = holder_key(key);
-        let mut sealed = self.store.sealed().await?;
+        let store = &self.route(key).await?.store;
+        let mut sealed = store.sealed().await?;
         for attempt in 0..MAX_ATTEMPTS {
             let txn = Txn::new().and_then(vec![
                 TxnOp::get(hkey.as_str(), None),
@@ -245,7 +266,7 @@ impl Engine {
             let resp = match sealed.txn(txn).await {
                 Ok(r) => r,
                 Err(e) => {
-                    sealed = reseal_once(&self.store, e, attempt).await?;
+                    sealed = reseal_once(store, e, attempt).await?;
                     continue;
                 }
             };
@@ -256,7 +277,7 @@ impl Engine {
             };
             let epoch = sealed.epoch();
             if first(1).map(|kv| kv.mod_revision()) != Some(epoch.mod_revision) {
-                sealed = self.store.resealed().await?;
+                sealed = store.resealed().await?;
                 continue;
             }
             let current = first(0).map(|kv| kv.mod_revision());
@@ -268,7 +289,7 @@ impl Engine {
 
     /// Inspect: the holder record (identity, class, since when) and the waiter count.
     pub async fn inspect(&self, key: &LockKey) -> Result<Inspection, ArbiterError> {
-        let sealed = self.store.sealed().await?;
+        let sealed = self.route(key).await?.store.sealed().await?;
         let resp = sealed.get(&holder_key(key)).await?;
         let durable = self
             .registry()
@@ -286,5 +307,17 @@ impl Engine {
                 .and_then(|kv| decode::<Holder>(kv.value())),
             waiters,
         })
+    }
+}
+
+impl Engine {
+    /// The cluster of `key` by its class's tier (a key with no class: the entity tier).
+    async fn route(&self, key: &LockKey) -> Result<Route, ArbiterError> {
+        let tier = self
+            .registry()
+            .class_for(key)
+            .map(|c| c.spec.tier)
+            .unwrap_or_default();
+        self.clusters.for_key(tier, key).await
     }
 }

@@ -185,6 +185,16 @@ impl EpochCache {
 /// `lockctl epoch init`: creates epoch 1 bound to the current cluster ID, if absent.
 /// Returns the record now in the store and whether this call created it.
 pub async fn init(store: &Etcd) -> Result<(EpochRecord, bool), ArbiterError> {
+    init_with(store, 1, None).await
+}
+
+/// [`init`] with a given first epoch (allocated from the coord cluster when there are
+/// several) and, on an entity shard, the shard map version it starts serving.
+pub async fn init_with(
+    store: &Etcd,
+    first: u16,
+    shards: Option<lock_config::shards::ShardFence>,
+) -> Result<(EpochRecord, bool), ArbiterError> {
     // The cluster ID comes from the header of a read; the Txn's own header confirms it.
     let probe = store.get(EPOCH_KEY).await?;
     if let Some(kv) = probe.kvs().first() {
@@ -197,8 +207,9 @@ pub async fn init(store: &Etcd) -> Result<(EpochRecord, bool), ArbiterError> {
         .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
         .ok_or_else(|| ArbiterError::Store("response without header".into()))?;
     let record = EpochRecord {
-        epoch: 1,
+        epoch: first,
         cluster_id: cluster.clone(),
+        shards,
     };
     let txn = Txn::new()
         .when(vec![Compare::create_revision(
@@ -218,7 +229,7 @@ pub async fn init(store: &Etcd) -> Result<(EpochRecord, bool), ArbiterError> {
     }
     if !resp.succeeded() {
         // Someone else initialised it concurrently: report theirs.
-        return Box::pin(init(store)).await;
+        return Box::pin(init_with(store, first, None)).await;
     }
     Ok((record, true))
 }
@@ -227,6 +238,16 @@ pub async fn init(store: &Etcd) -> Result<(EpochRecord, bool), ArbiterError> {
 /// `from` (unchanged since read), puts epoch `from + 1` bound to the cluster ID the store
 /// reports now, and deletes every hold (`/l/`) and durable waiter (`/q/`) (ADR-03).
 pub async fn advance(store: &Etcd, from: u16) -> Result<EpochRecord, ArbiterError> {
+    let next = from
+        .checked_add(1)
+        .filter(|e| *e <= lock_config::token::MAX_EPOCH)
+        .ok_or_else(|| ArbiterError::Store("epoch space exhausted".into()))?;
+    advance_to(store, from, next).await
+}
+
+/// [`advance`] to a given epoch `next` (> `from`; with several clusters, allocated from
+/// the coord cluster). An entity shard's map fence is kept.
+pub async fn advance_to(store: &Etcd, from: u16, next: u16) -> Result<EpochRecord, ArbiterError> {
     let resp = store.get(EPOCH_KEY).await?;
     let kv = resp
         .kvs()
@@ -240,10 +261,11 @@ pub async fn advance(store: &Etcd, from: u16) -> Result<EpochRecord, ArbiterErro
             current.epoch
         )));
     }
-    let next = from
-        .checked_add(1)
-        .filter(|e| *e <= lock_config::token::MAX_EPOCH)
-        .ok_or_else(|| ArbiterError::Store("epoch space exhausted".into()))?;
+    if next <= from || next > lock_config::token::MAX_EPOCH {
+        return Err(ArbiterError::Store(format!(
+            "cannot advance from epoch {from} to {next}"
+        )));
+    }
     let cluster = resp
         .header()
         .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
@@ -251,6 +273,7 @@ pub async fn advance(store: &Etcd, from: u16) -> Result<EpochRecord, ArbiterErro
     let record = EpochRecord {
         epoch: next,
         cluster_id: cluster.clone(),
+        shards: current.shards.clone(),
     };
     let txn = Txn::new()
         .when(vec![Compare::mod_revision(
@@ -294,6 +317,7 @@ mod tests {
 
     fn record() -> EpochRecord {
         EpochRecord {
+            shards: None,
             epoch: 3,
             cluster_id: EpochRecord::cluster_id_hex(0xcdf8_1819_4e3a_8c32),
         }

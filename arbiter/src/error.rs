@@ -45,6 +45,10 @@ pub enum ArbiterError {
     StreamFull { limit: usize },
     #[error("this arbiter is draining for a restart: retry, the key's next owner answers")]
     Draining,
+    #[error("the key's range is moving between shards: retry shortly")]
+    Moving,
+    #[error("the key lives on cluster {cluster}: open a session for this key there")]
+    WrongSessionPlace { cluster: String },
     #[error("store error: {0}")]
     Store(String),
 }
@@ -68,6 +72,8 @@ impl ArbiterError {
             ArbiterError::StoreFull => Reason::StoreFull,
             ArbiterError::StreamFull { .. } => Reason::StreamFull,
             ArbiterError::Draining => Reason::Draining,
+            ArbiterError::Moving => Reason::Moving,
+            ArbiterError::WrongSessionPlace { .. } => Reason::WrongSessionPlace,
             ArbiterError::Store(_) => Reason::Internal,
         }
     }
@@ -79,6 +85,7 @@ impl ArbiterError {
                 ("ttl_seconds", ttl_seconds.to_string()),
             ],
             ArbiterError::StreamFull { limit } => vec![("limit", limit.to_string())],
+            ArbiterError::WrongSessionPlace { cluster } => vec![("cluster", cluster.clone())],
             ArbiterError::Queued { waiters } => vec![("waiters", waiters.to_string())],
             _ => Vec::new(),
         }

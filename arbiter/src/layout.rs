@@ -1,7 +1,9 @@
 //! The etcd key layout and record encodings (DESIGN 4.2). Pure: encoding only.
 //!
 //! ```text
-//! /sys/epoch                 EpochRecord {epoch, cluster_id}
+//! /sys/epoch                 EpochRecord {epoch, cluster_id, shards?}
+//! /sys/shards                ShardsDoc {current, pending?}   coord cluster only (ADR-09)
+//! /sys/epoch-allocator       EpochAllocator {last}          coord cluster only (ADR-03, 07)
 //! /l/<namespace>/<path>      Holder {spiffe_id, session, class, acquired_at_ms}  on the session lease
 //! /s/<lease-hex>             SessionRecord {spiffe_id, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
@@ -18,6 +20,11 @@ use lock_config::LockKey;
 use serde::{Deserialize, Serialize};
 
 pub const EPOCH_KEY: &str = "/sys/epoch";
+/// The shard map document (coord cluster): `lock_config::shards::ShardsDoc`.
+pub const SHARDS_KEY: &str = "/sys/shards";
+/// The last epoch number handed to any cluster (coord cluster): no two clusters ever
+/// mint tokens in one epoch, so a key moved between them never sees its token go back.
+pub const EPOCH_ALLOCATOR_KEY: &str = "/sys/epoch-allocator";
 pub const HOLDER_PREFIX: &str = "/l/";
 pub const SESSION_PREFIX: &str = "/s/";
 pub const QUEUE_PREFIX: &str = "/q/";
@@ -47,6 +54,17 @@ pub struct EpochRecord {
     pub epoch: u16,
     /// etcd cluster ID, lower-case hex as etcdctl prints it.
     pub cluster_id: String,
+    /// On an entity shard: the shard map version it serves (ADR-09). In this record
+    /// because every grant compares this record unchanged: a move that rewrites it fences
+    /// every grant made under the map before, on this shard, by any arbiter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<lock_config::shards::ShardFence>,
+}
+
+/// The coord cluster's epoch allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochAllocator {
+    pub last: u16,
 }
 
 impl EpochRecord {

@@ -255,6 +255,9 @@ impl Releaser<'_> {
                 // ended sessions) must not use up the attempts of a live holder's release.
                 let head = match &self.heads {
                     _ if round.last => None,
+                    // A key in a moving range (or homed elsewhere) is not handed on: the
+                    // grant a handoff is must pass the shard's fence like any other.
+                    _ if !self.store.admits(sealed, key) => None,
                     Heads::None => None,
                     Heads::Fifo(queues) => queues.take_offer(key.as_str()).map(Head::from_offer),
                     Heads::Durable { class } => crate::durable::first_waiter(sealed, key)

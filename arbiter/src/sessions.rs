@@ -29,9 +29,21 @@ pub const MAX_SESSIONS_PER_STREAM: usize = 16;
 /// (issue 13 found a victim's session in four guesses), so the arbiter picks a random
 /// positive 63-bit id and asks etcd for exactly that one. Ownership is still checked on
 /// every use (`/s/<lease>`); randomness only stops the enumeration.
-async fn grant_random_lease(sealed: &Sealed, ttl_seconds: u32) -> Result<i64, ArbiterError> {
+///
+/// With several clusters the top 8 bits (below the sign) are the cluster's tag
+/// (`lock_config::shards::lease_tag`), so any arbiter routes a session id to its cluster;
+/// 55 random bits remain.
+async fn grant_random_lease(
+    sealed: &Sealed,
+    ttl_seconds: u32,
+    tag: Option<u8>,
+) -> Result<i64, ArbiterError> {
     for _ in 0..LEASE_ID_ATTEMPTS {
-        if let Some(lease) = sealed.grant_lease(ttl_seconds, random_lease_id()).await? {
+        let id = match tag {
+            Some(tag) => lock_config::shards::tagged_lease(tag, rand::random::<u64>()),
+            None => random_lease_id(),
+        };
+        if let Some(lease) = sealed.grant_lease(ttl_seconds, id).await? {
             return Ok(lease);
         }
     }
@@ -58,7 +70,7 @@ impl Sessions {
         ttl_seconds: u32,
     ) -> Result<Session, ArbiterError> {
         let sealed = store.sealed().await?;
-        let lease = grant_random_lease(&sealed, ttl_seconds).await?;
+        let lease = grant_random_lease(&sealed, ttl_seconds, store.lease_tag()).await?;
         let record = SessionRecord {
             spiffe_id: spiffe_id.to_owned(),
             ttl_seconds,

@@ -8,15 +8,18 @@
 //! record.
 
 use crate::batch::{Answer, Batcher};
-use crate::bugs::Bugs;
+use crate::bugs::{Bug, Bugs};
 use crate::epoch::{Epoch, EpochCache};
 use crate::error::ArbiterError;
 use crate::etcd::{Etcd, LeaseGrant};
+use crate::shard_map::DocCache;
 use crate::watch_hub::WatchHub;
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, LeaseKeepAliveResponse, ResponseHeader, Txn,
     TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
+use lock_config::LockKey;
+use lock_config::shards::{Placement, ShardsDoc, placement};
 use std::sync::{Arc, OnceLock};
 
 #[derive(Clone)]
@@ -29,6 +32,40 @@ pub struct Store {
     /// The one watch stream of every waiting queue head, started on first use.
     watch_hub: Arc<OnceLock<WatchHub>>,
     bugs: Bugs,
+    /// With several clusters: the tag of this cluster's session ids (`sessions.rs`).
+    tag: Option<u8>,
+    /// On an entity shard: which one, and the shard map document (`admit`).
+    shard: Option<Arc<ShardRole>>,
+}
+
+/// An entity shard's part in the map.
+pub struct ShardRole {
+    pub name: String,
+    pub doc: Arc<DocCache>,
+}
+
+impl ShardRole {
+    /// The placement of `key` by the fence in `sealed`'s epoch record and `doc`.
+    fn decide(
+        &self,
+        sealed: &Sealed,
+        key: &LockKey,
+        doc: Option<&ShardsDoc>,
+    ) -> Result<Placement, ArbiterError> {
+        let fence = sealed.epoch().record.shards.as_ref().ok_or_else(|| {
+            ArbiterError::Sealed(format!(
+                "shard {} has no map fence in its epoch record: run `lockctl shards init`",
+                self.name
+            ))
+        })?;
+        if fence.name != self.name {
+            return Err(ArbiterError::Sealed(format!(
+                "the cluster configured as shard {} carries shard {}'s fence",
+                self.name, fence.name
+            )));
+        }
+        Ok(doc.map_or(Placement::StaleDoc, |d| placement(d, fence, key.as_str())))
+    }
 }
 
 impl Store {
@@ -39,6 +76,68 @@ impl Store {
             batcher: Arc::new(OnceLock::new()),
             watch_hub: Arc::new(OnceLock::new()),
             bugs,
+            tag: None,
+            shard: None,
+        }
+    }
+
+    /// One of several clusters: its session ids carry `tag`; on an entity shard, grants
+    /// are admitted by the shard's own fence (`admit`).
+    pub fn for_cluster(etcd: Etcd, bugs: Bugs, tag: u8, shard: Option<ShardRole>) -> Self {
+        Self {
+            tag: Some(tag),
+            shard: shard.map(Arc::new),
+            ..Self::new(etcd, bugs)
+        }
+    }
+
+    /// The tag of this cluster's session ids (None: the only cluster).
+    pub fn lease_tag(&self) -> Option<u8> {
+        self.tag
+    }
+
+    /// The shard this store is, if it is one.
+    pub fn shard_name(&self) -> Option<&str> {
+        self.shard.as_deref().map(|r| r.name.as_str())
+    }
+
+    /// May `key` be granted here? Returns the view to grant under. On an entity shard the
+    /// epoch record carries the map version the shard serves (its fence), and the grant
+    /// transaction compares that record unchanged: a grant admitted here was made under
+    /// that map, whatever any arbiter's copy of the document says. A refusal is checked
+    /// once more against a fresh document and a fresh record (the cached record may
+    /// predate the move's last step, and no transaction would run to notice). Elsewhere:
+    /// the key's session must be opened where the map homes it. Moving, or a document
+    /// that cannot catch up: MOVING.
+    pub async fn admit(&self, sealed: Sealed, key: &LockKey) -> Result<Sealed, ArbiterError> {
+        let Some(role) = &self.shard else {
+            return Ok(sealed);
+        };
+        if self.bugs.has(Bug::ShardFenceOff) {
+            return Ok(sealed);
+        }
+        let verdict = role.decide(&sealed, key, role.doc.get().as_deref())?;
+        if verdict == Placement::Here {
+            return Ok(sealed);
+        }
+        let doc = role.doc.refresh().await?;
+        let sealed = self.resealed().await?;
+        match role.decide(&sealed, key, doc.as_deref())? {
+            Placement::Here => Ok(sealed),
+            Placement::Elsewhere(cluster) => Err(ArbiterError::WrongSessionPlace { cluster }),
+            Placement::Moving | Placement::StaleDoc => Err(ArbiterError::Moving),
+        }
+    }
+
+    /// [`Store::admit`] on the view at hand, without re-reading anything: may a release
+    /// hand `key` on here (a handoff is a grant)? When unsure, no: the release is plain.
+    pub fn admits(&self, sealed: &Sealed, key: &LockKey) -> bool {
+        match &self.shard {
+            None => true,
+            Some(_) if self.bugs.has(Bug::ShardFenceOff) => true,
+            Some(role) => {
+                role.decide(sealed, key, role.doc.get().as_deref()).ok() == Some(Placement::Here)
+            }
         }
     }
 

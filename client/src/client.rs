@@ -1,4 +1,4 @@
-//! The client: sessions per TTL, acquire with waiting and retries, re-entrancy.
+//! The client: sessions per TTL and cluster, acquire with waiting and retries, re-entrancy.
 
 use crate::connect::{Config, Stamp};
 use crate::error::LockError;
@@ -18,6 +18,9 @@ use tonic::transport::Channel;
 
 /// Attempts of one acquire (transient errors, session changes), within its deadline.
 const MAX_TRIES: usize = 32;
+/// Keys whose cluster the client remembers (learned from WRONG_SESSION_PLACE and grants);
+/// past it the memory starts over (a miss costs one round trip, never a wrong answer).
+const MAX_PLACES: usize = 4096;
 /// Bound on one CloseSession during shutdown or drop.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -32,8 +35,12 @@ pub struct LockClient {
 pub(crate) struct Inner {
     config: Config,
     rpc: Mutex<(Rpc<Channel>, Stamp)>,
-    /// One session per TTL (seconds), with the sender that stops its keepalive task.
-    sessions: Mutex<HashMap<u32, Running>>,
+    /// One session per (TTL seconds, cluster tag), with the sender that stops its
+    /// keepalive task. A session lives on one etcd cluster; with tiers and shards the
+    /// service tags its id with the cluster's tag (`lock_config::shards::tag_of`).
+    sessions: Mutex<HashMap<(u32, u8), Running>>,
+    /// Key -> cluster tag, as last learned (bounded: [`MAX_PLACES`]).
+    places: Mutex<HashMap<String, u8>>,
     /// Re-entrancy: outermost holds by key.
     pub(crate) holds: Mutex<HashMap<String, Reentry>>,
     next_hold: AtomicU64,
@@ -49,6 +56,7 @@ impl LockClient {
                 config,
                 rpc: Mutex::new((rpc, stamp)),
                 sessions: Mutex::new(HashMap::new()),
+                places: Mutex::new(HashMap::new()),
                 holds: Mutex::new(HashMap::new()),
                 next_hold: AtomicU64::new(1),
             }),
@@ -115,7 +123,7 @@ impl LockClient {
         // Bounded so no `wait` from input can overflow the deadline: a day is longer than
         // any wait the service grants (300 s).
         let deadline = Instant::now() + wait.min(Duration::from_secs(24 * 3600));
-        let mut session = self.any_session();
+        let mut session = self.session_for_key(key);
         let mut backoff = Duration::from_millis(50);
         for _ in 0..MAX_TRIES {
             let s = match session.take() {
@@ -133,13 +141,23 @@ impl LockClient {
                 Ok(r) => {
                     let token = FencingToken::from_u64(r.into_inner().token)
                         .map_err(|e| LockError::InvalidRequest(e.to_string()))?;
+                    self.learn_place(key, lock_config::shards::tag_of(s.id));
                     return Ok(self.held(key, id, token, s, on_fence));
                 }
                 Err(status) => LockError::from_status(&status),
             };
             let pause = match &err {
                 LockError::WrongSessionTtl { ttl_seconds, .. } => {
-                    session = self.session_for(*ttl_seconds);
+                    session = self.session_for(*ttl_seconds, self.place_of(key));
+                    continue;
+                }
+                // The key lives on another cluster than this session (tiers, shards, or
+                // a move): a session there, or a new one opened for this key.
+                LockError::WrongSessionPlace { cluster } => {
+                    let tag = lock_config::shards::lease_tag(cluster);
+                    self.learn_place(key, tag);
+                    let ttl = u32::try_from(s.ttl().as_secs()).unwrap_or(0);
+                    session = self.session_for(ttl, Some(tag));
                     continue;
                 }
                 LockError::SessionExpired => {
@@ -212,12 +230,40 @@ impl LockClient {
             .find(|s| !s.is_fenced())
     }
 
-    fn session_for(&self, ttl_seconds: u32) -> Option<Arc<Session>> {
+    /// A live session with this TTL, on the cluster with `tag` if given.
+    fn session_for(&self, ttl_seconds: u32, tag: Option<u8>) -> Option<Arc<Session>> {
         let sessions = self.inner.sessions.lock().ok()?;
         sessions
-            .get(&ttl_seconds)
-            .map(|(s, _)| s.clone())
-            .filter(|s| !s.is_fenced())
+            .iter()
+            .filter(|((ttl, t), _)| *ttl == ttl_seconds && tag.is_none_or(|tag| tag == *t))
+            .map(|(_, (s, _))| s.clone())
+            .find(|s| !s.is_fenced())
+    }
+
+    /// A live session on the cluster `key` was last seen on, else any.
+    fn session_for_key(&self, key: &str) -> Option<Arc<Session>> {
+        let Some(tag) = self.place_of(key) else {
+            return self.any_session();
+        };
+        let sessions = self.inner.sessions.lock().ok()?;
+        sessions
+            .iter()
+            .filter(|((_, t), _)| *t == tag)
+            .map(|(_, (s, _))| s.clone())
+            .find(|s| !s.is_fenced())
+    }
+
+    fn place_of(&self, key: &str) -> Option<u8> {
+        self.inner.places.lock().ok()?.get(key).copied()
+    }
+
+    fn learn_place(&self, key: &str, tag: u8) {
+        if let Ok(mut places) = self.inner.places.lock() {
+            if places.len() >= MAX_PLACES && !places.contains_key(key) {
+                places.clear();
+            }
+            places.insert(key.to_owned(), tag);
+        }
     }
 
     fn forget_session(&self, s: &Arc<Session>) {
@@ -247,7 +293,8 @@ impl LockClient {
         let (stop, stopped) = mpsc::channel(1);
         tokio::spawn(session.clone().keep_alive(rpc, stopped));
         if let Ok(mut sessions) = self.inner.sessions.lock() {
-            sessions.insert(r.ttl_seconds, (session.clone(), stop));
+            let tag = lock_config::shards::tag_of(r.session_id);
+            sessions.insert((r.ttl_seconds, tag), (session.clone(), stop));
         }
         Ok(session)
     }

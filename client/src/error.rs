@@ -33,6 +33,10 @@ pub enum LockError {
     SessionExpired,
     #[error("class {class} needs a session with a {ttl_seconds} s TTL")]
     WrongSessionTtl { class: String, ttl_seconds: u32 },
+    #[error("the key lives on cluster {cluster}, not on this session's")]
+    WrongSessionPlace { cluster: String },
+    #[error("the key's range is moving between shards")]
+    Moving,
     #[error("too many sessions on one KeepAlive stream: {0}")]
     StreamFull(String),
     #[error("the hold was fenced: its session could not be renewed in time")]
@@ -84,6 +88,10 @@ impl LockError {
                 ttl_seconds: meta("ttl_seconds").parse().unwrap_or(0),
             },
             Reason::StreamFull => LockError::StreamFull(status.message().to_owned()),
+            Reason::Moving => LockError::Moving,
+            Reason::WrongSessionPlace => LockError::WrongSessionPlace {
+                cluster: meta("cluster"),
+            },
             Reason::Internal => LockError::Other {
                 code: status.code(),
                 message: status.message().to_owned(),
@@ -95,7 +103,10 @@ impl LockError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            LockError::NoQuorum | LockError::Unavailable(_) | LockError::RateLimited { .. }
+            LockError::NoQuorum
+                | LockError::Unavailable(_)
+                | LockError::RateLimited { .. }
+                | LockError::Moving
         )
     }
 }

@@ -49,6 +49,14 @@ pub enum Reason {
     /// at the key's next owner will be answered (UNAVAILABLE, retryable). An addition to
     /// DESIGN 4.4.
     Draining,
+    /// The key's range is being moved between entity shards (ADR-09): nothing was done;
+    /// grants resume when the move completes (UNAVAILABLE, retryable). An addition to
+    /// DESIGN 4.4.
+    Moving,
+    /// The session lives on another cluster than the key (tiers and shards, ADR-07/09):
+    /// open a session for this key (metadata `cluster` names where it lives) and retry
+    /// (FAILED_PRECONDITION, like WRONG_SESSION_TTL). An addition to DESIGN 4.4.
+    WrongSessionPlace,
     /// A KeepAlive stream asked to renew more sessions than one stream may carry
     /// (RESOURCE_EXHAUSTED; metadata `limit`). An addition to DESIGN 4.4.
     StreamFull,
@@ -77,6 +85,8 @@ impl Reason {
             Reason::StoreFull => "STORE_FULL",
             Reason::StreamFull => "STREAM_FULL",
             Reason::Draining => "DRAINING",
+            Reason::Moving => "MOVING",
+            Reason::WrongSessionPlace => "WRONG_SESSION_PLACE",
             Reason::UnknownMethod => "UNKNOWN_METHOD",
             Reason::Internal => "INTERNAL",
         }
@@ -90,14 +100,17 @@ impl Reason {
             Reason::RegionRedirect
             | Reason::LeakedHold
             | Reason::StaleToken
-            | Reason::WrongSessionTtl => GrpcCode::FailedPrecondition,
+            | Reason::WrongSessionTtl
+            | Reason::WrongSessionPlace => GrpcCode::FailedPrecondition,
             Reason::InvalidKey | Reason::MalformedRequest => GrpcCode::InvalidArgument,
             Reason::Held => GrpcCode::Aborted,
             Reason::HeldDeadline => GrpcCode::DeadlineExceeded,
             Reason::SessionExpired => GrpcCode::NotFound,
-            Reason::Sealed | Reason::NoQuorum | Reason::StoreFull | Reason::Draining => {
-                GrpcCode::Unavailable
-            }
+            Reason::Sealed
+            | Reason::NoQuorum
+            | Reason::StoreFull
+            | Reason::Draining
+            | Reason::Moving => GrpcCode::Unavailable,
             Reason::UnknownMethod => GrpcCode::Unimplemented,
             Reason::Internal => GrpcCode::Internal,
         }
@@ -114,7 +127,7 @@ impl Reason {
     }
 }
 
-const ALL: [Reason; 19] = [
+const ALL: [Reason; 21] = [
     Reason::Unauthenticated,
     Reason::NotGranted,
     Reason::RateLimited,
@@ -132,6 +145,8 @@ const ALL: [Reason; 19] = [
     Reason::StoreFull,
     Reason::StreamFull,
     Reason::Draining,
+    Reason::Moving,
+    Reason::WrongSessionPlace,
     Reason::UnknownMethod,
     Reason::Internal,
 ];
@@ -154,6 +169,9 @@ mod tests {
             ("WRONG_SESSION_TTL", 9),
             ("SEALED", 14),
             ("NO_QUORUM", 14),
+            // Additions: a move is retryable, a session elsewhere is the caller's to fix.
+            ("MOVING", 14),
+            ("WRONG_SESSION_PLACE", 9),
         ];
         for (reason, code) in expect {
             let r = Reason::from_wire(reason).unwrap();

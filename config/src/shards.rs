@@ -11,9 +11,10 @@
 //! The score is xxh3-64 of `shard \0 home`: fast, stable across versions and platforms
 //! (the map is shared by every arbiter), and well mixed for short strings.
 //!
-//! Not built yet (issue 24): the arbiter routing by this map, the map document on the coord
-//! cluster and its watch, and moves under an epoch advance. This module is the decision
-//! those will share, and what the simulation measures.
+//! The map lives on the coord cluster as a [`ShardsDoc`] (the map in force and, during a
+//! move, the next one). Each shard carries a [`ShardFence`] in its own epoch record, which
+//! every grant transaction already compares: [`placement`] decides, from the document an
+//! arbiter holds and the fence the shard itself carries, whether a grant may happen here.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -52,6 +53,10 @@ pub enum ShardMapError {
     UnknownOverride(String, String),
     #[error("shard names must be non-empty")]
     EmptyName,
+    #[error("`coord` names the coord cluster; a shard may not take it")]
+    Reserved,
+    #[error("shards {0} and {1} have the same session-id tag: rename one")]
+    TagCollision(String, String),
 }
 
 /// A key's home: its namespace and first `depth` path segments.
@@ -88,8 +93,20 @@ impl ShardMap {
             if s.name.is_empty() {
                 return Err(ShardMapError::EmptyName);
             }
+            if s.name == COORD {
+                return Err(ShardMapError::Reserved);
+            }
             if !names.insert(s.name.as_str()) {
                 return Err(ShardMapError::Duplicate(s.name.clone()));
+            }
+        }
+        let mut tags = BTreeMap::from([(lease_tag(COORD), COORD)]);
+        for s in &self.shards {
+            if let Some(other) = tags.insert(lease_tag(&s.name), s.name.as_str()) {
+                return Err(ShardMapError::TagCollision(
+                    s.name.clone(),
+                    other.to_owned(),
+                ));
             }
         }
         for (ns, shard) in &self.overrides {
@@ -114,6 +131,105 @@ impl ShardMap {
             .max()
             .map_or("", |(_, std::cmp::Reverse(name))| name)
     }
+}
+
+/// The name the coord cluster goes by (lease tags, routing). No shard may take it.
+pub const COORD: &str = "coord";
+
+/// The shard map document on the coord cluster (`/sys/shards`): the map in force and,
+/// while a move is under way, the map it moves to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShardsDoc {
+    pub current: ShardMap,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<ShardMap>,
+}
+
+impl ShardsDoc {
+    /// The map of `version`, if this document has it.
+    pub fn map(&self, version: u64) -> Option<&ShardMap> {
+        std::iter::once(&self.current)
+            .chain(self.pending.as_ref())
+            .find(|m| m.version == version)
+    }
+
+    /// Every shard named by either map (the clusters an arbiter needs a client for).
+    pub fn shards(&self) -> impl Iterator<Item = &Shard> {
+        let pending = self.pending.iter().flat_map(|m| m.shards.iter());
+        self.current
+            .shards
+            .iter()
+            .chain(pending.filter(|s| !self.current.shards.iter().any(|c| c.name == s.name)))
+    }
+}
+
+/// What a shard's own epoch record says it serves: the map version in force there and,
+/// during a move, the version being moved to. Written by the move on every shard, so every
+/// grant transaction (which compares the epoch record unchanged) is fenced by it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShardFence {
+    /// This shard's name in the map.
+    pub name: String,
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<u64>,
+}
+
+/// May `key` be granted on the shard whose fence is `fence`, by an arbiter holding `doc`?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Yes: the shard serves this key under the map it names.
+    Here,
+    /// The key lives on another shard (by the map this shard serves).
+    Elsewhere(String),
+    /// The key is in a range being moved: grants wait for the move (retryable).
+    Moving,
+    /// The document does not have the map version(s) the fence names: re-read it.
+    StaleDoc,
+}
+
+/// The decision, on plain data. The shard's fence is the authority (it lives where the
+/// grant is written and is compared by the grant's own transaction); the document only
+/// supplies the maps the fence names.
+pub fn placement(doc: &ShardsDoc, fence: &ShardFence, key: &str) -> Placement {
+    let Some(current) = doc.map(fence.version) else {
+        return Placement::StaleDoc;
+    };
+    let home = current.shard_of(key);
+    if let Some(next) = fence.pending {
+        let Some(next) = doc.map(next) else {
+            return Placement::StaleDoc;
+        };
+        if next.shard_of(key) != home {
+            return Placement::Moving;
+        }
+    }
+    if home == fence.name {
+        Placement::Here
+    } else {
+        Placement::Elsewhere(home.to_owned())
+    }
+}
+
+/// A cluster's lease tag: the top 8 bits (below the sign) of every session id it issues,
+/// so any arbiter can tell from a session id alone which cluster holds it.
+pub fn lease_tag(cluster: &str) -> u8 {
+    // Never 0: an untagged (single-cluster) id is not mistaken for a tagged one by chance
+    // more often than 1 in 256.
+    (xxh3_64(cluster.as_bytes()) % 255) as u8 + 1
+}
+
+/// The tag bits of a session id.
+pub fn tag_of(lease: i64) -> u8 {
+    ((lease >> 55) & 0xff) as u8
+}
+
+/// A session id with `tag` over `random` (any bits; the top 9 are replaced). Positive.
+pub fn tagged_lease(tag: u8, random: u64) -> i64 {
+    let id = (u64::from(tag) << 55) | (random & ((1 << 55) - 1));
+    i64::try_from(id).unwrap_or(i64::MAX).max(1)
 }
 
 /// How a change of map moves `keys`: (moved, and for each (from, to) how many).
@@ -288,5 +404,123 @@ mod tests {
         assert!(by.keys().all(|(from, _)| from == "shard-2"), "{by:?}");
         let had = load(&old, keys.iter().map(String::as_str))["shard-2"];
         assert_eq!(moved, had);
+    }
+
+    fn two_shards(version: u64) -> ShardMap {
+        ShardMap {
+            version,
+            depth: 1,
+            shards: vec![
+                Shard {
+                    name: "e1".into(),
+                    endpoints: vec![],
+                },
+                Shard {
+                    name: "e2".into(),
+                    endpoints: vec![],
+                },
+            ],
+            overrides: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn placement_table() {
+        let v1 = two_shards(1);
+        // v2 pins namespace `pay` to the shard it is not on; everything else stays.
+        let from = v1.shard_of("pay/ledger/1").to_owned();
+        let to = if from == "e1" { "e2" } else { "e1" }.to_owned();
+        let mut v2 = two_shards(2);
+        v2.overrides.insert("pay".into(), to.clone());
+        let staying = (0..100)
+            .map(|i| format!("ops/k{i}/x"))
+            .find(|k| v1.shard_of(k) == "e1")
+            .unwrap();
+        let settled = ShardsDoc {
+            current: v1.clone(),
+            pending: None,
+        };
+        let moving = ShardsDoc {
+            current: v1.clone(),
+            pending: Some(v2.clone()),
+        };
+        let flipped = ShardsDoc {
+            current: v2.clone(),
+            pending: None,
+        };
+        let fence = |name: &str, version, pending| ShardFence {
+            name: name.into(),
+            version,
+            pending,
+        };
+        let pay = "pay/ledger/1";
+        let here = Placement::Here;
+        let elsewhere = |s: &str| Placement::Elsewhere(s.into());
+        for (doc, f, key, want) in [
+            // Settled map: the home grants, the other shard points there.
+            (
+                &settled,
+                fence("e1", 1, None),
+                staying.as_str(),
+                here.clone(),
+            ),
+            (&settled, fence("e2", 1, None), &staying, elsewhere("e1")),
+            // During the move: a moving key is refused on both sides; others are not.
+            (&moving, fence(&from, 1, Some(2)), pay, Placement::Moving),
+            (&moving, fence(&to, 1, Some(2)), pay, Placement::Moving),
+            (&moving, fence("e1", 1, Some(2)), &staying, here.clone()),
+            // A doc without the versions the fence names is stale, whatever the key.
+            (
+                &settled,
+                fence("e1", 1, Some(2)),
+                &staying,
+                Placement::StaleDoc,
+            ),
+            (
+                &settled,
+                fence("e1", 2, None),
+                &staying,
+                Placement::StaleDoc,
+            ),
+            // After the flip: the destination grants (a doc with v2 pending suffices), the
+            // source sends the moved key on.
+            (&moving, fence(&to, 2, None), pay, here.clone()),
+            (&flipped, fence(&to, 2, None), pay, here.clone()),
+            (&flipped, fence(&from, 2, None), pay, elsewhere(&to)),
+            (&moving, fence(&from, 2, None), pay, elsewhere(&to)),
+        ] {
+            assert_eq!(placement(doc, &f, key), want, "{f:?} {key}");
+        }
+    }
+
+    #[test]
+    fn lease_tags_name_the_cluster_and_keep_ids_positive() {
+        for name in [COORD, "e1", "e2", "shard-7"] {
+            let tag = lease_tag(name);
+            assert_ne!(tag, 0);
+            for r in [0, 1, u64::MAX, 0x1234_5678_9abc_def0] {
+                let id = tagged_lease(tag, r);
+                assert!(id > 0, "{name} {r:#x}");
+                assert_eq!(tag_of(id), tag, "{name} {r:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn validate_refuses_the_coord_name_and_tag_collisions() {
+        let mut m = two_shards(1);
+        m.shards[0].name = COORD.into();
+        assert_eq!(m.validate(), Err(ShardMapError::Reserved));
+        // Find two names with one tag (256 tags: a handful of tries).
+        let mut seen = BTreeMap::new();
+        let (a, b) = (0..10_000)
+            .map(|i| format!("s{i}"))
+            .find_map(|n| seen.insert(lease_tag(&n), n.clone()).map(|o| (o, n)))
+            .unwrap();
+        let mut m = two_shards(1);
+        m.shards[0].name = a;
+        m.shards[1].name = b;
+        assert!(matches!(m.validate(), Err(ShardMapError::TagCollision(..))));
+        assert_eq!(two_shards(1).validate(), Ok(()));
     }
 }

@@ -218,6 +218,21 @@ impl Etcd {
         Self::start_placed(dir, prefix, places, extra, Security::Roles)
     }
 
+    /// A single-member cluster on loopback with another cluster's certificates (`pki`),
+    /// so one etcd credential reaches both: the coord cluster and its entity shards.
+    pub fn start_sharing(dir: &Path, name: &str, pki: Arc<EtcdPki>) -> anyhow::Result<Self> {
+        let p = crate::process::free_ports(3)?;
+        let place = Placement {
+            ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            netns: None,
+            ports: [p[0], p[1], p[2]],
+        };
+        Ok(
+            Self::start_placed_with(dir, name, vec![place], &[], Security::Roles, Some(pki))?
+                .remove(0),
+        )
+    }
+
     fn start_placed(
         dir: &Path,
         prefix: &str,
@@ -225,11 +240,25 @@ impl Etcd {
         extra: &[String],
         security: Security,
     ) -> anyhow::Result<Vec<Self>> {
+        Self::start_placed_with(dir, prefix, places, extra, security, None)
+    }
+
+    fn start_placed_with(
+        dir: &Path,
+        prefix: &str,
+        places: Vec<Placement>,
+        extra: &[String],
+        security: Security,
+        shared: Option<Arc<EtcdPki>>,
+    ) -> anyhow::Result<Vec<Self>> {
         let n = places.len();
         let token = format!("lock-{prefix}-{}", free_port()?);
         let mut ips: Vec<IpAddr> = places.iter().map(|p| p.ip).collect();
         ips.push(std::net::Ipv4Addr::LOCALHOST.into());
-        let pki = Arc::new(EtcdPki::create(&dir.join(format!("{prefix}-pki")), &ips)?);
+        let pki = match shared {
+            Some(pki) => pki,
+            None => Arc::new(EtcdPki::create(&dir.join(format!("{prefix}-pki")), &ips)?),
+        };
         let mut members = Vec::with_capacity(n);
         for (i, place) in places.into_iter().enumerate() {
             let name = if n == 1 {

@@ -39,6 +39,10 @@ pub struct StackOptions {
     /// Another Envoy release than the default 1.40 (e.g. "1.36.4": `.deps/bin/envoy-1.36.4`,
     /// installed by install-deps.sh for the compatibility tests).
     pub envoy_version: Option<String>,
+    /// Entity shards (ADR-07, 09): 0 runs everything on one cluster; N starts N more
+    /// single-member clusters `e1..eN` (sharing the coord cluster's certificates), runs
+    /// `lockctl shards init` and the arbiters with `--shards`.
+    pub entity_shards: usize,
 }
 
 impl Default for StackOptions {
@@ -56,6 +60,7 @@ impl Default for StackOptions {
             isolatable_etcd: false,
             filter_switches: Vec::new(),
             envoy_version: None,
+            entity_shards: 0,
         }
     }
 }
@@ -68,6 +73,8 @@ pub struct Stack {
     pub etcd: Etcd,
     /// Members 1.. of a multi-member cluster.
     pub etcd_peers: Vec<Etcd>,
+    /// Entity shards `e1..` (with `entity_shards`; `etcd` is then the coord cluster).
+    pub shards: Vec<Etcd>,
     pub pki: Pki,
     /// The members' network namespaces (with `isolatable_etcd`).
     pub lab: Option<NetLab>,
@@ -162,8 +169,32 @@ impl Stack {
                 );
             }
         }
+        let mut shards = Vec::new();
+        let mut arbiter_args = opts.arbiter_args.clone();
+        if opts.entity_shards > 0 {
+            let mut init = vec![
+                "shards".to_owned(),
+                "init".into(),
+                "--etcd".into(),
+                urls.clone(),
+            ];
+            for i in 1..=opts.entity_shards {
+                let shard = Etcd::start_sharing(&dir, &format!("e{i}"), etcd.pki.clone())?;
+                init.extend(["--shard".into(), format!("e{i}={}", shard.client_url)]);
+                shards.push(shard);
+            }
+            let init: Vec<&str> = init.iter().map(String::as_str).collect();
+            let out = lockctl_etcd(&init, &etcd.pki, "operator")?;
+            if !out.status.success() {
+                bail!(
+                    "lockctl shards init failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            arbiter_args.push("--shards".into());
+        }
         let mut arbiters = Vec::new();
-        let extra: Vec<&str> = opts.arbiter_args.iter().map(String::as_str).collect();
+        let extra: Vec<&str> = arbiter_args.iter().map(String::as_str).collect();
         for i in 0..opts.arbiters {
             arbiters.push(Arbiter::start_with(
                 &dir,
@@ -196,6 +227,7 @@ impl Stack {
             arbiters,
             etcd,
             etcd_peers,
+            shards,
             pki,
             lab,
             dir,

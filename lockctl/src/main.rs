@@ -8,6 +8,7 @@ mod force;
 mod offline;
 mod remote;
 mod run;
+mod shards;
 
 use clap::{Parser, Subcommand};
 use lock_arbiter::etcd_tls::EtcdTlsFiles;
@@ -163,8 +164,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Entity shards (ADR-09). Only the simulation is built: the arbiter does not route by
-    /// a shard map yet (issue 24).
+    /// Tiers and entity shards (ADR-07, 09): the shard map on the coord cluster (`--etcd`),
+    /// moves by adding a shard, pinning a namespace or draining a shard, and the simulation.
     Shards {
         #[command(subcommand)]
         cmd: ShardsCmd,
@@ -251,6 +252,55 @@ struct EtcdArgs {
 
 #[derive(Subcommand)]
 enum ShardsCmd {
+    /// Set up the shard map on the coord cluster (`--etcd`): the epoch allocator, each
+    /// shard's epoch (allocated there) and fence, the map at version 1. Arbiters then run
+    /// with `--shards`. Idempotent.
+    Init {
+        #[command(flatten)]
+        store: EtcdArgs,
+        /// An entity shard, NAME=URL[,URL...] (repeat for each).
+        #[arg(long = "shard", required = true, value_parser = shards::parse_shard)]
+        shards: Vec<lock_config::shards::Shard>,
+        /// Path segments after the namespace that make a key's home (0: the namespace).
+        #[arg(long, default_value_t = 1)]
+        depth: u8,
+    },
+    /// The map in force (and one being moved to), each shard's epoch and the map version
+    /// its fence serves.
+    Show {
+        #[command(flatten)]
+        store: EtcdArgs,
+    },
+    /// Add a shard NAME=URL[,URL...]: about 1/(N+1) of the keys move to it (drained first:
+    /// their new grants are refused MOVING until the move completes).
+    Add {
+        #[command(flatten)]
+        store: EtcdArgs,
+        #[arg(value_parser = shards::parse_shard)]
+        shard: lock_config::shards::Shard,
+        #[command(flatten)]
+        moving: MoveArgs,
+    },
+    /// Pin NAMESPACE to shard --to (ADR-09's override), or back to hashing with --unpin.
+    Move {
+        #[command(flatten)]
+        store: EtcdArgs,
+        namespace: String,
+        #[arg(long, required_unless_present = "unpin")]
+        to: Option<String>,
+        #[arg(long, conflicts_with = "to")]
+        unpin: bool,
+        #[command(flatten)]
+        moving: MoveArgs,
+    },
+    /// Take shard NAME out of the map: its keys move to the others.
+    Drain {
+        #[command(flatten)]
+        store: EtcdArgs,
+        name: String,
+        #[command(flatten)]
+        moving: MoveArgs,
+    },
     /// Rendezvous hashing of KEYS deterministic keys over N shards, one shard added: keys
     /// moved (against the ideal 1/(N+1)), moves between old shards (always 0), and the
     /// largest and smallest shard over the mean. Pure computation, no cluster.
@@ -267,6 +317,26 @@ enum ShardsCmd {
         #[arg(long, default_value_t = 1)]
         depth: u8,
     },
+}
+
+#[derive(clap::Args)]
+struct MoveArgs {
+    /// Seconds to wait for holds of moving keys to end; past it nothing moves.
+    #[arg(long, default_value_t = 120)]
+    wait: u64,
+    /// Accept an epoch advance of a receiving shard whose epoch is not above its sources'
+    /// (it ends that shard's holds, as any advance does).
+    #[arg(long)]
+    advance_destination: bool,
+}
+
+impl MoveArgs {
+    fn options(&self) -> lock_arbiter::rehome::MoveOptions {
+        lock_arbiter::rehome::MoveOptions {
+            wait: std::time::Duration::from_secs(self.wait),
+            advance_destinations: self.advance_destination,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -332,6 +402,11 @@ enum EpochCmd {
         /// The epoch the store is at now (a guard against advancing twice).
         #[arg(long)]
         from: u16,
+        /// With several clusters (tiers and shards): the coord cluster's URLs. The new
+        /// epoch is allocated there, above every epoch any cluster has had, instead of
+        /// FROM+1 (which another cluster may already have used).
+        #[arg(long, value_delimiter = ',')]
+        coord: Vec<String>,
     },
 }
 
@@ -453,8 +528,14 @@ async fn main() -> ExitCode {
             cmd: EpochCmd::Init { store },
         } => offline::epoch_init(&store.etcd, &store.tls).await,
         Cmd::Epoch {
-            cmd: EpochCmd::Advance { store, from },
-        } => offline::epoch_advance(&store.etcd, &store.tls, from).await,
+            cmd: EpochCmd::Advance { store, from, coord },
+        } => match coord.is_empty() {
+            true => offline::epoch_advance(&store.etcd, &store.tls, from, None).await,
+            false => match shards::allocate(&coord, &store.tls, from).await {
+                Ok(next) => offline::epoch_advance(&store.etcd, &store.tls, from, Some(next)).await,
+                Err(e) => Err(e),
+            },
+        },
         Cmd::Audit {
             key,
             since,
@@ -473,6 +554,52 @@ async fn main() -> ExitCode {
         } => {
             offline::shards_simulate(keys, namespaces, &shards, depth);
             Ok(())
+        }
+        Cmd::Shards {
+            cmd:
+                ShardsCmd::Init {
+                    store,
+                    shards: list,
+                    depth,
+                },
+        } => shards::init(&store.etcd, &store.tls, list, depth).await,
+        Cmd::Shards {
+            cmd: ShardsCmd::Show { store },
+        } => shards::show(&store.etcd, &store.tls).await,
+        Cmd::Shards {
+            cmd:
+                ShardsCmd::Add {
+                    store,
+                    shard,
+                    moving,
+                },
+        } => {
+            let change = shards::Change::Add(shard);
+            shards::change(&store.etcd, &store.tls, change, moving.options()).await
+        }
+        Cmd::Shards {
+            cmd:
+                ShardsCmd::Move {
+                    store,
+                    namespace,
+                    to,
+                    unpin: _,
+                    moving,
+                },
+        } => {
+            let change = shards::Change::Pin { namespace, to };
+            shards::change(&store.etcd, &store.tls, change, moving.options()).await
+        }
+        Cmd::Shards {
+            cmd:
+                ShardsCmd::Drain {
+                    store,
+                    name,
+                    moving,
+                },
+        } => {
+            let change = shards::Change::Drain(name);
+            shards::change(&store.etcd, &store.tls, change, moving.options()).await
         }
         Cmd::Roles {
             cmd: RolesCmd::Apply { store, dry_run },

@@ -48,9 +48,18 @@ pub async fn roles(etcd: &[String], tls: &EtcdTlsFiles, apply: bool) -> Result<(
     Ok(())
 }
 
-pub async fn epoch_advance(etcd: &[String], tls: &EtcdTlsFiles, from: u16) -> Result<(), Failure> {
+pub async fn epoch_advance(
+    etcd: &[String],
+    tls: &EtcdTlsFiles,
+    from: u16,
+    next: Option<u16>,
+) -> Result<(), Failure> {
     let store = connect(etcd, tls).await?;
-    match epoch::advance(&store, from).await {
+    let advanced = match next {
+        Some(next) => epoch::advance_to(&store, from, next).await,
+        None => epoch::advance(&store, from).await,
+    };
+    match advanced {
         Ok(rec) => {
             println!(
                 "epoch advanced {from} -> {}, bound to cluster {}; every hold and durable waiter deleted",

@@ -4,6 +4,7 @@
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use lock_arbiter::bugs::Bugs;
+use lock_arbiter::clusters::Clusters;
 use lock_arbiter::peer_tls::{PeerPolicy, PeerTls, TlsFiles};
 use lock_arbiter::server::Transport;
 use lock_arbiter::{Engine, Etcd, registry_files, server};
@@ -60,6 +61,11 @@ struct Args {
         value_delimiter = ','
     )]
     etcd: Vec<String>,
+    /// Tiers and shards (ADR-07, 09): `--etcd` is the coord cluster (coord-tier classes,
+    /// the epoch allocator, the shard map); entity-tier keys go to the entity shards the
+    /// map on it names, reached with the same credential. Off: everything on `--etcd`.
+    #[arg(long, env = "ARBITER_SHARDS")]
+    shards: bool,
     /// The arbiter's etcd credential (its user `arbiter`: may read /sys/, write /l/ /s/ /q/).
     #[command(flatten)]
     etcd_tls: lock_arbiter::etcd_tls::EtcdTlsFiles,
@@ -135,7 +141,19 @@ async fn main() -> anyhow::Result<()> {
             "DELIBERATE BUGS INJECTED: this arbiter is unsafe, for the release gate only"
         );
     }
-    let engine = Arc::new(Engine::new(etcd, Arc::new(registry), bugs));
+    let clusters = if args.shards {
+        Clusters::sharded(
+            etcd,
+            bugs.clone(),
+            Duration::from_millis(args.store_timeout_ms),
+            args.etcd_tls.clone(),
+        )
+        .await
+        .context("the shard map")?
+    } else {
+        Clusters::single(etcd, bugs.clone())
+    };
+    let engine = Arc::new(Engine::with_clusters(clusters, Arc::new(registry), bugs));
     // Classes change without a restart (`registry_reload.rs`).
     tokio::spawn(lock_arbiter::registry_reload::run(
         engine.clone(),

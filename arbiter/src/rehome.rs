@@ -1,0 +1,467 @@
+//! Operator procedures on the shard map (ADR-09), run by `lockctl shards`: set up the map,
+//! and change it — add a shard, pin a namespace, drain a shard — by one move protocol:
+//!
+//! 1. the document gets the next map as `pending`;
+//! 2. every shard's fence names (current, pending): from this write on, no grant of a key
+//!    whose home differs between the two maps commits anywhere (every grant transaction
+//!    compares the fence's record; arbiters answer MOVING, retryable);
+//! 3. wait until no hold of a moving key remains on its old shard (released or expired),
+//!    or give up (the fences and the document are put back: nothing moved);
+//! 4. each shard that receives keys gets an epoch above every shard it receives from
+//!    (epochs are allocated from the coord cluster, so a new shard's already is; an older
+//!    one needs an advance, which ends its holds like any advance: only when asked);
+//! 5. every fence names the new map alone, then the document does: grants resume.
+//!
+//! Tokens never go back for a moved key (its new shard's epoch is higher than its old
+//! one's) and no two clusters hold it at once (its old shard has no hold and grants none
+//! from step 2; its new shard grants none before step 5).
+
+use crate::epoch;
+use crate::error::ArbiterError;
+use crate::etcd::Etcd;
+use crate::layout::HOLDER_PREFIX;
+use crate::shard_map::{allocate_epoch, read_doc, read_epoch, write_doc, write_fence};
+use etcd_client::GetOptions;
+use lock_config::shards::{Shard, ShardFence, ShardMap, ShardsDoc};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// A connection to a shard by its map entry (the caller's credential).
+pub trait Connect {
+    fn connect(
+        &self,
+        shard: &Shard,
+    ) -> impl std::future::Future<Output = Result<Etcd, ArbiterError>> + Send;
+}
+
+/// How a change of map may proceed.
+#[derive(Debug, Clone)]
+pub struct MoveOptions {
+    /// How long to wait for holds of moving keys to end before giving up.
+    pub wait: Duration,
+    /// Advance the epoch of a receiving shard whose epoch is not above its sources'
+    /// (ends that shard's holds). Without it such a move is refused before it starts.
+    pub advance_destinations: bool,
+}
+
+/// What a change did.
+#[derive(Debug, Clone, Default)]
+pub struct MoveReport {
+    pub from_version: u64,
+    pub to_version: u64,
+    /// Holds of moving keys seen at the start of the drain (each ended before the flip).
+    pub holds_waited_for: usize,
+    pub drained_in: Duration,
+    /// Shards whose epoch was advanced, with (from, to).
+    pub advanced: BTreeMap<String, (u16, u16)>,
+    /// The whole move, from the pending map's write to the flip.
+    pub took: Duration,
+}
+
+/// `lockctl shards init`: the coord cluster's epoch allocator, each shard's epoch record
+/// (a fresh epoch from the allocator) with its fence, and the document at `map`'s
+/// version. Idempotent: an existing document must equal `map`.
+pub async fn init(
+    coord: &Etcd,
+    map: &ShardMap,
+    connect: &impl Connect,
+) -> Result<ShardsDoc, ArbiterError> {
+    map.validate()
+        .map_err(|e| ArbiterError::Store(format!("shard map: {e}")))?;
+    if let Some((doc, _)) = read_doc(coord).await? {
+        if doc.current == *map && doc.pending.is_none() {
+            return Ok(doc);
+        }
+        return Err(ArbiterError::Store(format!(
+            "the coord cluster already has shard map version {}: use `lockctl shards add|move|drain`",
+            doc.current.version
+        )));
+    }
+    // The coord cluster's own epoch (it may have served alone until now) bounds the
+    // allocator from below: no shard may start at or under it.
+    let coord_epoch = match read_epoch(coord).await? {
+        Some((r, _)) => r.epoch,
+        None => {
+            let first = allocate_epoch(coord, 0).await?;
+            epoch::init_with(coord, first, None).await?.0.epoch
+        }
+    };
+    let mut floor = coord_epoch;
+    for shard in &map.shards {
+        let etcd = connect.connect(shard).await?;
+        floor = floor.max(start_shard(coord, &etcd, shard, map.version, floor).await?);
+    }
+    let doc = ShardsDoc {
+        current: map.clone(),
+        pending: None,
+    };
+    if !write_doc(coord, &doc, 0).await? {
+        return Err(ArbiterError::Store(
+            "the shard map was written concurrently".into(),
+        ));
+    }
+    Ok(doc)
+}
+
+/// Gives a shard its epoch record (a fresh epoch above `floor`) and fence, if it has none.
+/// Returns its epoch.
+async fn start_shard(
+    coord: &Etcd,
+    etcd: &Etcd,
+    shard: &Shard,
+    version: u64,
+    floor: u16,
+) -> Result<u16, ArbiterError> {
+    let fence = ShardFence {
+        name: shard.name.clone(),
+        version,
+        pending: None,
+    };
+    match read_epoch(etcd).await? {
+        Some((record, _)) => {
+            match &record.shards {
+                Some(f) if f.name != shard.name => {
+                    return Err(ArbiterError::Store(format!(
+                        "the cluster given as shard {} is shard {}",
+                        shard.name, f.name
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    write_fence(etcd, fence).await?;
+                }
+            }
+            Ok(record.epoch)
+        }
+        None => {
+            let first = allocate_epoch(coord, floor).await?;
+            Ok(epoch::init_with(etcd, first, Some(fence)).await?.0.epoch)
+        }
+    }
+}
+
+/// The map after adding `shard`.
+pub fn with_shard(map: &ShardMap, shard: Shard) -> ShardMap {
+    let mut next = map.clone();
+    next.version += 1;
+    next.shards.push(shard);
+    next
+}
+
+/// The map after pinning namespace `ns` to `to` (None: back to hashing).
+pub fn with_pin(map: &ShardMap, ns: &str, to: Option<&str>) -> ShardMap {
+    let mut next = map.clone();
+    next.version += 1;
+    match to {
+        Some(to) => next.overrides.insert(ns.to_owned(), to.to_owned()),
+        None => next.overrides.remove(ns),
+    };
+    next
+}
+
+/// The map without shard `name` (its keys re-homed over the rest; pins to it dropped).
+pub fn without_shard(map: &ShardMap, name: &str) -> ShardMap {
+    let mut next = map.clone();
+    next.version += 1;
+    next.shards.retain(|s| s.name != name);
+    next.overrides.retain(|_, to| to != name);
+    next
+}
+
+/// Which shards may receive keys in a change from `old` to `new`, and from which: a new
+/// shard and a new pin's target receive; when a shard leaves, every remaining one may.
+/// (Rendezvous hashing moves keys only onto an added shard or off a removed one.)
+pub fn receivers(old: &ShardMap, new: &ShardMap) -> BTreeMap<String, BTreeSet<String>> {
+    let old_names: BTreeSet<&str> = old.shards.iter().map(|s| s.name.as_str()).collect();
+    let new_names: BTreeSet<&str> = new.shards.iter().map(|s| s.name.as_str()).collect();
+    let removed = old_names.difference(&new_names).next().is_some();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for d in &new_names {
+        let gains = removed
+            || !old_names.contains(d)
+            || new
+                .overrides
+                .iter()
+                .any(|(ns, to)| to == d && old.overrides.get(ns) != Some(to));
+        // A pin changed away from a shard: its namespace re-hashes, anywhere.
+        let unpinned = old
+            .overrides
+            .iter()
+            .any(|(ns, to)| new.overrides.get(ns) != Some(to) && !new.overrides.contains_key(ns));
+        if gains || unpinned {
+            let from = old_names
+                .iter()
+                .filter(|s| *s != d)
+                .map(|s| (*s).to_owned())
+                .collect();
+            out.insert((*d).to_owned(), from);
+        }
+    }
+    out
+}
+
+/// The holds of keys that move from `shard` between `old` and `new`.
+async fn moving_holds(
+    etcd: &Etcd,
+    shard: &str,
+    old: &ShardMap,
+    new: &ShardMap,
+) -> Result<Vec<String>, ArbiterError> {
+    let resp = etcd
+        .range(
+            HOLDER_PREFIX,
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.key_str().ok())
+        .filter_map(|k| k.strip_prefix(HOLDER_PREFIX))
+        .filter(|k| old.shard_of(k) == shard && new.shard_of(k) != shard)
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Changes the map to `next` (its version must be the current one's + 1) by the move
+/// protocol above. `progress` hears each step.
+pub async fn change(
+    coord: &Etcd,
+    next: ShardMap,
+    connect: &impl Connect,
+    opts: &MoveOptions,
+    progress: &mut (impl FnMut(&str) + Send),
+) -> Result<MoveReport, ArbiterError> {
+    let started = Instant::now();
+    next.validate()
+        .map_err(|e| ArbiterError::Store(format!("shard map: {e}")))?;
+    let (doc, doc_rev) = read_doc(coord).await?.ok_or_else(|| {
+        ArbiterError::Store("no shard map on the coord cluster: `lockctl shards init`".into())
+    })?;
+    if let Some(p) = &doc.pending {
+        if *p != next {
+            return Err(ArbiterError::Store(format!(
+                "a move to version {} is under way; finish it with the same command first",
+                p.version
+            )));
+        }
+    } else if next.version != doc.current.version + 1 {
+        return Err(ArbiterError::Store(format!(
+            "the next map must be version {}, not {}",
+            doc.current.version + 1,
+            next.version
+        )));
+    }
+    let old = doc.current.clone();
+    // Every shard named by either map, connected (new ones get their epoch and fence).
+    let mut shards: BTreeMap<String, Etcd> = BTreeMap::new();
+    let mut epochs: BTreeMap<String, u16> = BTreeMap::new();
+    let mut floor = read_epoch(coord).await?.map_or(0, |(r, _)| r.epoch);
+    for s in old.shards.iter().chain(&next.shards) {
+        if shards.contains_key(&s.name) {
+            continue;
+        }
+        let etcd = connect.connect(s).await?;
+        let e = if old.shards.iter().any(|o| o.name == s.name) {
+            read_epoch(&etcd)
+                .await?
+                .map(|(r, _)| r.epoch)
+                .ok_or_else(|| {
+                    ArbiterError::Store(format!("shard {} has no epoch record", s.name))
+                })?
+        } else {
+            progress(&format!(
+                "starting shard {} (epoch from the coord cluster)",
+                s.name
+            ));
+            start_shard(coord, &etcd, s, old.version, floor).await?
+        };
+        floor = floor.max(e);
+        epochs.insert(s.name.clone(), e);
+        shards.insert(s.name.clone(), etcd);
+    }
+    // Which receivers need an advance: decided before anything is written.
+    let mut to_advance = BTreeMap::new();
+    for (d, sources) in receivers(&old, &next) {
+        let top = sources
+            .iter()
+            .filter_map(|s| epochs.get(s))
+            .copied()
+            .max()
+            .unwrap_or(0);
+        let mine = epochs.get(&d).copied().unwrap_or(0);
+        if mine <= top {
+            to_advance.insert(d, (mine, top));
+        }
+    }
+    if !to_advance.is_empty() && !opts.advance_destinations {
+        let list = to_advance
+            .iter()
+            .map(|(d, (e, top))| format!("{d} (epoch {e}, receives from epoch {top})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(ArbiterError::Store(format!(
+            "receiving shards need an epoch advance, which ends their holds: {list}; run again with --advance-destination to accept"
+        )));
+    }
+    // 1. The pending map.
+    let pending = ShardsDoc {
+        current: old.clone(),
+        pending: Some(next.clone()),
+    };
+    if doc.pending.is_none() && !write_doc(coord, &pending, doc_rev).await? {
+        return Err(ArbiterError::Store(
+            "the shard map changed under this move".into(),
+        ));
+    }
+    progress(&format!("map {} -> {}: pending", old.version, next.version));
+    // 2. Fences: moving keys are refused everywhere from here.
+    let fence = |name: &str, version, pending| ShardFence {
+        name: name.to_owned(),
+        version,
+        pending,
+    };
+    for (name, etcd) in &shards {
+        write_fence(etcd, fence(name, old.version, Some(next.version))).await?;
+    }
+    progress("fences written: grants of moving keys are refused (MOVING)");
+    // 3. Drain.
+    let drain_started = Instant::now();
+    let mut first_seen = None;
+    loop {
+        let mut held = Vec::new();
+        for (name, etcd) in &shards {
+            held.extend(moving_holds(etcd, name, &old, &next).await?);
+        }
+        first_seen.get_or_insert(held.len());
+        if held.is_empty() {
+            break;
+        }
+        if drain_started.elapsed() >= opts.wait {
+            // Put everything back: the move did not happen.
+            for (name, etcd) in &shards {
+                if old.shards.iter().any(|s| &s.name == name) {
+                    write_fence(etcd, fence(name, old.version, None)).await?;
+                }
+            }
+            let (_, rev) = read_doc(coord).await?.unwrap_or((pending.clone(), 0));
+            write_doc(
+                coord,
+                &ShardsDoc {
+                    current: old.clone(),
+                    pending: None,
+                },
+                rev,
+            )
+            .await?;
+            held.truncate(5);
+            return Err(ArbiterError::Store(format!(
+                "holds of moving keys did not end within {:?} (e.g. {}): nothing moved, map back at version {}",
+                opts.wait,
+                held.join(", "),
+                old.version
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let drained_in = drain_started.elapsed();
+    progress(&format!(
+        "drained: {} hold(s) of moving keys ended in {drained_in:?}",
+        first_seen.unwrap_or(0)
+    ));
+    // 4. Receivers' epochs above their sources'.
+    let mut advanced = BTreeMap::new();
+    for (d, (mine, top)) in &to_advance {
+        let etcd = &shards[d];
+        let to = allocate_epoch(coord, *top).await?;
+        epoch::advance_to(etcd, *mine, to).await?;
+        progress(&format!("shard {d}: epoch {mine} -> {to}"));
+        advanced.insert(d.clone(), (*mine, to));
+    }
+    // 5. Flip: fences first (the authority), then the document.
+    for (name, etcd) in &shards {
+        write_fence(etcd, fence(name, next.version, None)).await?;
+    }
+    let (_, rev) = read_doc(coord).await?.ok_or_else(|| {
+        ArbiterError::Store("the shard map document vanished during the move".into())
+    })?;
+    let flipped = ShardsDoc {
+        current: next.clone(),
+        pending: None,
+    };
+    if !write_doc(coord, &flipped, rev).await? {
+        return Err(ArbiterError::Store(
+            "the shard map changed during the flip; run the command again to finish".into(),
+        ));
+    }
+    progress(&format!("map version {} in force", next.version));
+    Ok(MoveReport {
+        from_version: old.version,
+        to_version: next.version,
+        holds_waited_for: first_seen.unwrap_or(0),
+        drained_in,
+        advanced,
+        took: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(names: &[&str]) -> ShardMap {
+        ShardMap {
+            version: 1,
+            depth: 1,
+            shards: names
+                .iter()
+                .map(|n| Shard {
+                    name: (*n).into(),
+                    endpoints: vec![],
+                })
+                .collect(),
+            overrides: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn receivers_table() {
+        let two = map(&["e1", "e2"]);
+        let set = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+        // Adding: only the new shard receives, from every old one.
+        let added = with_shard(
+            &two,
+            Shard {
+                name: "e3".into(),
+                endpoints: vec![],
+            },
+        );
+        assert_eq!(
+            receivers(&two, &added),
+            BTreeMap::from([("e3".into(), set(&["e1", "e2"]))])
+        );
+        // Pinning: the pin's target receives.
+        let pinned = with_pin(&two, "pay", Some("e2"));
+        assert_eq!(
+            receivers(&two, &pinned),
+            BTreeMap::from([("e2".into(), set(&["e1"]))])
+        );
+        // Unpinning: the namespace re-hashes, anywhere.
+        let unpinned = with_pin(&pinned, "pay", None);
+        assert_eq!(receivers(&pinned, &unpinned).len(), 2);
+        // Draining: every remaining shard may receive from the leaving one.
+        let three = map(&["e1", "e2", "e3"]);
+        let drained = without_shard(&three, "e3");
+        assert_eq!(
+            receivers(&three, &drained),
+            BTreeMap::from([
+                ("e1".into(), set(&["e2", "e3"])),
+                ("e2".into(), set(&["e1", "e3"]))
+            ])
+        );
+        // Nothing changes: nobody receives.
+        let mut same = two.clone();
+        same.version = 2;
+        assert!(receivers(&two, &same).is_empty());
+    }
+}

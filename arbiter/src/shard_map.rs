@@ -1,0 +1,202 @@
+//! The shard map's I/O (ADR-07, 09): the document on the coord cluster, its cached copy in
+//! every arbiter (kept by a watch, re-read on demand), each shard's fence in its epoch
+//! record, and epoch numbers allocated from the coord cluster. The decisions are pure, in
+//! `lock_config::shards` ([`placement`](lock_config::shards::placement)).
+
+use crate::error::ArbiterError;
+use crate::etcd::Etcd;
+use crate::layout::{
+    EPOCH_ALLOCATOR_KEY, EPOCH_KEY, EpochAllocator, EpochRecord, SHARDS_KEY, decode, encode,
+};
+use arc_swap::ArcSwapOption;
+use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
+use lock_config::shards::{ShardFence, ShardsDoc};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bounded retries of a compare-and-put that lost to a concurrent writer.
+const CAS_ATTEMPTS: usize = 8;
+
+/// The document and the mod revision it was read at (None: no document).
+pub async fn read_doc(coord: &Etcd) -> Result<Option<(ShardsDoc, i64)>, ArbiterError> {
+    let resp = coord.get(SHARDS_KEY).await?;
+    let Some(kv) = resp.kvs().first() else {
+        return Ok(None);
+    };
+    let doc = serde_json::from_slice::<ShardsDoc>(kv.value())
+        .map_err(|e| ArbiterError::Store(format!("the shard map document is unreadable: {e}")))?;
+    Ok(Some((doc, kv.mod_revision())))
+}
+
+/// Writes `doc` if the document is still at `expected` (0: absent). Ok(false): it moved.
+pub async fn write_doc(coord: &Etcd, doc: &ShardsDoc, expected: i64) -> Result<bool, ArbiterError> {
+    doc.current
+        .validate()
+        .map_err(|e| ArbiterError::Store(format!("shard map: {e}")))?;
+    if let Some(p) = &doc.pending {
+        p.validate()
+            .map_err(|e| ArbiterError::Store(format!("next shard map: {e}")))?;
+    }
+    let txn = Txn::new()
+        .when(vec![Compare::mod_revision(
+            SHARDS_KEY,
+            CompareOp::Equal,
+            expected,
+        )])
+        .and_then(vec![TxnOp::put(SHARDS_KEY, encode(doc), None)]);
+    Ok(coord.txn(txn).await?.succeeded())
+}
+
+/// A fresh epoch number above every one handed out so far and above `at_least`.
+pub async fn allocate_epoch(coord: &Etcd, at_least: u16) -> Result<u16, ArbiterError> {
+    for _ in 0..CAS_ATTEMPTS {
+        let resp = coord.get(EPOCH_ALLOCATOR_KEY).await?;
+        let (last, revision) = match resp.kvs().first() {
+            Some(kv) => (
+                decode::<EpochAllocator>(kv.value())
+                    .ok_or_else(|| ArbiterError::Store("epoch allocator unreadable".into()))?
+                    .last,
+                kv.mod_revision(),
+            ),
+            None => (0, 0),
+        };
+        let next = last
+            .max(at_least)
+            .checked_add(1)
+            .filter(|e| *e <= lock_config::token::MAX_EPOCH)
+            .ok_or_else(|| ArbiterError::Store("epoch space exhausted".into()))?;
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                EPOCH_ALLOCATOR_KEY,
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then(vec![TxnOp::put(
+                EPOCH_ALLOCATOR_KEY,
+                encode(&EpochAllocator { last: next }),
+                None,
+            )]);
+        if coord.txn(txn).await?.succeeded() {
+            return Ok(next);
+        }
+    }
+    Err(ArbiterError::Store(
+        "the epoch allocator kept changing under this call".into(),
+    ))
+}
+
+/// A shard's epoch record (and its mod revision).
+pub async fn read_epoch(shard: &Etcd) -> Result<Option<(EpochRecord, i64)>, ArbiterError> {
+    let resp = shard.get(EPOCH_KEY).await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .and_then(|kv| decode::<EpochRecord>(kv.value()).map(|r| (r, kv.mod_revision()))))
+}
+
+/// Rewrites a shard's fence (epoch number and cluster ID unchanged). Every grant on that
+/// shard compares the record, so from this write on no arbiter grants there under an older
+/// view of the map.
+pub async fn write_fence(shard: &Etcd, fence: ShardFence) -> Result<EpochRecord, ArbiterError> {
+    for _ in 0..CAS_ATTEMPTS {
+        let (mut record, revision) = read_epoch(shard).await?.ok_or_else(|| {
+            ArbiterError::Store(format!("shard {} has no epoch record", fence.name))
+        })?;
+        record.shards = Some(fence.clone());
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                EPOCH_KEY,
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then(vec![TxnOp::put(EPOCH_KEY, encode(&record), None)]);
+        if shard.txn(txn).await?.succeeded() {
+            return Ok(record);
+        }
+    }
+    Err(ArbiterError::Store(format!(
+        "shard {}'s epoch record kept changing under the fence write",
+        fence.name
+    )))
+}
+
+/// The document as this arbiter last saw it: kept by a watch on the coord cluster and
+/// re-read whenever a shard's fence names a version it does not have. The fence, not this
+/// copy, is what makes a grant safe; the copy only has to catch up.
+pub struct DocCache {
+    coord: Etcd,
+    doc: ArcSwapOption<ShardsDoc>,
+    /// Debug-only bug `shard-fence-off`: the watch's news is dropped (an arbiter cut off
+    /// from the coord cluster), so only the fence could tell it the map moved.
+    frozen: bool,
+}
+
+impl DocCache {
+    pub async fn load(coord: Etcd, frozen: bool) -> Result<Arc<Self>, ArbiterError> {
+        let doc = read_doc(&coord).await?.map(|(d, _)| Arc::new(d));
+        Ok(Arc::new(Self {
+            coord,
+            doc: ArcSwapOption::new(doc),
+            frozen,
+        }))
+    }
+
+    pub fn get(&self) -> Option<Arc<ShardsDoc>> {
+        self.doc.load_full()
+    }
+
+    /// A linearizable re-read (after a fence named a version this copy lacks).
+    pub async fn refresh(&self) -> Result<Option<Arc<ShardsDoc>>, ArbiterError> {
+        if self.frozen {
+            return Ok(self.get());
+        }
+        let doc = read_doc(&self.coord).await?.map(|(d, _)| Arc::new(d));
+        self.doc.store(doc.clone());
+        Ok(doc)
+    }
+
+    /// Keeps the copy current from a watch on the coord cluster; reconnects (bounded
+    /// back-off) when the stream ends, re-reading the document each time so nothing
+    /// written while it was down is missed.
+    pub async fn watch(self: Arc<Self>) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if let Err(e) = self.watch_once().await {
+                tracing::warn!(error = %e, "shard map watch ended; reconnecting");
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn watch_once(&self) -> Result<(), ArbiterError> {
+        let mut watches = self.coord.watch_client();
+        let mut stream = watches
+            .watch(SHARDS_KEY, Some(WatchOptions::new()))
+            .await
+            .map_err(ArbiterError::from)?;
+        self.refresh().await?;
+        while let Some(resp) = stream.message().await.map_err(ArbiterError::from)? {
+            if self.frozen {
+                continue;
+            }
+            for event in resp.events() {
+                let doc = match (event.event_type(), event.kv()) {
+                    (EventType::Put, Some(kv)) => serde_json::from_slice::<ShardsDoc>(kv.value())
+                        .ok()
+                        .map(Arc::new),
+                    _ => None,
+                };
+                tracing::info!(
+                    version = doc.as_ref().map(|d| d.current.version),
+                    pending = doc
+                        .as_ref()
+                        .and_then(|d| d.pending.as_ref().map(|p| p.version)),
+                    "shard map changed"
+                );
+                self.doc.store(doc);
+            }
+        }
+        Ok(())
+    }
+}

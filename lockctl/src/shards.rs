@@ -1,0 +1,214 @@
+//! `lockctl shards`: the shard map on the coord cluster (ADR-09) — set it up, show it, and
+//! move keys by adding a shard, pinning a namespace, or draining a shard
+//! (`lock_arbiter::rehome`). `--etcd` is the coord cluster; shards are reached at their
+//! endpoints in the map with the same credential.
+
+use crate::Failure;
+use lock_arbiter::etcd_tls::EtcdTlsFiles;
+use lock_arbiter::rehome::{self, Connect, MoveOptions};
+use lock_arbiter::shard_map::{read_doc, read_epoch};
+use lock_arbiter::{ArbiterError, Etcd};
+use lock_config::shards::{Shard, ShardMap};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `NAME=URL[,URL...]`.
+pub fn parse_shard(s: &str) -> Result<Shard, String> {
+    let (name, urls) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected NAME=URL[,URL...]"))?;
+    let endpoints: Vec<String> = urls
+        .split(',')
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if name.is_empty() || endpoints.is_empty() {
+        return Err(format!("{s:?}: expected NAME=URL[,URL...]"));
+    }
+    Ok(Shard {
+        name: name.to_owned(),
+        endpoints,
+    })
+}
+
+struct Connector {
+    tls: EtcdTlsFiles,
+}
+
+impl Connect for Connector {
+    async fn connect(&self, shard: &Shard) -> Result<Etcd, ArbiterError> {
+        let tls = lock_arbiter::etcd_tls::load(&shard.endpoints, &self.tls)?;
+        Etcd::connect(&shard.endpoints, Duration::from_secs(5), tls.as_ref()).await
+    }
+}
+
+fn failed(e: ArbiterError) -> Failure {
+    match e {
+        ArbiterError::NoQuorum => Failure::unreachable("etcd unreachable or without quorum"),
+        e => Failure::refused(e.to_string()),
+    }
+}
+
+async fn coord(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
+    let t = lock_arbiter::etcd_tls::load(etcd, tls).map_err(|e| Failure::input(e.to_string()))?;
+    Etcd::connect(etcd, Duration::from_secs(5), t.as_ref())
+        .await
+        .map_err(|e| Failure::unreachable(format!("etcd: {e}")))
+}
+
+pub async fn init(
+    etcd: &[String],
+    tls: &EtcdTlsFiles,
+    shards: Vec<Shard>,
+    depth: u8,
+) -> Result<(), Failure> {
+    let coord = coord(etcd, tls).await?;
+    let map = ShardMap {
+        version: 1,
+        depth,
+        shards,
+        overrides: BTreeMap::new(),
+    };
+    let connect = Connector { tls: tls.clone() };
+    let doc = rehome::init(&coord, &map, &connect).await.map_err(failed)?;
+    println!(
+        "shard map version {} on the coord cluster: {} shard(s), home depth {}",
+        doc.current.version,
+        doc.current.shards.len(),
+        doc.current.depth
+    );
+    show_with(&coord, &connect).await
+}
+
+pub async fn show(etcd: &[String], tls: &EtcdTlsFiles) -> Result<(), Failure> {
+    let coord = coord(etcd, tls).await?;
+    show_with(&coord, &Connector { tls: tls.clone() }).await
+}
+
+async fn show_with(coord: &Etcd, connect: &Connector) -> Result<(), Failure> {
+    let (doc, _) = read_doc(coord)
+        .await
+        .map_err(failed)?
+        .ok_or_else(|| Failure::refused("no shard map on this cluster (single-cluster mode)"))?;
+    let coord_epoch = read_epoch(coord)
+        .await
+        .map_err(failed)?
+        .map(|(r, _)| r.epoch);
+    println!(
+        "map version {}{}, home depth {}",
+        doc.current.version,
+        doc.pending
+            .as_ref()
+            .map(|p| format!(" (moving to {})", p.version))
+            .unwrap_or_default(),
+        doc.current.depth
+    );
+    println!(
+        "  coord      epoch {}",
+        coord_epoch.map_or("-".into(), |e| e.to_string())
+    );
+    for s in doc.shards() {
+        let state = match connect.connect(s).await {
+            Ok(etcd) => match read_epoch(&etcd).await {
+                Ok(Some((r, _))) => format!(
+                    "epoch {}, serves map {}{}",
+                    r.epoch,
+                    r.shards
+                        .as_ref()
+                        .map_or("-".into(), |f| f.version.to_string()),
+                    r.shards
+                        .as_ref()
+                        .and_then(|f| f.pending)
+                        .map(|p| format!(" (moving to {p})"))
+                        .unwrap_or_default()
+                ),
+                Ok(None) => "no epoch record".into(),
+                Err(e) => format!("unreadable: {e}"),
+            },
+            Err(e) => format!("unreachable: {e}"),
+        };
+        println!("  {:<10} {state}  {}", s.name, s.endpoints.join(","));
+    }
+    for (ns, to) in &doc.current.overrides {
+        println!("  pinned     {ns} -> {to}");
+    }
+    Ok(())
+}
+
+/// What a change does to the current map.
+pub enum Change {
+    Add(Shard),
+    Pin {
+        namespace: String,
+        to: Option<String>,
+    },
+    Drain(String),
+}
+
+pub async fn change(
+    etcd: &[String],
+    tls: &EtcdTlsFiles,
+    change: Change,
+    opts: MoveOptions,
+) -> Result<(), Failure> {
+    let coord = coord(etcd, tls).await?;
+    let (doc, _) = read_doc(&coord)
+        .await
+        .map_err(failed)?
+        .ok_or_else(|| Failure::refused("no shard map: run `lockctl shards init` first"))?;
+    let next = match &doc.pending {
+        // A move that stopped half-way: the same command finishes it.
+        Some(p) => p.clone(),
+        None => match change {
+            Change::Add(shard) => rehome::with_shard(&doc.current, shard),
+            Change::Pin { namespace, to } => {
+                rehome::with_pin(&doc.current, &namespace, to.as_deref())
+            }
+            Change::Drain(name) => {
+                if !doc.current.shards.iter().any(|s| s.name == name) {
+                    return Err(Failure::input(format!("no shard {name} in the map")));
+                }
+                rehome::without_shard(&doc.current, &name)
+            }
+        },
+    };
+    let connect = Connector { tls: tls.clone() };
+    let mut say = |step: &str| println!("  {step}");
+    let report = rehome::change(&coord, next, &connect, &opts, &mut say)
+        .await
+        .map_err(failed)?;
+    println!(
+        "moved: map {} -> {} in {:.1?} (waited {:.1?} for {} hold(s) of moving keys{})",
+        report.from_version,
+        report.to_version,
+        report.took,
+        report.drained_in,
+        report.holds_waited_for,
+        if report.advanced.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; epochs advanced: {}",
+                report
+                    .advanced
+                    .iter()
+                    .map(|(s, (a, b))| format!("{s} {a}->{b}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    Ok(())
+}
+
+/// `lockctl epoch advance --coord`: the next epoch allocated from the coord cluster.
+pub async fn allocate(
+    coord_urls: &[String],
+    tls: &EtcdTlsFiles,
+    above: u16,
+) -> Result<u16, Failure> {
+    let coord = coord(coord_urls, tls).await?;
+    lock_arbiter::shard_map::allocate_epoch(&coord, above)
+        .await
+        .map_err(failed)
+}
