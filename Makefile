@@ -18,6 +18,8 @@ HEAP_WAITERS ?= 2000
 # `make gate`: how long the workers run under faults, and extra `gate run` flags.
 GATE_SECONDS ?= 120
 GATE_ARGS ?=
+# `make run`: entity shards beside the coord cluster (0: one etcd cluster).
+SHARDS ?= 0
 
 help: ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -32,10 +34,10 @@ wasm: deps ## Build the edge filter (lock_filter.wasm; the debug build is the bo
 build: deps wasm ## Build every binary and the filter
 	$(CARGO) build --workspace
 
-run: build stop ## Bring up etcd, two arbiters and Envoy with the filter; print how to take a lock
+run: build stop ## Bring up etcd, two arbiters and Envoy with the filter; print how to take a lock (SHARDS=2: coord + 2 entity clusters)
 	@mkdir -p $(RUN_DIR)
 	@rm -f $(RUN_DIR)/stack/ready
-	@setsid nohup target/debug/devstack --dir $(RUN_DIR)/stack >$(RUN_DIR)/devstack.log 2>&1 < /dev/null & echo $$! > $(RUN_DIR)/devstack.pid
+	@setsid nohup target/debug/devstack --dir $(RUN_DIR)/stack --shards $(SHARDS) >$(RUN_DIR)/devstack.log 2>&1 < /dev/null & echo $$! > $(RUN_DIR)/devstack.pid
 	@for i in $$(seq 1 120); do \
 	  if [ -f $(RUN_DIR)/stack/ready ]; then cat $(RUN_DIR)/stack/ready; exit 0; fi; \
 	  if ! kill -0 $$(cat $(RUN_DIR)/devstack.pid) 2>/dev/null; then \
@@ -66,8 +68,9 @@ e2e: build ## End-to-end tests against real etcd, arbiters and Envoy
 test: deps lint build ## Everything: lint, unit, property and end-to-end tests
 	$(CARGO) test --workspace --no-fail-fast
 
-gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; history checked (GATE_SECONDS=120)
+gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; then shard moves on coord + entity clusters; histories checked (GATE_SECONDS=120)
 	target/debug/gate run --seconds $(GATE_SECONDS) $(GATE_ARGS)
+	target/debug/gate shards
 
 soak: build ## The gate for SOAK_MINUTES (60), round after round; one line per round in soak.log
 	target/debug/gate soak --minutes $(SOAK_MINUTES) --log soak.log

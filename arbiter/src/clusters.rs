@@ -29,18 +29,20 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct Route {
     pub cluster: String,
-    pub store: Store,
+    /// Shared, not copied: a store holds an etcd client (kilobytes), and a queued waiter's
+    /// future keeps its route.
+    pub store: Arc<Store>,
 }
 
 pub struct Clusters {
-    coord: Store,
+    coord: Arc<Store>,
     sharded: Option<Sharded>,
 }
 
 /// How to reach entity shards: the map document, and what a new client needs.
 struct Sharded {
     doc: Arc<DocCache>,
-    stores: DashMap<String, Store>,
+    stores: DashMap<String, Arc<Store>>,
     /// Serialises first connections, so two requests do not open two clients to one shard.
     connecting: tokio::sync::Mutex<()>,
     timeout: Duration,
@@ -52,7 +54,7 @@ impl Clusters {
     /// Everything on one cluster.
     pub fn single(etcd: Etcd, bugs: Bugs) -> Self {
         Self {
-            coord: Store::new(etcd, bugs),
+            coord: Arc::new(Store::new(etcd, bugs)),
             sharded: None,
         }
     }
@@ -74,7 +76,12 @@ impl Clusters {
         }
         tokio::spawn(doc.clone().watch());
         Ok(Self {
-            coord: Store::for_cluster(coord, bugs.clone(), lease_tag(COORD), None),
+            coord: Arc::new(Store::for_cluster(
+                coord,
+                bugs.clone(),
+                lease_tag(COORD),
+                None,
+            )),
             sharded: Some(Sharded {
                 doc,
                 stores: DashMap::new(),
@@ -163,7 +170,7 @@ impl Clusters {
 
 impl Sharded {
     /// The store of shard `name`, connected on first use from the map's endpoints.
-    async fn store(&self, name: &str) -> Result<Store, ArbiterError> {
+    async fn store(&self, name: &str) -> Result<Arc<Store>, ArbiterError> {
         if let Some(s) = self.stores.get(name) {
             return Ok(s.clone());
         }
@@ -183,7 +190,7 @@ impl Sharded {
         let tls = crate::etcd_tls::load(&endpoints, &self.tls)?;
         let etcd = Etcd::connect(&endpoints, self.timeout, tls.as_ref()).await?;
         tracing::info!(shard = name, ?endpoints, "connected to entity shard");
-        let store = Store::for_cluster(
+        let store = Arc::new(Store::for_cluster(
             etcd,
             self.bugs.clone(),
             lease_tag(name),
@@ -191,7 +198,7 @@ impl Sharded {
                 name: name.to_owned(),
                 doc: self.doc.clone(),
             }),
-        );
+        ));
         self.stores.insert(name.to_owned(), store.clone());
         Ok(store)
     }

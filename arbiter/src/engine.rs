@@ -153,8 +153,10 @@ impl Engine {
     ) -> Result<Grant, ArbiterError> {
         let registry = self.registry();
         let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
-        let route = self.clusters.for_key(class.spec.tier, key).await?;
-        let at = self.clusters.for_lease(lease).await?;
+        // Boxed, as every large await here: a queued waiter keeps this future alive, and
+        // routing may connect to a shard (`waiter_footprint.rs` bounds the size).
+        let route = Box::pin(self.clusters.for_key(class.spec.tier, key)).await?;
+        let at = Box::pin(self.clusters.for_lease(lease)).await?;
         let session = Box::pin(self.sessions.owned(&at.store, lease, identity)).await?;
         if session.ttl_seconds != class.ttl_seconds {
             return Err(ArbiterError::WrongSessionTtl {

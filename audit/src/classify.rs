@@ -66,12 +66,15 @@ pub enum Kind {
     SessionClose,
     SessionExpiry,
     EpochAdvance,
+    /// An entity shard's map fence rewritten by a move (`lockctl shards`), its epoch
+    /// unchanged: from here the shard serves another map version (ADR-09).
+    ShardMap,
     /// Revisions the tailer could not read (compacted past its checkpoint).
     Gap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Grant,
         Kind::Handoff,
         Kind::Release,
@@ -84,6 +87,7 @@ impl Kind {
         Kind::SessionClose,
         Kind::SessionExpiry,
         Kind::EpochAdvance,
+        Kind::ShardMap,
         Kind::Gap,
     ];
 
@@ -101,6 +105,7 @@ impl Kind {
             Kind::SessionClose => "session-close",
             Kind::SessionExpiry => "session-expiry",
             Kind::EpochAdvance => "epoch-advance",
+            Kind::ShardMap => "shard-map",
             Kind::Gap => "gap",
         }
     }
@@ -129,11 +134,20 @@ pub struct Row {
     pub detail: String,
 }
 
+/// The epoch number in an epoch record's value, if decodable.
+fn epoch_number(v: &Option<Vec<u8>>) -> Option<u16> {
+    v.as_deref()
+        .and_then(decode::<EpochRecord>)
+        .map(|r| r.epoch)
+}
+
 /// The rows for the changes committed at `revision`, in key order.
 pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
-    let advance = changes
-        .iter()
-        .any(|c| c.key == EPOCH_KEY && c.value.is_some());
+    // A put of the epoch record is an advance only if the epoch number changed; a move
+    // rewrites a shard's map fence in the same record and revokes nothing.
+    let advance = changes.iter().any(|c| {
+        c.key == EPOCH_KEY && c.value.is_some() && epoch_number(&c.value) != epoch_number(&c.prev)
+    });
     let force = changes
         .iter()
         .any(|c| c.key.starts_with(FORCE_PREFIX) && c.value.is_some());
@@ -238,23 +252,32 @@ pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
                 detail,
             ));
         } else if c.key == EPOCH_KEY && c.value.is_some() {
-            let epoch = |v: &Option<Vec<u8>>| {
-                v.as_deref()
+            let (from, to) = (epoch_number(&c.prev), epoch_number(&c.value));
+            let (kind, detail) = if from == to {
+                let fence = c
+                    .value
+                    .as_deref()
                     .and_then(decode::<EpochRecord>)
-                    .map(|r| r.epoch)
+                    .and_then(|r| r.shards);
+                let detail = serde_json::json!({
+                    "shard": fence.as_ref().map(|f| f.name.clone()),
+                    "serves": fence.as_ref().map(|f| f.version),
+                    "moving_to": fence.and_then(|f| f.pending),
+                });
+                (Kind::ShardMap, detail)
+            } else {
+                (
+                    Kind::EpochAdvance,
+                    serde_json::json!({"from": from, "to": to}),
+                )
             };
-            let detail = serde_json::json!({
-                "from": epoch(&c.prev),
-                "to": epoch(&c.value),
-            })
-            .to_string();
             rows.push(row(
-                Kind::EpochAdvance,
+                kind,
                 EPOCH_KEY,
                 String::new(),
                 String::new(),
                 String::new(),
-                detail,
+                detail.to_string(),
             ));
         } else if c.key.starts_with(FORCE_REQUEST_PREFIX) && c.value.is_some() && c.prev.is_none() {
             // A filing (its approval deletes it; expiry deletes it too: neither is an event).
@@ -416,6 +439,15 @@ mod tests {
                     (s("/sys/epoch"), EpochAdvance),
                     (s("pay/1"), RevokedByAdvance),
                 ],
+            ),
+            (
+                "a move rewrites a shard's fence: no advance, nothing revoked",
+                vec![Change::put(
+                    "/sys/epoch",
+                    br#"{"epoch":3,"cluster_id":"c","shards":{"name":"e1","version":1,"pending":2}}"#,
+                    Some(br#"{"epoch":3,"cluster_id":"c","shards":{"name":"e1","version":1}}"#),
+                )],
+                vec![(s("/sys/epoch"), ShardMap)],
             ),
             (
                 "force release writes its record with the delete",

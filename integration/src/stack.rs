@@ -43,6 +43,8 @@ pub struct StackOptions {
     /// single-member clusters `e1..eN` (sharing the coord cluster's certificates), runs
     /// `lockctl shards init` and the arbiters with `--shards`.
     pub entity_shards: usize,
+    /// The shard map's home depth (`lockctl shards init --depth`).
+    pub shard_depth: u8,
 }
 
 impl Default for StackOptions {
@@ -61,6 +63,7 @@ impl Default for StackOptions {
             filter_switches: Vec::new(),
             envoy_version: None,
             entity_shards: 0,
+            shard_depth: 1,
         }
     }
 }

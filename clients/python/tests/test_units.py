@@ -57,6 +57,9 @@ def _details(reason: str, **metadata: str) -> bytes:
         (grpc.StatusCode.UNAVAILABLE, _details("NO_QUORUM"), errors.NoQuorum, True),
         (grpc.StatusCode.UNAVAILABLE, _details("SEALED"), errors.Sealed, False),
         (grpc.StatusCode.UNAVAILABLE, _details("DRAINING"), errors.Draining, True),
+        (grpc.StatusCode.UNAVAILABLE, _details("MOVING"), errors.Moving, True),
+        (grpc.StatusCode.FAILED_PRECONDITION, _details("WRONG_SESSION_PLACE", cluster="e2"),
+         errors.WrongSessionPlace, False),
         (grpc.StatusCode.RESOURCE_EXHAUSTED, _details("RATE_LIMITED", retry_after_ms="250"),
          errors.RateLimited, True),
         (grpc.StatusCode.UNAVAILABLE, None, errors.Unavailable, True),
@@ -85,6 +88,9 @@ def test_refusal_metadata_is_typed():
     g = errors.from_parts(grpc.StatusCode.FAILED_PRECONDITION, "m",
                           _details("REGION_REDIRECT", region="eu-west"))
     assert isinstance(g, errors.RegionRedirect) and g.region == "eu-west"
+    w = errors.from_parts(grpc.StatusCode.FAILED_PRECONDITION, "m",
+                          _details("WRONG_SESSION_PLACE", cluster="e2"))
+    assert isinstance(w, errors.WrongSessionPlace) and w.cluster == "e2"
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ mod hot_key;
 mod redis_server;
 mod renewal;
 mod scale;
+mod shards;
 
 use crate::redis_server::Redis;
 use anyhow::Context as _;
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 /// Every workload, in the order they run.
-const WORKLOADS: &str = "uncontended,hot,renewal,filter,memory,scale,scale-tmpfs";
+const WORKLOADS: &str = "uncontended,hot,renewal,filter,memory,scale,scale-tmpfs,shards";
 
 #[derive(Parser)]
 struct Args {
@@ -465,6 +466,22 @@ async fn main() -> anyhow::Result<()> {
         );
         table.push_str(&render_scale(&s));
         drop(on_tmpfs);
+    }
+    if run("shards") {
+        // Last: every cluster is on this machine, so nothing else may run beside them.
+        let mut rows = Vec::new();
+        for n in [0, 1, 2] {
+            let row = shards::measure(&registry, n, 16, Duration::from_secs(args.seconds)).await?;
+            eprintln!(
+                "shards={n}: {:.0} ops/s p50 {} us p99 {} us, proposals/s {:?}",
+                row.cell.ops as f64 / row.cell.secs,
+                row.cell.p50_us,
+                row.cell.p99_us,
+                row.writes_per_sec
+            );
+            rows.push(row);
+        }
+        table.push_str(&shards::render(&rows, 16));
     }
     println!("{table}");
     std::fs::create_dir_all(&args.out)?;

@@ -8,6 +8,7 @@ pub mod faults;
 pub mod history;
 pub mod linearize;
 pub mod register;
+pub mod shards;
 pub mod store_log;
 pub mod timeline;
 pub mod worker;

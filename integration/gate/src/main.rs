@@ -63,6 +63,23 @@ enum Cmd {
         #[arg(long, default_value = "soak.log")]
         log: PathBuf,
     },
+    /// The gate across shards: a coord cluster and entity shards, two arbiters, workers
+    /// under shard moves (add a shard, pin the namespace to it); the history checked per
+    /// key (one holder, rising tokens, nothing left held, moves that end).
+    Shards {
+        /// Seconds of load before, between and after the two moves, each.
+        #[arg(long, default_value_t = 20)]
+        phase_seconds: u64,
+        #[arg(long, default_value_t = 6)]
+        workers: usize,
+        /// Debug builds: the second arbiter grants without the shard fence (the gate must
+        /// then fail).
+        #[arg(long)]
+        inject_bug: bool,
+        /// Keep the history and logs here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Check a kept history folder again (prints the same summary).
     Check {
         /// The `history` folder of a run.
@@ -99,6 +116,34 @@ fn main() -> std::process::ExitCode {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("gate worker: {e:#}");
+                    std::process::ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Shards {
+            phase_seconds,
+            workers,
+            inject_bug,
+            out,
+        } => {
+            let opts = lock_gate::shards::ShardGateOptions {
+                phase: Duration::from_secs(phase_seconds),
+                workers,
+                inject_bug,
+                out_dir: out,
+                ..Default::default()
+            };
+            match rt.block_on(lock_gate::shards::run(opts)) {
+                Ok(r) => {
+                    print!("{}", lock_gate::shards::summary(&r, &r.history));
+                    if r.violations.is_empty() && r.moves_ok {
+                        std::process::ExitCode::SUCCESS
+                    } else {
+                        std::process::ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("gate shards: {e:#}");
                     std::process::ExitCode::from(2)
                 }
             }

@@ -21,6 +21,10 @@ struct Args {
     port: u16,
     #[arg(long, env = "LOCK_ADMIN_PORT", default_value_t = 9901)]
     admin_port: u16,
+    /// Entity shards (0: one etcd cluster, the default). N > 0: a coord cluster and N
+    /// entity shards e1..eN, the shard map set up, the arbiters with `--shards`.
+    #[arg(long, env = "LOCK_SHARDS", default_value_t = 0)]
+    shards: usize,
 }
 
 #[tokio::main]
@@ -34,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
         arbiters: args.arbiters,
         keep_dir: Some(dir.clone()),
         envoy_ports: Some((args.port, args.admin_port)),
+        entity_shards: args.shards,
         ..Default::default()
     })
     .await?;
@@ -91,6 +96,13 @@ async fn main() -> anyhow::Result<()> {
         stack.etcd.client_url,
         stack.etcd.pki.dir.display()
     )?;
+    for shard in &stack.shards {
+        writeln!(
+            msg,
+            "  {:<7} {} (entity shard; the cluster above is the coord cluster: lockctl shards show)",
+            shard.name, shard.client_url
+        )?;
+    }
     writeln!(
         msg,
         "  the ledger's Workload API {} and mesh sidecar {}",

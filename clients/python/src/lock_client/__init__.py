@@ -21,6 +21,7 @@ from .errors import (
     InvalidRequest,
     LeakedHold,
     LockError,
+    Moving,
     NoQuorum,
     NotGranted,
     OtherError,
@@ -33,13 +34,14 @@ from .errors import (
     StreamFull,
     Unauthenticated,
     Unavailable,
+    WrongSessionPlace,
     WrongSessionTtl,
 )
 from .keys import encode_key
 
 __all__ = [
     "Draining", "Fenced", "Held", "Hold", "InvalidRequest", "LeakedHold", "LockClient", "LockError",
-    "MeshSidecar", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
+    "MeshSidecar", "Moving", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
     "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "SvidFiles",
-    "Unauthenticated", "Unavailable", "WrongSessionTtl", "check_endpoint", "encode_key",
+    "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
 ]

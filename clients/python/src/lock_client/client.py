@@ -30,9 +30,16 @@ FenceFn = Callable[[], None]
 
 # Attempts of one acquire (transient errors, session changes), within its deadline.
 MAX_TRIES = 32
+# Keys whose cluster the client remembers (past it the memory starts over).
+MAX_PLACES = 4096
 # Bound on one unary call beyond the wait the service was asked for: a dead path shows as
 # an error instead of a hang (the HTTP/2 PINGs below usually find it sooner).
 CALL_SLACK = 10.0
+
+
+def _tag_of(session_id: int) -> int:
+    """The cluster tag in a session id (bits 55..62; lock_config::shards::tag_of)."""
+    return (session_id >> 55) & 0xFF
 # Bound on one CloseSession during shutdown.
 CLOSE_TIMEOUT = 5.0
 # The longest wait a caller may ask for; the service grants at most 300 s.
@@ -373,7 +380,13 @@ class LockClient:
         self._lock = threading.Lock()
         self._channel = _channel(endpoint, credentials)
         self._stamp = _stamp(credentials)
-        self._sessions: Dict[int, _Session] = {}
+        # One session per (TTL, cluster tag): a session lives on one etcd cluster, and with
+        # tiers and shards its id carries the cluster's tag (bits 55..62).
+        self._sessions: Dict[Tuple[int, int], _Session] = {}
+        # Where keys were last granted, and the tag of each cluster a WRONG_SESSION_PLACE
+        # named (learned from the session opened for it): bounded, a miss costs one call.
+        self._places: Dict[str, int] = {}
+        self._cluster_tags: Dict[str, int] = {}
         self._holds: Dict[str, _Reentry] = {}
         self._next_hold = 1
 
@@ -394,7 +407,7 @@ class LockClient:
                 entry.session.attach(hold_id, on_fence)
                 return Hold(self, key, hold_id, entry.token, entry.session)
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
-        session = self._any_session()
+        session = self._session_for_key(key)
         backoff = 0.05
         for _ in range(MAX_TRIES):
             s: Optional[_Session] = session
@@ -410,11 +423,20 @@ class LockClient:
                                              timeout=left + CALL_SLACK)
                 except grpc.RpcError as e:
                     raise errors.from_rpc_error(e) from None
+                self._learn_place(key, _tag_of(s.id))
                 return self._held(key, hold_id, r.token, s, on_fence)
             except errors.LockError as err_:
                 err = err_
             if isinstance(err, errors.WrongSessionTtl):
                 session = self._session_for(err.ttl_seconds)
+                continue
+            if isinstance(err, errors.WrongSessionPlace):
+                tag = self._cluster_tags.get(err.cluster)
+                session = None if tag is None else self._session_with_tag(tag)
+                if session is None:
+                    session = self._open_session(key)
+                    with self._lock:
+                        self._cluster_tags[err.cluster] = _tag_of(session.id)
                 continue
             if isinstance(err, errors.SessionExpired):
                 if s is not None:
@@ -504,13 +526,31 @@ class LockClient:
 
     def _session_for(self, ttl_seconds: int) -> Optional[_Session]:
         with self._lock:
-            s = self._sessions.get(ttl_seconds)
-            return s if s is not None and not s.fenced else None
+            return next((s for (ttl, _), s in self._sessions.items()
+                         if ttl == ttl_seconds and not s.fenced), None)
+
+    def _session_with_tag(self, tag: int) -> Optional[_Session]:
+        with self._lock:
+            return next((s for (_, t), s in self._sessions.items()
+                         if t == tag and not s.fenced), None)
+
+    def _session_for_key(self, key: str) -> Optional[_Session]:
+        with self._lock:
+            tag = self._places.get(key)
+        if tag is None:
+            return self._any_session()
+        return self._session_with_tag(tag) or self._any_session()
+
+    def _learn_place(self, key: str, tag: int) -> None:
+        with self._lock:
+            if len(self._places) >= MAX_PLACES and key not in self._places:
+                self._places.clear()
+            self._places[key] = tag
 
     def _forget_session(self, s: _Session) -> None:
         with self._lock:
-            for ttl in [t for t, x in self._sessions.items() if x is s]:
-                del self._sessions[ttl]
+            for k in [k for k, x in self._sessions.items() if x is s]:
+                del self._sessions[k]
 
     def _open_session(self, key: str) -> _Session:
         """Opens the session for `key`'s class (its TTL) and starts renewing it."""
@@ -523,8 +563,9 @@ class LockClient:
             raise errors.from_rpc_error(e) from None
         s = _Session(r.session_id, float(r.ttl_seconds), sent, stub)
         with self._lock:
-            old = self._sessions.get(r.ttl_seconds)
-            self._sessions[r.ttl_seconds] = s
+            slot = (r.ttl_seconds, _tag_of(r.session_id))
+            old = self._sessions.get(slot)
+            self._sessions[slot] = s
         if old is not None and old.fenced:
             old.close()
         return s

@@ -34,7 +34,7 @@ class LockError(Exception):
     @property
     def transient(self) -> bool:
         """Worth retrying inside the caller's deadline."""
-        return isinstance(self, (NoQuorum, Unavailable, RateLimited))
+        return isinstance(self, (NoQuorum, Unavailable, RateLimited, Moving))
 
 
 class Held(LockError):
@@ -110,6 +110,20 @@ class WrongSessionTtl(LockError):
             return 0
 
 
+class WrongSessionPlace(LockError):
+    """The key lives on another etcd cluster than the session (tiers and shards):
+    open a session for the key and retry."""
+
+    @property
+    def cluster(self) -> str:
+        return self.metadata.get("cluster", "")
+
+
+class Moving(LockError):
+    """The key's range is being moved between shards: nothing was done; retried inside
+    the caller's deadline."""
+
+
 class StreamFull(LockError):
     """A KeepAlive stream asked to renew too many sessions."""
 
@@ -148,6 +162,8 @@ _BY_REASON = {
     "STALE_TOKEN": StaleToken,
     "SESSION_EXPIRED": SessionExpired,
     "WRONG_SESSION_TTL": WrongSessionTtl,
+    "WRONG_SESSION_PLACE": WrongSessionPlace,
+    "MOVING": Moving,
     "STREAM_FULL": StreamFull,
     "DRAINING": Draining,
     "INTERNAL": OtherError,

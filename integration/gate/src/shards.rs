@@ -1,0 +1,548 @@
+//! The gate across shards (issue 24): a coord etcd cluster and entity shards `e1`, `e2`,
+//! two arbiters with `--shards`, workers straight at the arbiters (as the edge forwards:
+//! identity and key headers) taking and releasing keys of one namespace, and shard moves
+//! as the faults: `lockctl shards add e3` (about a third of the keys move to the new
+//! shard), then `lockctl shards move orders --to e3` (the rest follow). Every operation is
+//! recorded (`history.rs`'s format) and the history is checked per key ([`check`]):
+//!
+//! - one holder: no grant returns while another grant of the key is still held (its
+//!   release not yet sent) — two clusters holding a key at once shows up here;
+//! - tokens rise: each grant's token is above the key's previous one, across the moves;
+//! - nothing lost: when the workers stop, no hold is left on any cluster;
+//! - moves end: no MOVING answer to an Acquire that began and ended outside every move.
+//!
+//! With `inject_bug`, the second arbiter runs `--inject-bug shard-fence-off` (it keeps the
+//! map it started with and grants without the shard's fence): the checks must catch it.
+//!
+//! What this gate does not do (the main gate does, on one cluster): network faults, restarts,
+//! the linearizability search. Sessions live 30 s (the dev class's TTL) and are replaced
+//! every 15 s, so no hold here ends by expiry, and no move here needs an epoch advance.
+
+use crate::history::{self, Event, Kind, Phase, Recorder, mono_ns};
+use lock_config::proto::v1::{
+    AcquireRequest, CloseSessionRequest, OpenSessionRequest, ReleaseRequest,
+};
+use lock_config::shards::tag_of;
+use lock_config::{FencingToken, Reason};
+use lock_integration::arbiter::Arbiter;
+use lock_integration::etcd::Etcd;
+use lock_integration::stack::lockctl_etcd;
+use lock_integration::{Stack, StackOptions, as_from_edge, reason_of};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const IDENTITY: &str = "spiffe://dev.lock.local/ns/orders/sa/worker";
+
+#[derive(Debug, Clone)]
+pub struct ShardGateOptions {
+    /// Load before the first move, between the moves and after the last, each.
+    pub phase: Duration,
+    pub workers: usize,
+    pub keys: usize,
+    /// The second arbiter grants without the shard fence (debug builds).
+    pub inject_bug: bool,
+    /// Keep the history and logs here (None: a temp folder, dropped).
+    pub out_dir: Option<PathBuf>,
+}
+
+impl Default for ShardGateOptions {
+    fn default() -> Self {
+        Self {
+            phase: Duration::from_secs(4),
+            workers: 6,
+            keys: 40,
+            inject_bug: false,
+            out_dir: None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ShardGateReport {
+    pub operations: usize,
+    pub grants: usize,
+    pub grants_by_epoch: BTreeMap<u16, usize>,
+    /// Each move's `lockctl` summary line (or its failure).
+    pub moves: Vec<String>,
+    pub moves_ok: bool,
+    pub moving_answers: usize,
+    pub sessions_replaced: usize,
+    pub violations: Vec<String>,
+    pub history: PathBuf,
+}
+
+/// The history, checked per key. Pure: the recorded operations in, the violations out.
+/// An acquire's hold runs from its `ok` to the invocation of the release of its token by
+/// the same client (or to the end of the history, if none was sent).
+pub fn check(ops: &[history::Op]) -> Vec<String> {
+    let mut grants: BTreeMap<&str, Vec<(u64, u64, u64)>> = BTreeMap::new();
+    let releases: HashMap<(u32, u64), u64> = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Release)
+        .filter_map(|o| Some(((o.client, o.token?), o.invoked)))
+        .collect();
+    for o in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
+        let (Some(key), Some(token), Some(at)) = (o.key.as_deref(), o.token, o.returned()) else {
+            continue;
+        };
+        let until = releases
+            .get(&(o.client, token))
+            .copied()
+            .unwrap_or(u64::MAX);
+        grants.entry(key).or_default().push((at, until, token));
+    }
+    let mut out = Vec::new();
+    for (key, mut g) in grants {
+        g.sort_unstable();
+        for pair in g.windows(2) {
+            let ((_, until, t1), (at2, _, t2)) = (pair[0], pair[1]);
+            if at2 < until {
+                out.push(format!("{key}: granted again while held (two holders)"));
+            }
+            if t2 <= t1 {
+                let e = |t: u64| FencingToken::from_u64(t).map_or(0, |t| t.epoch());
+                out.push(format!(
+                    "{key}: token went back (epoch {} -> epoch {})",
+                    e(t1),
+                    e(t2)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The dev registry (the workers' namespace `orders` is `tier: entity`, the default).
+fn registry() -> PathBuf {
+    lock_integration::paths::dev_registry()
+}
+
+/// Open moves: [start, end) in monotonic ns, end 0 while running.
+type Windows = Arc<Mutex<Vec<(u64, u64)>>>;
+
+struct Shared {
+    rec: Recorder,
+    op: AtomicU64,
+    stop: Mutex<Instant>,
+    windows: Windows,
+    moving_outside: AtomicU64,
+    moving: AtomicU64,
+    replaced: AtomicU64,
+}
+
+impl Shared {
+    fn event(&self, c: u32, op: u64, ph: Phase, f: Kind, key: &str) -> Event {
+        Event {
+            c,
+            op,
+            t: mono_ns(),
+            ph,
+            f,
+            key: Some(key.to_owned()),
+            session: None,
+            token: None,
+            why: None,
+            via: None,
+            served: None,
+            rev: None,
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.lock().map_or(true, |s| Instant::now() >= *s)
+    }
+
+    /// Did [sent, answered] miss every move?
+    fn outside_moves(&self, sent: u64, answered: u64) -> bool {
+        self.windows.lock().is_ok_and(|w| {
+            w.iter()
+                .all(|(s, e)| answered < *s || (*e != 0 && sent > *e))
+        })
+    }
+}
+
+type Rpc = lock_client::proto::lock_client::LockClient<tonic::transport::Channel>;
+
+/// One worker (client `c`): a session per cluster (replaced every 15 s), random keys,
+/// bounded in count; stops between operations only, never holding a key unreleased.
+async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
+    // Workers pair up on an identity: a pair's contention is LEAKED_HOLD, others queue.
+    let me = format!("{IDENTITY}-{}", c % 3);
+    let me = Some(me.as_str());
+    let mut sessions: HashMap<u8, (i64, Instant)> = HashMap::new();
+    let mut places: HashMap<String, u8> = HashMap::new();
+    let mut n = u64::from(c) + 1;
+    for _ in 0..100_000 {
+        if s.stopped() {
+            break;
+        }
+        n = n
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let key = &keys[usize::try_from(n >> 33).unwrap_or(0) % keys.len()];
+        let known = places.get(key).and_then(|t| sessions.get(t)).copied();
+        let session = match known {
+            Some((id, opened)) if opened.elapsed() < Duration::from_secs(15) => id,
+            stale => {
+                if let Some((old, _)) = stale {
+                    sessions.retain(|_, (id, _)| *id != old);
+                    let close = CloseSessionRequest { session_id: old };
+                    let _ = rpc.close_session(as_from_edge(close, None, me)).await;
+                }
+                let open = OpenSessionRequest { key: key.clone() };
+                match rpc.open_session(as_from_edge(open, Some(key), me)).await {
+                    Ok(r) => {
+                        let id = r.into_inner().session_id;
+                        sessions.insert(tag_of(id), (id, Instant::now()));
+                        places.insert(key.clone(), tag_of(id));
+                        id
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let op = s.op.fetch_add(1, Ordering::Relaxed);
+        let mut inv = s.event(c, op, Phase::Invoke, Kind::Acquire, key);
+        inv.session = Some(session);
+        let sent = inv.t;
+        s.rec.record(&inv);
+        let req = AcquireRequest {
+            key: key.clone(),
+            session_id: session,
+            wait_millis: 500,
+        };
+        let answer = rpc.acquire(as_from_edge(req, Some(key), me)).await;
+        let mut done = s.event(c, op, Phase::Ok, Kind::Acquire, key);
+        match answer {
+            Ok(r) => {
+                let token = r.into_inner().token;
+                done.token = Some(token);
+                s.rec.record(&done);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let op = s.op.fetch_add(1, Ordering::Relaxed);
+                let mut inv = s.event(c, op, Phase::Invoke, Kind::Release, key);
+                inv.token = Some(token);
+                s.rec.record(&inv);
+                let rel = ReleaseRequest {
+                    key: key.clone(),
+                    token,
+                    session_id: session,
+                };
+                let r = rpc.release(as_from_edge(rel, Some(key), me)).await;
+                let mut done = s.event(c, op, Phase::Ok, Kind::Release, key);
+                if let Err(e) = r {
+                    done.ph = Phase::Info;
+                    done.why = Some(e.message().to_owned());
+                }
+                s.rec.record(&done);
+            }
+            Err(status) => {
+                let reason = reason_of(&status);
+                done.ph = if reason.is_some() {
+                    Phase::Fail
+                } else {
+                    Phase::Info
+                };
+                done.why = Some(reason.as_ref().map_or_else(
+                    || status.message().to_owned(),
+                    |(r, _)| r.as_str().to_owned(),
+                ));
+                s.rec.record(&done);
+                match reason {
+                    Some((Reason::WrongSessionPlace, meta)) => {
+                        let cluster = meta.get("cluster").cloned().unwrap_or_default();
+                        places.insert(key.clone(), lock_config::shards::lease_tag(&cluster));
+                        s.replaced.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some((Reason::Moving, _)) => {
+                        s.moving.fetch_add(1, Ordering::Relaxed);
+                        if s.outside_moves(sent, done.t) {
+                            s.moving_outside.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Some((Reason::SessionExpired, _)) => {
+                        sessions.retain(|_, (id, _)| *id != session);
+                    }
+                    Some((Reason::Held | Reason::HeldDeadline | Reason::LeakedHold, _)) => {}
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }
+    }
+}
+
+/// Runs a move (`lockctl shards ARGS` on the coord cluster) inside a recorded window.
+async fn shard_move(stack: &Stack, shared: &Shared, args: Vec<String>) -> (bool, String) {
+    let i = shared.windows.lock().map_or(0, |mut w| {
+        w.push((mono_ns(), 0));
+        w.len() - 1
+    });
+    let coord = stack.etcd_urls();
+    let pki = stack.etcd.pki.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut all: Vec<&str> = vec!["shards"];
+        all.extend(args.iter().map(String::as_str));
+        all.extend(["--etcd", &coord, "--wait", "30"]);
+        lockctl_etcd(&all, &pki, "operator")
+    })
+    .await;
+    if let Ok(mut w) = shared.windows.lock()
+        && let Some(win) = w.get_mut(i)
+    {
+        win.1 = mono_ns();
+    }
+    match out {
+        Ok(Ok(o)) => {
+            let text = String::from_utf8_lossy(&o.stdout).to_string()
+                + &String::from_utf8_lossy(&o.stderr);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("moved:") || l.starts_with("lockctl:"))
+                .unwrap_or(text.trim())
+                .to_owned();
+            (o.status.success(), line)
+        }
+        Ok(Err(e)) => (false, e.to_string()),
+        Err(e) => (false, e.to_string()),
+    }
+}
+
+pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
+    let tmp = tempfile::Builder::new()
+        .prefix("lock-shard-gate-")
+        .tempdir()?;
+    let dir = match &opts.out_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => tmp.path().to_path_buf(),
+    };
+    let stack = Stack::start(StackOptions {
+        registry: registry(),
+        entity_shards: 2,
+        keep_dir: Some(dir.join("stack")),
+        ..Default::default()
+    })
+    .await?;
+    let e3 = Etcd::start_sharing(&stack.dir, "e3", stack.etcd.pki.clone())?;
+    let buggy = if opts.inject_bug {
+        Some(Arbiter::start_with(
+            &stack.dir,
+            "arbiter-bug",
+            &stack.etcd_access(),
+            &registry(),
+            &stack.pki,
+            &["--shards", "--inject-bug", "shard-fence-off"],
+        )?)
+    } else {
+        None
+    };
+    let arbiters: Vec<&Arbiter> = match &buggy {
+        Some(b) => vec![&stack.arbiters[0], b],
+        None => stack.arbiters.iter().collect(),
+    };
+    let history = dir.join("history.jsonl");
+    let shared = Arc::new(Shared {
+        rec: Recorder::create(&history)?,
+        op: AtomicU64::new(0),
+        stop: Mutex::new(Instant::now() + opts.phase * 3 + Duration::from_secs(120)),
+        windows: Arc::default(),
+        moving_outside: AtomicU64::new(0),
+        moving: AtomicU64::new(0),
+        replaced: AtomicU64::new(0),
+    });
+    let keys: Arc<Vec<String>> =
+        Arc::new((0..opts.keys).map(|i| format!("orders/k{i}/x")).collect());
+    let mut tasks = Vec::new();
+    for c in 0..opts.workers {
+        let a = arbiters[c % arbiters.len()];
+        let channel = lock_integration::arbiter_channel(
+            a.addr,
+            Some(&stack.pki.edge_svid()),
+            &stack.pki.bundle(),
+        )?;
+        let c = u32::try_from(c)?;
+        tasks.push(tokio::spawn(worker(
+            c,
+            Rpc::new(channel),
+            keys.clone(),
+            shared.clone(),
+        )));
+    }
+    let mut report = ShardGateReport {
+        history: history.clone(),
+        moves_ok: true,
+        ..Default::default()
+    };
+    tokio::time::sleep(opts.phase).await;
+    for args in [
+        vec!["add".to_owned(), format!("e3={}", e3.client_url)],
+        vec![
+            "move".to_owned(),
+            "orders".into(),
+            "--to".into(),
+            "e3".into(),
+        ],
+    ] {
+        let (ok, line) = shard_move(&stack, &shared, args).await;
+        report.moves_ok &= ok;
+        report.moves.push(line);
+        tokio::time::sleep(opts.phase).await;
+    }
+    if let Ok(mut s) = shared.stop.lock() {
+        *s = Instant::now();
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let ops = history::operations(&history::read(std::slice::from_ref(&history))?);
+    report.operations = ops.len();
+    for o in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
+        report.grants += 1;
+        if let Some(t) = o.token.and_then(|t| FencingToken::from_u64(t).ok()) {
+            *report.grants_by_epoch.entry(t.epoch()).or_default() += 1;
+        }
+    }
+    report.violations = check(&ops);
+    // Nothing lost: every grant released, so no hold is left on any cluster.
+    for c in std::iter::once(&stack.etcd)
+        .chain(&stack.shards)
+        .chain([&e3])
+    {
+        report.violations.extend(left_held(c).await?);
+    }
+    let outside = shared.moving_outside.load(Ordering::Relaxed);
+    if outside > 0 {
+        report.violations.push(format!(
+            "{outside} MOVING answers to acquires that began and ended outside every move"
+        ));
+    }
+    report.moving_answers = usize::try_from(shared.moving.load(Ordering::Relaxed))?;
+    report.sessions_replaced = usize::try_from(shared.replaced.load(Ordering::Relaxed))?;
+    drop(buggy);
+    drop(e3);
+    drop(stack);
+    Ok(report)
+}
+
+async fn left_held(c: &Etcd) -> anyhow::Result<Vec<String>> {
+    let mut client = c.client().await?;
+    let r = client
+        .get("/l/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await?;
+    Ok(r.kvs()
+        .iter()
+        .map(|kv| {
+            format!(
+                "{}: left held on {} (written at revision {})",
+                kv.key_str().unwrap_or("?").trim_start_matches("/l/"),
+                c.name,
+                kv.mod_revision()
+            )
+        })
+        .collect())
+}
+
+/// The report as the gate prints it.
+pub fn summary(r: &ShardGateReport, history: &Path) -> String {
+    let mut out = format!(
+        "shard gate: {} operations, {} grants (by epoch {:?}), {} MOVING answers, {} sessions re-placed\n",
+        r.operations, r.grants, r.grants_by_epoch, r.moving_answers, r.sessions_replaced
+    );
+    for m in &r.moves {
+        out.push_str(&format!("  {m}\n"));
+    }
+    out.push_str(&format!(
+        "{} violations{}\nhistory: {}\n",
+        r.violations.len(),
+        r.violations
+            .iter()
+            .take(10)
+            .map(|v| format!("\n  {v}"))
+            .collect::<String>(),
+        history.display()
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(client: u32, kind: Kind, key: &str, token: u64, invoked: u64, done: u64) -> history::Op {
+        history::Op {
+            client,
+            kind,
+            key: Some(key.into()),
+            session: None,
+            token: Some(token),
+            invoked,
+            done: Some((done, Phase::Ok)),
+            why: None,
+            via: None,
+            served: None,
+            rev: None,
+        }
+    }
+
+    fn token(epoch: u16, revision: u64) -> u64 {
+        FencingToken::pack(epoch, revision).unwrap().as_u64()
+    }
+
+    #[test]
+    fn check_table() {
+        use Kind::{Acquire, Release};
+        let (a2, a3, b9) = (token(2, 10), token(2, 30), token(4, 5));
+        for (name, ops, want) in [
+            (
+                "a handoff across a move: rising tokens, no overlap",
+                vec![
+                    op(0, Acquire, "k", a2, 0, 1),
+                    op(0, Release, "k", a2, 2, 3),
+                    op(1, Acquire, "k", b9, 2, 4),
+                    op(1, Release, "k", b9, 5, 6),
+                ],
+                0,
+            ),
+            (
+                "granted on the new shard while held on the old one",
+                vec![
+                    op(0, Acquire, "k", a2, 0, 1),
+                    op(1, Acquire, "k", b9, 2, 3),
+                    op(0, Release, "k", a2, 4, 5),
+                ],
+                1,
+            ),
+            (
+                "the old shard grants after the new one: the token goes back",
+                vec![
+                    op(1, Acquire, "k", b9, 0, 1),
+                    op(1, Release, "k", b9, 2, 3),
+                    op(0, Acquire, "k", a3, 4, 5),
+                    op(0, Release, "k", a3, 6, 7),
+                ],
+                1,
+            ),
+            (
+                "never released: held to the end of the history",
+                vec![op(0, Acquire, "k", a2, 0, 1), op(1, Acquire, "k", a3, 5, 6)],
+                1,
+            ),
+            (
+                "other keys do not interfere",
+                vec![op(0, Acquire, "k", b9, 0, 1), op(1, Acquire, "j", a2, 2, 3)],
+                0,
+            ),
+        ] {
+            assert_eq!(check(&ops).len(), want, "{name}: {:?}", check(&ops));
+        }
+    }
+}
