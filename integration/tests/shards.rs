@@ -133,3 +133,82 @@ async fn tiers_and_shards_put_each_key_on_one_cluster() {
     client.shutdown().await.unwrap();
     println!("holds per cluster: {per_cluster:?}, epochs {epochs:?}");
 }
+
+fn lockctl(stack: &Stack, args: &[&str]) -> (bool, String) {
+    let coord = stack.etcd_urls();
+    let mut all = vec!["shards"];
+    all.extend_from_slice(args);
+    all.extend(["--etcd", coord.as_str()]);
+    let out = lock_integration::stack::lockctl_etcd(&all, &stack.etcd.pki, "operator").unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Draining e2 moves its keys to e1, whose epoch (2) is below e2's (3): the move would
+/// need an advance of e1, which ends e1's holds. Refused before anything is written unless
+/// the operator accepts it; accepted, e1's epoch jumps above every epoch so far, e1's
+/// holds end, and e2's keys are granted on e1 with larger tokens than e2 ever gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_that_needs_an_epoch_advance_is_refused_unless_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = sharded_stack(dir.path()).await;
+    let client = stack.lock_client(WORKER).unwrap();
+    let map = doc(&stack).await.current;
+    let on = |shard: &str| {
+        (0..200)
+            .map(|i| format!("orders/d{i}/x"))
+            .find(|k| map.shard_of(k) == shard)
+            .unwrap()
+    };
+    let (k1, k2) = (on("e1"), on("e2"));
+    let h1 = client
+        .acquire(&k1, Duration::from_secs(5), || {})
+        .await
+        .unwrap();
+    let h2 = client
+        .acquire(&k2, Duration::from_secs(5), || {})
+        .await
+        .unwrap();
+    let before = h2.token();
+    h2.release().await.unwrap();
+
+    let (ok, text) = lockctl(&stack, &["drain", "e2", "--wait", "5"]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("--advance-destination"), "{text}");
+    assert_eq!(doc(&stack).await.current.version, 1, "nothing written");
+    assert_eq!(doc(&stack).await.pending, None);
+
+    let (ok, text) = lockctl(
+        &stack,
+        &["drain", "e2", "--wait", "5", "--advance-destination"],
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("epochs advanced: e1 2->4"), "{text}");
+    let after = doc(&stack).await.current;
+    assert_eq!(after.version, 2);
+    assert!(after.shards.iter().all(|s| s.name != "e2"));
+    // e1's hold ended with the advance.
+    assert_eq!(holder_lease(&stack.shards[0], &k1).await, None);
+    drop(h1);
+    // e2's key now lives on e1, with a token above every one e2 gave.
+    let again = client
+        .acquire(&k2, Duration::from_secs(5), || {})
+        .await
+        .unwrap();
+    assert!(
+        again.token() > before,
+        "{:?} !> {:?}",
+        again.token(),
+        before
+    );
+    assert_eq!(again.token().epoch(), 4);
+    assert!(holder_lease(&stack.shards[0], &k2).await.is_some());
+    again.release().await.unwrap();
+    let (ok, text) = lockctl(&stack, &["show"]);
+    assert!(ok && text.contains("map version 2"), "{text}");
+    client.shutdown().await.unwrap();
+}
