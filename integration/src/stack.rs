@@ -180,6 +180,8 @@ impl Stack {
                 "init".into(),
                 "--etcd".into(),
                 urls.clone(),
+                "--depth".into(),
+                opts.shard_depth.to_string(),
             ];
             for i in 1..=opts.entity_shards {
                 let shard = Etcd::start_sharing(&dir, &format!("e{i}"), etcd.pki.clone())?;

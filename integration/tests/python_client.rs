@@ -11,6 +11,15 @@ use lock_integration::sidecar::Sidecar;
 use std::process::Command;
 
 fn pytest(stack: &Stack, sidecar: Option<&Sidecar>, marks: &str) -> String {
+    pytest_with(stack, sidecar, marks, &[])
+}
+
+fn pytest_with(
+    stack: &Stack,
+    sidecar: Option<&Sidecar>,
+    marks: &str,
+    env: &[(&str, String)],
+) -> String {
     let root = workspace_root();
     let python = root.join(".deps/python-venv/bin/python");
     assert!(
@@ -56,6 +65,9 @@ fn pytest(stack: &Stack, sidecar: Option<&Sidecar>, marks: &str) -> String {
     if let Some(s) = sidecar {
         cmd.env("LOCK_SIDECAR_ENDPOINT", s.endpoint());
     }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let out = cmd.output().unwrap();
     let text = format!(
         "{}{}",
@@ -72,7 +84,7 @@ async fn the_python_client_passes_its_suite_against_the_stack() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let svid = stack.pki.svid("py-w3-mesh", &waiter_id(3)).unwrap();
     let sidecar = Sidecar::start(&stack.dir.join("py-sidecar"), stack.envoy.listen, &svid).unwrap();
-    let out = pytest(&stack, Some(&sidecar), "not kills_edge");
+    let out = pytest(&stack, Some(&sidecar), "not kills_edge and not shards");
     eprintln!("{out}");
 }
 
@@ -80,5 +92,33 @@ async fn the_python_client_passes_its_suite_against_the_stack() {
 async fn the_python_client_fences_before_the_lease_expires_when_the_edge_dies() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let out = pytest(&stack, None, "kills_edge");
+    eprintln!("{out}");
+}
+
+/// Tiers and shards: on a stack with two entity shards (homes = whole keys), two keys the
+/// map puts on different shards; the client opens a session on each cluster.
+#[tokio::test]
+async fn the_python_client_opens_a_session_where_each_key_lives() {
+    let reg = tempfile::tempdir().unwrap();
+    let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
+    let stack = Stack::start(lock_integration::StackOptions {
+        registry,
+        entity_shards: 2,
+        shard_depth: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let r = etcd.get("/sys/shards", None).await.unwrap();
+    let doc: lock_config::shards::ShardsDoc = serde_json::from_slice(r.kvs()[0].value()).unwrap();
+    let on = |shard: &str| {
+        (0..200)
+            .map(|i| format!("{FAST_PREFIX}/py-shard-{i}"))
+            .find(|k| doc.current.shard_of(k) == shard)
+            .unwrap()
+    };
+    let keys = format!("{},{}", on("e1"), on("e2"));
+    let out = pytest_with(&stack, None, "shards", &[("LOCK_SHARD_KEYS", keys)]);
     eprintln!("{out}");
 }

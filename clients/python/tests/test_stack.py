@@ -168,3 +168,25 @@ def test_drain_then_fence_before_the_lease_expires_when_the_edge_dies(locks, sta
     assert hold.fenced and hold.remaining_ttl() == 0.0
     with pytest.raises(Fenced):
         hold.release()
+
+
+@pytest.mark.shards
+def test_keys_on_different_clusters_get_a_session_each(locks):
+    """Tiers and shards: keys homed on different etcd clusters (LOCK_SHARD_KEYS, set by
+    python_client.rs from the shard map). The first key opens a session; the next, on another
+    cluster, is answered WRONG_SESSION_PLACE and the client opens one there and retries."""
+    keys = [k for k in os.environ.get("LOCK_SHARD_KEYS", "").split(",") if k]
+    if len(keys) < 2:
+        pytest.skip("LOCK_SHARD_KEYS is not set: run through integration/tests/python_client.rs")
+    holds = [locks.acquire(k) for k in keys]
+    assert all(h.can_start() for h in holds)
+    # One session per cluster, each id carrying its own cluster's tag.
+    tags = {(s.id >> 55) & 0xFF for s in locks._sessions.values()}
+    assert len(tags) == len(keys), tags
+    for h in holds:
+        h.release()
+    # Remembered: the same keys again open no new session.
+    again = [locks.acquire(k) for k in keys]
+    assert len(locks._sessions) == len(keys)
+    for h in again:
+        h.release()
