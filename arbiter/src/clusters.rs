@@ -114,10 +114,13 @@ impl Clusters {
         if tier == Tier::Coord {
             return Ok(self.coord_route());
         }
-        let doc = match sharded.doc.get() {
-            Some(d) => d,
-            None => sharded.doc.refresh().await?.ok_or(ArbiterError::Moving)?,
-        };
+        let doc =
+            match sharded.doc.get() {
+                Some(d) => d,
+                None => sharded.doc.refresh().await?.ok_or_else(|| {
+                    ArbiterError::Sealed("no shard map on the coord cluster".into())
+                })?,
+            };
         let name = doc.current.shard_of(key.as_str()).to_owned();
         sharded.store(&name).await.map(|store| Route {
             cluster: name,
