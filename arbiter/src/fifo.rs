@@ -124,7 +124,8 @@ impl Waiter<'_> {
     /// has taken the offer: then its answer decides (the key may be this waiter's
     /// already), waited for within a bound. A release that could not say (its
     /// transaction's outcome unknown) leaves the holder record to say: read back, so a
-    /// handed-on key is a grant, not a hold behind a refusal.
+    /// handed-on key is a grant, not a hold behind a refusal; not (yet) handed on is
+    /// NO_QUORUM, an unknown outcome, never a definite refusal.
     async fn last_word(
         &self,
         answer: &mut Answer,
@@ -138,11 +139,16 @@ impl Waiter<'_> {
                 Some(done) => done,
                 None => Err(refusal),
             },
+            // The release took the offer and could not say what its handoff did (its
+            // transaction's outcome unknown: etcd may still commit it after the bound).
+            // Read back; if the key is not this session's yet, the outcome is unknown too,
+            // and a definite refusal could be contradicted by a late commit (found by the
+            // gate: HELD_DEADLINE answered, the handoff committed 2.5 s later).
             Ok(Err(_)) | Err(_) => {
                 let held = self.granter.held_by(self.session, self.key, self.class);
                 match Box::pin(held).await? {
                     Some(g) => Ok(g),
-                    None => Err(refusal),
+                    None => Err(ArbiterError::NoQuorum),
                 }
             }
         }
