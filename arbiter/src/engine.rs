@@ -1,7 +1,9 @@
 //! The engine: what the gRPC service calls, one method per lock.v1 operation. It holds the
-//! parts (the sealed store, the registry, the session cache, the FIFO queues) and hands each
+//! parts (the etcd clusters, the registry, the session cache, the FIFO queues) and hands each
 //! operation only the parts it needs:
 //!
+//! - each request goes to one cluster's sealed store (`clusters.rs`: the only one, or by
+//!   tier, shard map and session tag);
 //! - a grant is `grant.rs` (one transaction and its verdict), reached through `fifo.rs`
 //!   (in-memory queues, the default) or `durable.rs` (queues in etcd);
 //! - a release is `release.rs`; sessions and their renewals are `sessions.rs`;
