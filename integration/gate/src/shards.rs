@@ -44,7 +44,7 @@ pub struct ShardGateOptions {
     pub keys: usize,
     /// The second arbiter grants without the shard fence (debug builds).
     pub inject_bug: bool,
-    /// Keep the history and logs here (None: a temp folder, dropped).
+    /// Keep the history and logs here (None: a temp folder, kept only if the run failed).
     pub out_dir: Option<PathBuf>,
 }
 
@@ -430,6 +430,13 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     drop(buggy);
     drop(e3);
     drop(stack);
+    // A failed run's history is its evidence: kept (not for a run meant to fail).
+    if opts.out_dir.is_none()
+        && !opts.inject_bug
+        && !(report.violations.is_empty() && report.moves_ok)
+    {
+        let _ = tmp.keep();
+    }
     Ok(report)
 }
 
@@ -460,15 +467,19 @@ pub fn summary(r: &ShardGateReport, history: &Path) -> String {
     for m in &r.moves {
         out.push_str(&format!("  {m}\n"));
     }
+    let kept = if history.exists() {
+        history.display().to_string()
+    } else {
+        "not kept (the run passed; --out keeps it)".to_owned()
+    };
     out.push_str(&format!(
-        "{} violations{}\nhistory: {}\n",
+        "{} violations{}\nhistory: {kept}\n",
         r.violations.len(),
         r.violations
             .iter()
             .take(10)
             .map(|v| format!("\n  {v}"))
             .collect::<String>(),
-        history.display()
     ));
     out
 }
