@@ -8,7 +8,7 @@ use lock_config::registry::Enforcement;
 use std::path::Path;
 use std::time::Duration;
 
-async fn connect(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
+pub(crate) async fn connect(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
     let tls = lock_arbiter::etcd_tls::load(etcd, tls).map_err(|e| Failure::input(e.to_string()))?;
     Etcd::connect(etcd, Duration::from_secs(5), tls.as_ref())
         .await

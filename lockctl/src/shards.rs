@@ -49,11 +49,9 @@ fn failed(e: ArbiterError) -> Failure {
     }
 }
 
+/// The coord cluster, as lockctl's other store commands connect.
 async fn coord(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
-    let t = lock_arbiter::etcd_tls::load(etcd, tls).map_err(|e| Failure::input(e.to_string()))?;
-    Etcd::connect(etcd, Duration::from_secs(5), t.as_ref())
-        .await
-        .map_err(|e| Failure::unreachable(format!("etcd: {e}")))
+    crate::offline::connect(etcd, tls).await
 }
 
 pub async fn init(
