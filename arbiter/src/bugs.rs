@@ -38,6 +38,9 @@ pub enum Bug {
     /// shard's fence, and its grant transaction omits the epoch-record compare, so after
     /// a move it keeps granting moved keys on their old shard.
     ShardFenceOff,
+    /// Leak detection by identity alone, ignoring the instance (issue 32): a sibling
+    /// replica is refused LEAKED_HOLD instead of waiting. The gate's replica check names it.
+    LeakByIdentity,
 }
 
 impl FromStr for Bug {
@@ -53,8 +56,9 @@ impl FromStr for Bug {
             "handoff-without-holder-compare" => Ok(Bug::HandoffWithoutHolderCompare),
             "batch-cross-answer" => Ok(Bug::BatchCrossAnswer),
             "shard-fence-off" => Ok(Bug::ShardFenceOff),
+            "leak-by-identity" => Ok(Bug::LeakByIdentity),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity)"
             )),
         }
     }

@@ -243,6 +243,7 @@ pub struct FirstWaiter {
     /// Its session record's create revision and identity (for the holder record).
     pub session_create_revision: i64,
     pub spiffe_id: String,
+    pub instance: Option<String>,
 }
 
 /// The key's first durable waiter, if any, with its session; None when nobody waits or the
@@ -278,6 +279,7 @@ pub async fn first_waiter(
         lease,
         session_create_revision: s.create_revision(),
         spiffe_id: record.spiffe_id,
+        instance: record.instance,
     }))
 }
 

@@ -11,11 +11,16 @@
 //!
 //! The values are trusted because the connection is from an allow-listed edge identity
 //! (mutual TLS, `peer_tls`), which is the only place they can have been set honestly.
+//!
+//! The client's `lock-instance` (`lock_config::instance`) is taken from the same initial
+//! headers. It is not the edge's and not trusted as a claim: it only decides whether a
+//! hold of the caller's own identity is this process's leak or a sibling replica's hold.
 
 use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
 use lock_config::LockKey;
 use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER, decode_key};
+use lock_config::instance::{INSTANCE_HEADER, parse_instance};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
@@ -26,6 +31,8 @@ pub struct EdgeContext {
     pub identity: Option<String>,
     /// `x-lock-key`, as sent (percent-encoded); decoded only when compared.
     key_header: Option<Vec<u8>>,
+    /// `lock-instance`, as the client sent it; checked only when a session is opened.
+    instance: Option<Vec<u8>>,
 }
 
 impl EdgeContext {
@@ -35,9 +42,11 @@ impl EdgeContext {
             .and_then(|v| v.to_str().ok().map(str::to_owned))
             .filter(|s| !s.is_empty());
         let key_header = md.remove(KEY_HEADER).map(|v| v.as_bytes().to_vec());
+        let instance = md.remove(INSTANCE_HEADER).map(|v| v.as_bytes().to_vec());
         Self {
             identity,
             key_header,
+            instance,
         }
     }
 
@@ -48,6 +57,7 @@ impl EdgeContext {
                 .and_then(|v| v.to_str().ok().map(str::to_owned))
                 .filter(|s| !s.is_empty()),
             key_header: md.get(KEY_HEADER).map(|v| v.as_bytes().to_vec()),
+            instance: md.get(INSTANCE_HEADER).map(|v| v.as_bytes().to_vec()),
         }
     }
 
@@ -63,6 +73,16 @@ impl EdgeContext {
 
     pub fn identity(&self) -> Result<String, ArbiterError> {
         self.identity.clone().ok_or(ArbiterError::NoIdentity)
+    }
+
+    /// The caller's process instance, if it sent one (None: the older leak rule, by
+    /// identity alone, applies to its sessions).
+    pub fn instance(&self) -> Result<Option<String>, ArbiterError> {
+        self.instance
+            .as_deref()
+            .map(parse_instance)
+            .transpose()
+            .map_err(ArbiterError::BadInstance)
     }
 
     /// The key of a keyed request. The edge sets `x-lock-key` from the decoded body; a

@@ -112,6 +112,7 @@ impl Engine {
     pub async fn open_session(
         &self,
         identity: &str,
+        instance: Option<String>,
         key: &LockKey,
     ) -> Result<(Session, String), ArbiterError> {
         let registry = self.registry();
@@ -119,7 +120,7 @@ impl Engine {
         let route = self.clusters.for_key(class.spec.tier, key).await?;
         let session = self
             .sessions
-            .open(&route.store, identity, class.ttl_seconds)
+            .open(&route.store, identity, instance, class.ttl_seconds)
             .await?;
         Ok((session, class.name.to_owned()))
     }

@@ -17,6 +17,8 @@ pub enum ArbiterError {
     NoClass,
     #[error("token is not a valid fencing token")]
     MalformedToken,
+    #[error("{0}")]
+    BadInstance(lock_config::instance::InstanceError),
     #[error("held by another session")]
     Held,
     #[error(
@@ -25,7 +27,9 @@ pub enum ArbiterError {
     Queued { waiters: usize },
     #[error("still held by another session when the wait deadline passed")]
     HeldDeadline,
-    #[error("held by the same identity under another session (leaked hold?)")]
+    #[error(
+        "held by this process instance (or, without lock-instance, this identity) under another session (leaked hold?)"
+    )]
     LeakedHold,
     #[error("token does not name the current grant of this key")]
     StaleToken,
@@ -57,9 +61,9 @@ impl ArbiterError {
     pub fn reason(&self) -> Reason {
         match self {
             ArbiterError::NoIdentity => Reason::Unauthenticated,
-            ArbiterError::KeyHeaderMismatch | ArbiterError::MalformedToken => {
-                Reason::MalformedRequest
-            }
+            ArbiterError::KeyHeaderMismatch
+            | ArbiterError::MalformedToken
+            | ArbiterError::BadInstance(_) => Reason::MalformedRequest,
             ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
             ArbiterError::Held | ArbiterError::Queued { .. } => Reason::Held,
             ArbiterError::HeldDeadline => Reason::HeldDeadline,

@@ -59,6 +59,8 @@ pub struct QueuePlace {
 pub struct Claimant<'a> {
     pub lease_hex: &'a str,
     pub spiffe_id: &'a str,
+    /// The session's process instance (None: its client sent none).
+    pub instance: Option<&'a str>,
     pub session_create_revision: i64,
     pub epoch_mod_revision: i64,
 }
@@ -68,6 +70,8 @@ pub struct Claimant<'a> {
 pub struct HolderSeen {
     pub session: Option<String>,
     pub spiffe_id: Option<String>,
+    /// The holder's process instance (None: not recorded, or not decodable).
+    pub instance: Option<String>,
     pub create_revision: i64,
     pub mod_revision: i64,
 }
@@ -93,7 +97,8 @@ pub enum Verdict {
     Granted { revision: i64 },
     /// Another session holds it; it was seen held at revision `at`.
     Held { at: i64 },
-    /// This identity holds it under another session (ADR-13).
+    /// This process holds it under another session (ADR-13): the same identity and the
+    /// same instance (both unset counts as the same, the rule before instances).
     LeakedHold,
     /// The session's binding is gone: it expired or was closed.
     SessionGone,
@@ -130,9 +135,14 @@ pub fn verdict(claimant: &Claimant<'_>, seen: &TxnSeen) -> Verdict {
     }
 }
 
-/// Who holds the key decides: this session (the grant exists), this identity under
+/// Who holds the key decides: this session (the grant exists), this process under
 /// another session (a leak), anyone else (held, seen at `read_at`). An undecodable record
 /// is someone else's.
+///
+/// "This process" is the same identity *and* the same instance (issue 32, DESIGN 8): in a
+/// mesh every replica of a Deployment has the same SPIFFE ID, and a sibling replica is a
+/// contender that queues, not a leak. A client that sends no instance keeps the old rule
+/// (None == None); one that does never matches a record written without one.
 pub fn holder_verdict(claimant: &Claimant<'_>, holder: &HolderSeen, read_at: i64) -> Verdict {
     if holder.session.as_deref() == Some(claimant.lease_hex) {
         // The token's revision is the write that made this session holder: its own put,
@@ -141,7 +151,9 @@ pub fn holder_verdict(claimant: &Claimant<'_>, holder: &HolderSeen, read_at: i64
         Verdict::Granted {
             revision: holder.mod_revision,
         }
-    } else if holder.spiffe_id.as_deref() == Some(claimant.spiffe_id) {
+    } else if holder.spiffe_id.as_deref() == Some(claimant.spiffe_id)
+        && holder.instance.as_deref() == claimant.instance
+    {
         Verdict::LeakedHold
     } else {
         Verdict::Held { at: read_at }
@@ -153,6 +165,7 @@ pub fn holder_seen(kv: &KeyValue) -> HolderSeen {
     let record = decode::<Holder>(kv.value());
     HolderSeen {
         session: record.as_ref().map(|h| h.session.clone()),
+        instance: record.as_ref().and_then(|h| h.instance.clone()),
         spiffe_id: record.map(|h| h.spiffe_id),
         create_revision: kv.create_revision(),
         mod_revision: kv.mod_revision(),
@@ -332,6 +345,7 @@ impl Granter<'_> {
 pub fn holder_record(session: &Session, class: &ResolvedClass<'_>) -> Holder {
     Holder {
         spiffe_id: session.spiffe_id.clone(),
+        instance: session.instance.clone(),
         session: lease_hex(session.lease),
         class: class.name.to_owned(),
         acquired_at_ms: now_ms(),
@@ -342,6 +356,7 @@ fn claimant<'a>(sealed: &Sealed, session: &'a Session, lease_hex: &'a str) -> Cl
     Claimant {
         lease_hex,
         spiffe_id: &session.spiffe_id,
+        instance: session.instance.as_deref(),
         session_create_revision: session.create_revision,
         epoch_mod_revision: sealed.epoch().mod_revision,
     }

@@ -4,8 +4,8 @@
 //! /sys/epoch                 EpochRecord {epoch, cluster_id, shards?}
 //! /sys/shards                ShardsDoc {current, pending?}   coord cluster only (ADR-09)
 //! /sys/epoch-allocator       EpochAllocator {last}          coord cluster only (ADR-03, 07)
-//! /l/<namespace>/<path>      Holder {spiffe_id, session, class, acquired_at_ms}  on the session lease
-//! /s/<lease-hex>             SessionRecord {spiffe_id, ttl_seconds, closing?}   on the session lease
+//! /l/<namespace>/<path>      Holder {spiffe_id, instance?, session, class, acquired_at_ms}  on the session lease
+//! /s/<lease-hex>             SessionRecord {spiffe_id, instance?, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! /sys/force-request/<id>    a filed force release awaiting a second operator (lock-force)
 //! /sys/force/<id>            an executed force release's record, on a 24 h lease (lock-force)
@@ -79,6 +79,10 @@ impl EpochRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub spiffe_id: String,
+    /// The holding session's process instance (`lock_config::instance`), if its client
+    /// sent one: leak detection compares it (ADR-13 as corrected in DESIGN 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
     /// Session lease, hex.
     pub session: String,
     pub class: String,
@@ -88,6 +92,9 @@ pub struct Holder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionRecord {
     pub spiffe_id: String,
+    /// The process instance that opened the session (`lock-instance`), if sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
     pub ttl_seconds: u32,
     /// Set by CloseSession just before it revokes the lease, so the revoke's deletes carry
     /// it in their previous value: the audit trail tells a close from an expiry, which
@@ -116,12 +123,22 @@ mod tests {
         assert_eq!(session_key(0x694d_7a2b_1c3e_0f11), "/s/694d7a2b1c3e0f11");
         let h = Holder {
             spiffe_id: "spiffe://td/w".into(),
+            instance: None,
             session: "abc".into(),
             class: "c".into(),
             acquired_at_ms: 5,
         };
-        assert_eq!(decode::<Holder>(&encode(&h)), Some(h));
+        assert_eq!(decode::<Holder>(&encode(&h)), Some(h.clone()));
         assert_eq!(decode::<Holder>(b"garbage"), None);
+        // Records written before instances existed still decode (no instance).
+        let old =
+            br#"{"spiffe_id":"spiffe://td/w","session":"abc","class":"c","acquired_at_ms":5}"#;
+        assert_eq!(decode::<Holder>(old), Some(h));
+        let with = Holder {
+            instance: Some("pod-1".into()),
+            ..Holder::default()
+        };
+        assert_eq!(decode::<Holder>(&encode(&with)), Some(with));
         assert_eq!(
             EpochRecord::cluster_id_hex(0xcdf8_1819_4e3a_8c32),
             "cdf818194e3a8c32"

@@ -133,6 +133,7 @@ impl Head {
             session_create_revision: first.session_create_revision,
             holder: Holder {
                 spiffe_id: first.spiffe_id,
+                instance: first.instance,
                 session: lease_hex(first.lease),
                 class: class.to_owned(),
                 acquired_at_ms: 0,

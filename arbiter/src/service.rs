@@ -56,7 +56,11 @@ impl LockService {
         let edge = self.edge(&req);
         let who = edge.identity()?;
         let key = edge.keyed(&req.get_ref().key)?;
-        let (session, class) = self.engine.open_session(&who, &key).await?;
+        let instance = edge.instance()?;
+        // Debug-only bug: sessions forget their instance, so the leak rule is by identity.
+        let instance =
+            instance.filter(|_| !self.engine.bugs().has(crate::bugs::Bug::LeakByIdentity));
+        let (session, class) = self.engine.open_session(&who, instance, &key).await?;
         tracing::debug!(namespace = key.namespace(), class, "session opened");
         Ok(self.reply(OpenSessionResponse {
             session_id: session.lease,

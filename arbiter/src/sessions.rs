@@ -13,6 +13,9 @@ use std::collections::HashSet;
 pub struct Session {
     pub lease: i64,
     pub spiffe_id: String,
+    /// The client's process instance (`lock-instance`), if it sent one; copied into the
+    /// holder record of every grant to this session.
+    pub instance: Option<String>,
     pub ttl_seconds: u32,
     /// Create revision of `/s/<lease>`: grants compare it to know the session still lives.
     pub create_revision: i64,
@@ -62,17 +65,19 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Grants a lease and binds it to `spiffe_id`.
+    /// Grants a lease and binds it to `spiffe_id` (and the caller's `instance`).
     pub async fn open(
         &self,
         store: &Store,
         spiffe_id: &str,
+        instance: Option<String>,
         ttl_seconds: u32,
     ) -> Result<Session, ArbiterError> {
         let sealed = store.sealed().await?;
         let lease = grant_random_lease(&sealed, ttl_seconds, store.lease_tag()).await?;
         let record = SessionRecord {
             spiffe_id: spiffe_id.to_owned(),
+            instance: instance.clone(),
             ttl_seconds,
             closing: false,
         };
@@ -103,6 +108,7 @@ impl Sessions {
         let session = Session {
             lease,
             spiffe_id: spiffe_id.to_owned(),
+            instance,
             ttl_seconds,
             create_revision,
         };
@@ -128,6 +134,7 @@ impl Sessions {
                 let s = Session {
                     lease,
                     spiffe_id: rec.spiffe_id,
+                    instance: rec.instance,
                     ttl_seconds: rec.ttl_seconds,
                     create_revision: kv.create_revision(),
                 };
@@ -155,6 +162,7 @@ impl Sessions {
         let key = session_key(session.lease);
         let record = SessionRecord {
             spiffe_id: session.spiffe_id.clone(),
+            instance: session.instance.clone(),
             ttl_seconds: session.ttl_seconds,
             closing: true,
         };

@@ -337,6 +337,7 @@ mod tests {
     fn holder(id: &str, session: &str) -> Vec<u8> {
         encode(&Holder {
             spiffe_id: format!("spiffe://t/{id}"),
+            instance: None,
             session: session.into(),
             class: "ledger".into(),
             acquired_at_ms: 1,
@@ -346,6 +347,7 @@ mod tests {
     fn session(id: &str, closing: bool) -> Vec<u8> {
         encode(&SessionRecord {
             spiffe_id: format!("spiffe://t/{id}"),
+            instance: None,
             ttl_seconds: 10,
             closing,
         })

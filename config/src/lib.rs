@@ -17,6 +17,7 @@ pub mod ecds;
 pub mod edge_headers;
 pub mod filter_config;
 pub mod identity;
+pub mod instance;
 pub mod key;
 pub mod proto;
 pub mod reason;

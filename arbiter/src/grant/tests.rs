@@ -9,6 +9,7 @@ fn me() -> Claimant<'static> {
     Claimant {
         lease_hex: "7a",
         spiffe_id: ME,
+        instance: None,
         session_create_revision: 40,
         epoch_mod_revision: 5,
     }
@@ -18,6 +19,7 @@ fn holder(session: &str, id: &str, create: i64) -> Option<HolderSeen> {
     Some(HolderSeen {
         session: Some(session.into()),
         spiffe_id: Some(id.into()),
+        instance: None,
         create_revision: create,
         mod_revision: create,
     })
@@ -37,6 +39,7 @@ fn verdict_table() {
     let undecodable = Some(HolderSeen {
         session: None,
         spiffe_id: None,
+        instance: None,
         create_revision: 60,
         mod_revision: 60,
     });
@@ -112,6 +115,69 @@ fn verdict_table() {
     for (name, seen, want) in cases {
         assert_eq!(verdict(&me(), &seen), want, "{name}");
     }
+}
+
+/// Replicas share an identity (issue 32): a leak is the same identity *and* instance.
+#[test]
+fn leak_is_the_same_process_not_the_same_identity() {
+    let held_by = |id: &str, instance: Option<&str>| HolderSeen {
+        instance: instance.map(str::to_owned),
+        ..holder("9", id, 60).unwrap()
+    };
+    let asking = |instance: Option<&'static str>| Claimant { instance, ..me() };
+    let cases: Vec<(&str, Option<&'static str>, HolderSeen, Verdict)> = vec![
+        (
+            "a sibling replica holds it: a contender, it waits",
+            Some("pod-a"),
+            held_by(ME, Some("pod-b")),
+            Verdict::Held { at: 90 },
+        ),
+        (
+            "this instance holds it under another session: the leak",
+            Some("pod-a"),
+            held_by(ME, Some("pod-a")),
+            Verdict::LeakedHold,
+        ),
+        (
+            "no instance on either side: the old rule, by identity",
+            None,
+            held_by(ME, None),
+            Verdict::LeakedHold,
+        ),
+        (
+            "an instance-less holder is not this instance",
+            Some("pod-a"),
+            held_by(ME, None),
+            Verdict::Held { at: 90 },
+        ),
+        (
+            "an instance-less claimant is not the holding instance",
+            None,
+            held_by(ME, Some("pod-a")),
+            Verdict::Held { at: 90 },
+        ),
+        (
+            "the same instance name under another identity is someone else",
+            Some("pod-a"),
+            held_by(OTHER, Some("pod-a")),
+            Verdict::Held { at: 90 },
+        ),
+    ];
+    for (name, instance, h, want) in cases {
+        assert_eq!(holder_verdict(&asking(instance), &h, 90), want, "{name}");
+        // The whole verdict agrees with the holder's part of it.
+        let seen = refused(Some(5), Some(40), Some(h.clone()));
+        assert_eq!(verdict(&asking(instance), &seen), want, "{name}");
+    }
+    // This very session is its own grant whatever the instance says.
+    let mine = HolderSeen {
+        instance: Some("pod-b".into()),
+        ..holder("7a", ME, 60).unwrap()
+    };
+    assert_eq!(
+        holder_verdict(&asking(Some("pod-a")), &mine, 90),
+        Verdict::Granted { revision: 60 }
+    );
 }
 
 #[test]
