@@ -1,65 +1,32 @@
 //! The client: sessions per TTL and cluster, acquire with waiting and retries, re-entrancy.
 
-use crate::connect::{Config, Stamp};
+use crate::connect::Config;
 use crate::error::LockError;
-use crate::hold::{Hold, Reentry};
-use crate::proto::lock_client::LockClient as Rpc;
+use crate::hold::Hold;
 use crate::session::{FenceFn, Session};
+use crate::state::{Inner, Reentry, Running, close_session};
 use lock_config::FencingToken;
-use lock_config::proto::v1::{
-    AcquireRequest, CloseSessionRequest, OpenSessionRequest, ReleaseRequest,
-};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
 /// Attempts of one acquire (transient errors, session changes), within its deadline.
 const MAX_TRIES: usize = 32;
 /// Keys whose cluster the client remembers (learned from WRONG_SESSION_PLACE and grants);
 /// past it the memory starts over (a miss costs one round trip, never a wrong answer).
 const MAX_PLACES: usize = 4096;
-/// Bound on one CloseSession during shutdown or drop.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A session and the sender whose drop stops its keepalive task.
-type Running = (Arc<Session>, mpsc::Sender<()>);
-
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    config: Config,
-    rpc: Mutex<(Rpc<Channel>, Stamp)>,
-    /// One session per (TTL seconds, cluster tag), with the sender that stops its
-    /// keepalive task. A session lives on one etcd cluster; with tiers and shards the
-    /// service tags its id with the cluster's tag (`lock_config::shards::tag_of`).
-    sessions: Mutex<HashMap<(u32, u8), Running>>,
-    /// Key -> cluster tag, as last learned (bounded: [`MAX_PLACES`]).
-    places: Mutex<HashMap<String, u8>>,
-    /// Re-entrancy: outermost holds by key.
-    pub(crate) holds: Mutex<HashMap<String, Reentry>>,
-    next_hold: AtomicU64,
-}
-
 impl LockClient {
     /// Builds the client; connects lazily on first use.
     pub fn new(config: Config) -> Result<Self, LockError> {
-        let rpc = Rpc::new(config.channel()?);
-        let stamp = config.stamp();
         Ok(Self {
-            inner: Arc::new(Inner {
-                config,
-                rpc: Mutex::new((rpc, stamp)),
-                sessions: Mutex::new(HashMap::new()),
-                places: Mutex::new(HashMap::new()),
-                holds: Mutex::new(HashMap::new()),
-                next_hold: AtomicU64::new(1),
-            }),
+            inner: Arc::new(Inner::new(config)?),
         })
     }
 
@@ -84,26 +51,12 @@ impl LockClient {
         for (session, stop) in sessions {
             drop(stop);
             session.close();
-            let rpc = self.rpc()?;
+            let rpc = self.inner.rpc()?;
             if let Err(e) = close_session(rpc, session.id).await {
                 first_error.get_or_insert(e);
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-
-    /// The RPC client, rebuilt when the credentials changed (a rotated SVID).
-    pub(crate) fn rpc(&self) -> Result<Rpc<Channel>, LockError> {
-        let mut guard = self
-            .inner
-            .rpc
-            .lock()
-            .map_err(|_| LockError::Unavailable("client state poisoned".into()))?;
-        let stamp = self.inner.config.stamp();
-        if stamp != guard.1 {
-            *guard = (Rpc::new(self.inner.config.channel()?), stamp);
-        }
-        Ok(guard.0.clone())
     }
 
     /// Takes `key`, waiting up to `wait` for it. `on_fence` runs if the hold is lost
@@ -131,7 +84,7 @@ impl LockClient {
                 None => self.open_session(key).await?,
             };
             let left = deadline.saturating_duration_since(Instant::now());
-            let mut rpc = self.rpc()?;
+            let mut rpc = self.inner.rpc()?;
             let req = AcquireRequest {
                 key: key.to_owned(),
                 session_id: s.id,
@@ -192,7 +145,7 @@ impl LockClient {
         entry.count += 1;
         entry.session.attach(id, on_fence);
         Some(Hold::new(
-            self.clone(),
+            self.inner.clone(),
             key,
             id,
             entry.token,
@@ -219,7 +172,7 @@ impl LockClient {
                 },
             );
         }
-        Hold::new(self.clone(), key, id, token, s)
+        Hold::new(self.inner.clone(), key, id, token, s)
     }
 
     fn any_session(&self) -> Option<Arc<Session>> {
@@ -275,14 +228,15 @@ impl LockClient {
     /// Opens the session for `key`'s class (its TTL) and starts renewing it.
     async fn open_session(&self, key: &str) -> Result<Arc<Session>, LockError> {
         let sent = Instant::now();
-        let mut rpc = self.rpc()?;
+        let mut rpc = self.inner.rpc()?;
+        let req = crate::stub::keyed(
+            OpenSessionRequest {
+                key: key.to_owned(),
+            },
+            key,
+        );
         let r = rpc
-            .open_session(crate::stub::keyed(
-                OpenSessionRequest {
-                    key: key.to_owned(),
-                },
-                key,
-            ))
+            .open_session(crate::stub::with_instance(req, &self.inner.instance))
             .await?
             .into_inner();
         let session = Session::new(
@@ -297,68 +251,6 @@ impl LockClient {
             sessions.insert((r.ttl_seconds, tag), (session.clone(), stop));
         }
         Ok(session)
-    }
-
-    pub(crate) async fn release_rpc(
-        &self,
-        key: &str,
-        token: FencingToken,
-        session: i64,
-    ) -> Result<(), LockError> {
-        let mut rpc = self.rpc()?;
-        rpc.release(crate::stub::keyed(
-            ReleaseRequest {
-                key: key.to_owned(),
-                token: token.as_u64(),
-                session_id: session,
-            },
-            key,
-        ))
-        .await?;
-        Ok(())
-    }
-}
-
-/// One CloseSession, bounded. A session the service no longer has is closed already.
-async fn close_session(mut rpc: Rpc<Channel>, session_id: i64) -> Result<(), LockError> {
-    let call = rpc.close_session(CloseSessionRequest { session_id });
-    match tokio::time::timeout(CLOSE_TIMEOUT, call).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => match LockError::from_status(&status) {
-            LockError::SessionExpired => Ok(()),
-            e => Err(e),
-        },
-        Err(_) => Err(LockError::Unavailable("close session timed out".into())),
-    }
-}
-
-impl Drop for Inner {
-    /// The last handle is gone without `shutdown`: close what is still open, in the
-    /// background (a Drop cannot wait), if a runtime is there to run it.
-    fn drop(&mut self) {
-        let Ok(sessions) = self.sessions.get_mut() else {
-            return;
-        };
-        let ids: Vec<i64> = sessions
-            .drain()
-            .map(|(_, (s, _))| {
-                s.close();
-                s.id
-            })
-            .collect();
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let Ok(rpc) = self.rpc.get_mut().map(|g| g.0.clone()) else {
-            return;
-        };
-        if !ids.is_empty() {
-            handle.spawn(async move {
-                for id in ids {
-                    let _ = close_session(rpc.clone(), id).await;
-                }
-            });
-        }
     }
 }
 

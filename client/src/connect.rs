@@ -22,6 +22,25 @@ pub struct Config {
     /// `http://127.0.0.1:15001`.
     pub endpoint: String,
     pub credentials: Credentials,
+    /// This process's instance (`lock-instance`, issue 32): replicas of one identity are
+    /// told apart by it, so a sibling's hold is waited for and only this process's own
+    /// earlier session's hold is a leak. None: [`process_instance`] (`LOCK_INSTANCE`, set
+    /// it to the pod UID from the downward API; else random, once per process).
+    pub instance: Option<String>,
+}
+
+/// The instance of this process: `LOCK_INSTANCE` if set and valid, else a random one
+/// chosen on first use and kept for the life of the process.
+pub fn process_instance() -> String {
+    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    INSTANCE
+        .get_or_init(|| {
+            std::env::var(lock_config::instance::INSTANCE_ENV)
+                .ok()
+                .and_then(|v| lock_config::instance::parse_instance(v.as_bytes()).ok())
+                .unwrap_or_else(|| lock_config::instance::random_instance(rand::random()))
+        })
+        .clone()
 }
 
 /// The three ways a workload holds its X.509-SVID.
@@ -91,6 +110,7 @@ impl Config {
                 bundle: bundle.into(),
                 server_name: server_name.into(),
             }),
+            instance: None,
         }
     }
 
@@ -99,7 +119,21 @@ impl Config {
         Self {
             endpoint: endpoint.into(),
             credentials: Credentials::MeshSidecar,
+            instance: None,
         }
+    }
+
+    /// The same config speaking for another instance (a test's second replica, or a
+    /// workload that names its instance itself). An invalid value is refused by the
+    /// service at OpenSession (MALFORMED_REQUEST).
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+
+    /// The instance this config sends: its own, else the process's.
+    pub fn instance(&self) -> String {
+        self.instance.clone().unwrap_or_else(process_instance)
     }
 
     pub(crate) fn stamp(&self) -> Stamp {

@@ -9,7 +9,7 @@ use std::time::Duration;
 pub enum LockError {
     #[error("held by another session")]
     Held,
-    #[error("held by this identity under another session (a leaked hold?)")]
+    #[error("held by this process instance under another session (a leaked hold?)")]
     LeakedHold,
     #[error("namespace is homed in region {region}")]
     RegionRedirect { region: String },
@@ -96,6 +96,49 @@ impl LockError {
                 code: status.code(),
                 message: status.message().to_owned(),
             },
+        }
+    }
+
+    /// The contract reason this error stands for: the inverse of [`LockError::from_status`],
+    /// for printing a refusal the way the raw status prints (`lockctl`). None for what the
+    /// client decided itself (fenced, unreachable, a bad argument, an unknown status).
+    pub fn reason(&self) -> Option<Reason> {
+        Some(match self {
+            LockError::Held => Reason::Held,
+            LockError::LeakedHold => Reason::LeakedHold,
+            LockError::RegionRedirect { .. } => Reason::RegionRedirect,
+            LockError::RateLimited { .. } => Reason::RateLimited,
+            LockError::Sealed => Reason::Sealed,
+            LockError::NoQuorum => Reason::NoQuorum,
+            LockError::StoreFull => Reason::StoreFull,
+            LockError::NotGranted => Reason::NotGranted,
+            LockError::Unauthenticated(_) => Reason::Unauthenticated,
+            LockError::StaleToken => Reason::StaleToken,
+            LockError::SessionExpired => Reason::SessionExpired,
+            LockError::WrongSessionTtl { .. } => Reason::WrongSessionTtl,
+            LockError::WrongSessionPlace { .. } => Reason::WrongSessionPlace,
+            LockError::Moving => Reason::Moving,
+            LockError::StreamFull(_) => Reason::StreamFull,
+            LockError::InvalidRequest(_)
+            | LockError::Fenced
+            | LockError::Unavailable(_)
+            | LockError::Other { .. } => return None,
+        })
+    }
+
+    /// The `ErrorInfo` metadata the refusal carried, as far as the variant keeps it.
+    pub fn metadata(&self) -> Vec<(&'static str, String)> {
+        match self {
+            LockError::RegionRedirect { region } => vec![("region", region.clone())],
+            LockError::RateLimited { retry_after } => {
+                vec![("retry_after_ms", retry_after.as_millis().to_string())]
+            }
+            LockError::WrongSessionTtl { class, ttl_seconds } => vec![
+                ("class", class.clone()),
+                ("ttl_seconds", ttl_seconds.to_string()),
+            ],
+            LockError::WrongSessionPlace { cluster } => vec![("cluster", cluster.clone())],
+            _ => Vec::new(),
         }
     }
 

@@ -1,25 +1,19 @@
 //! A hold: the token, the two-stage liveness of its session, and release.
 
-use crate::client::LockClient;
 use crate::error::LockError;
 use crate::session::Session;
+use crate::state::Inner;
 use lock_config::FencingToken;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The outermost hold of a key in this client; nested acquires only count.
-pub(crate) struct Reentry {
-    pub count: usize,
-    pub token: FencingToken,
-    pub session: Arc<Session>,
-}
-
 /// A granted lock. Pass [`Hold::token`] to the guarded write; check [`Hold::can_start`]
 /// before each unit of work. Dropping a hold releases it in a background task on the
 /// current Tokio runtime (without one it lapses at the session's TTL); prefer
-/// [`Hold::release`] to see the outcome, and [`LockClient::shutdown`] before exiting.
+/// [`Hold::release`] to see the outcome, and [`crate::LockClient::shutdown`] before
+/// exiting. A hold keeps its client's shared state alive (it is a handle to the client).
 pub struct Hold {
-    client: LockClient,
+    client: Arc<Inner>,
     key: String,
     id: u64,
     token: FencingToken,
@@ -29,7 +23,7 @@ pub struct Hold {
 
 impl Hold {
     pub(crate) fn new(
-        client: LockClient,
+        client: Arc<Inner>,
         key: &str,
         id: u64,
         token: FencingToken,
@@ -69,6 +63,20 @@ impl Hold {
         self.session.is_fenced()
     }
 
+    /// True if the hold has covered every instant from its grant until now: call it when
+    /// the guarded work ends, before [`Hold::release`]. False when the session passed its
+    /// local deadline at any point, even if the renewal task has not fenced yet (a process
+    /// frozen past the TTL wakes and may finish its work first): that work may not have
+    /// been exclusive, and only the resource's fence check kept it safe.
+    pub fn was_continuous(&self) -> bool {
+        self.session.lapse().is_none()
+    }
+
+    /// Why the hold was not continuous ([`Hold::was_continuous`]), if it was not.
+    pub fn lapse(&self) -> Option<crate::liveness::Lapse> {
+        self.session.lapse()
+    }
+
     /// Releases this acquire. Only the outermost hold of a key calls the service.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
@@ -97,14 +105,14 @@ impl Drop for Hold {
 }
 
 async fn finish(
-    client: &LockClient,
+    client: &Inner,
     key: &str,
     id: u64,
     token: FencingToken,
     session: &Arc<Session>,
 ) -> Result<(), LockError> {
     session.detach(id);
-    let last = match client.inner.holds.lock() {
+    let last = match client.holds.lock() {
         Ok(mut holds) => match holds.get_mut(key) {
             Some(e) if e.count > 1 => {
                 e.count -= 1;

@@ -46,12 +46,19 @@ mod hold;
 pub mod liveness;
 pub mod proto;
 mod session;
+mod state;
 pub mod stub;
 
 pub use client::LockClient;
-pub use connect::{Config, Credentials, SvidFiles, workload_api_source};
+pub use connect::{Config, Credentials, SvidFiles, process_instance, workload_api_source};
 pub use error::{LockError, refusal};
 pub use hold::Hold;
 pub use lock_config::FencingToken;
 pub use lock_config::Reason;
 pub use lock_config::status_details::Refusal;
+
+/// The manual's Rust page, compiled as doctests: a snippet that no longer compiles against
+/// this crate fails `cargo test` (issue 37).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/src/using/rust.md")]
+pub struct BookRustPage;

@@ -11,6 +11,28 @@ use std::time::{Duration, Instant};
 /// Safety margin under the TTL (ADR-12).
 pub const MARGIN: Duration = Duration::from_secs(1);
 
+/// A hold that did not cover the whole of some work: how long the session had gone
+/// without a successful renewal when the work ended, and how far past its local deadline
+/// (send time of the last renewal + TTL − margin) that was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lapse {
+    pub unrenewed: Duration,
+    pub past_deadline: Duration,
+    pub ttl: Duration,
+}
+
+impl std::fmt::Display for Lapse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no successful renewal for {:.1} s (TTL {} s): {:.1} s past the hold's deadline",
+            self.unrenewed.as_secs_f64(),
+            self.ttl.as_secs(),
+            self.past_deadline.as_secs_f64()
+        )
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Liveness {
     ttl: Duration,
@@ -76,6 +98,24 @@ impl Liveness {
         !self.failing && !self.fenced && now < self.deadline()
     }
 
+    /// Whether the session covered every instant up to `now` (issue 32): never fenced and
+    /// its deadline not yet passed. Checked when work that ran under a hold ends, because
+    /// a process frozen past its deadline (SIGSTOP, a VM pause, a long GC) may wake and
+    /// finish before the renewal task has run to fence it. The deadline only moves with a
+    /// renewal sent before it, and a fenced session never renews again, so "covered at
+    /// `now`" means covered throughout. Err says by how much it was not.
+    pub fn covered_until(&self, now: Instant) -> Result<(), Lapse> {
+        let deadline = self.deadline();
+        if !self.fenced && now < deadline {
+            return Ok(());
+        }
+        Err(Lapse {
+            unrenewed: now.saturating_duration_since(self.last_ok_send),
+            past_deadline: now.saturating_duration_since(deadline),
+            ttl: self.ttl,
+        })
+    }
+
     pub fn remaining(&self, now: Instant) -> Duration {
         if self.fenced {
             return Duration::ZERO;
@@ -114,6 +154,80 @@ mod tests {
         // A late success cannot revive a fenced session.
         l.renewed(t0 + 19 * S);
         assert!(!l.can_start(t0 + 19 * S));
+    }
+
+    /// Issue 32: work that ends after the deadline did not run under the hold the whole
+    /// time, whether or not the renewal task has fenced yet (a frozen process wakes and may
+    /// see its command's exit first).
+    #[test]
+    fn covered_until_table() {
+        let t0 = Instant::now();
+        let ttl = 30 * S;
+        let fresh = Liveness::new(ttl, t0);
+        let mut renewed = Liveness::new(ttl, t0);
+        renewed.renewed(t0 + 10 * S);
+        let mut fenced = Liveness::new(ttl, t0);
+        assert!(fenced.fence_due(t0 + 29 * S));
+        let mut expired = Liveness::new(ttl, t0);
+        expired.expire();
+        let cases: Vec<(&str, &Liveness, Duration, Option<Lapse>)> = vec![
+            ("well inside the deadline", &fresh, 5 * S, None),
+            (
+                "a moment before it",
+                &fresh,
+                29 * S - Duration::from_millis(1),
+                None,
+            ),
+            (
+                "at the deadline, not yet fenced (frozen, just woken)",
+                &fresh,
+                29 * S,
+                Some(Lapse {
+                    unrenewed: 29 * S,
+                    past_deadline: Duration::ZERO,
+                    ttl,
+                }),
+            ),
+            (
+                "37 s frozen, not yet fenced",
+                &fresh,
+                37 * S,
+                Some(Lapse {
+                    unrenewed: 37 * S,
+                    past_deadline: 8 * S,
+                    ttl,
+                }),
+            ),
+            ("a renewal moved the deadline", &renewed, 37 * S, None),
+            (
+                "fenced by the task",
+                &fenced,
+                30 * S,
+                Some(Lapse {
+                    unrenewed: 30 * S,
+                    past_deadline: S,
+                    ttl,
+                }),
+            ),
+            (
+                "the service said expired",
+                &expired,
+                2 * S,
+                Some(Lapse {
+                    unrenewed: 2 * S,
+                    past_deadline: Duration::ZERO,
+                    ttl,
+                }),
+            ),
+        ];
+        for (name, l, at, want) in cases {
+            assert_eq!(l.covered_until(t0 + at).err(), want, "{name}");
+        }
+        // A success reported after the fence does not restore cover.
+        let mut late = Liveness::new(ttl, t0);
+        assert!(late.fence_due(t0 + 29 * S));
+        late.renewed(t0 + 28 * S);
+        assert!(late.covered_until(t0 + 29 * S).is_err());
     }
 
     #[test]

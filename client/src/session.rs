@@ -64,6 +64,21 @@ impl Session {
         self.with(|s| s.live.is_fenced()).unwrap_or(true)
     }
 
+    /// None while the session has covered every instant up to now (`Liveness::covered_until`).
+    pub fn lapse(&self) -> Option<crate::liveness::Lapse> {
+        let now = Instant::now();
+        match self.with(|s| s.live.covered_until(now)) {
+            Some(Ok(())) => None,
+            Some(Err(lapse)) => Some(lapse),
+            // A poisoned state cannot vouch for anything.
+            None => Some(crate::liveness::Lapse {
+                unrenewed: Duration::ZERO,
+                past_deadline: Duration::ZERO,
+                ttl: Duration::ZERO,
+            }),
+        }
+    }
+
     pub fn attach(&self, hold: u64, on_fence: FenceFn) {
         self.with(|s| s.fences.insert(hold, on_fence));
     }

@@ -31,10 +31,11 @@ def stack_env():
     }
 
 
-def _client(prefix: str) -> LockClient:
+def _client(prefix: str, instance=None) -> LockClient:
     return LockClient(
         _env("LOCK_ENDPOINT"),
         SvidFiles(_env(f"{prefix}_SVID"), _env(f"{prefix}_SVID_KEY"), _env("LOCK_CA")),
+        instance=instance,
     )
 
 
@@ -51,3 +52,19 @@ def other_locks():
     c = _client("LOCK_OTHER")
     yield c
     c.shutdown()
+
+
+@pytest.fixture
+def replica():
+    """Another replica of `locks`'s identity: the same SVID, its own instance (a second pod
+    of one Deployment). Call it with an instance name; each client is shut down after."""
+    made = []
+
+    def make(instance: str) -> LockClient:
+        c = _client("LOCK", instance=instance)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.shutdown()

@@ -4,6 +4,7 @@ import subprocess
 import json
 import os
 import signal
+import sys
 import threading
 import time
 import urllib.request
@@ -15,6 +16,7 @@ from lock_client import (
     Fenced,
     Held,
     InvalidRequest,
+    LeakedHold,
     LockClient,
     MeshSidecar,
     NotGranted,
@@ -76,6 +78,92 @@ def test_nested_acquires_count_locally_and_the_last_release_calls(locks, other_l
         other_locks.acquire(key, wait=0)
     outer.release()
     other_locks.acquire(key, wait=2).release()
+
+
+def test_replicas_of_one_identity_take_turns(replica, stack_env):
+    """Issue 32: three replicas (one SPIFFE ID, three instances) on one key, each waiting
+    its turn: every one is granted in turn (FIFO handoff), none hears LEAKED_HOLD."""
+    key = fresh(stack_env["prefix"])
+    pods = [replica(f"pod-{i}-{uuid.uuid4().hex[:6]}") for i in range(3)]
+    tokens, errors_seen, lock = [], [], threading.Lock()
+
+    def run(c: LockClient) -> None:
+        for _ in range(3):
+            try:
+                with c.hold(key, wait=20) as h:
+                    with lock:
+                        tokens.append((h.token, id(c)))
+                    time.sleep(0.05)
+            except Exception as e:  # recorded: the assertion below names it
+                errors_seen.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors_seen, errors_seen
+    assert len(tokens) == 9
+    assert [t for t, _ in tokens] == sorted(t for t, _ in tokens), "tokens rise in grant order"
+    handoffs = sum(1 for a, b in zip(tokens, tokens[1:]) if a[1] != b[1])
+    print(f"replicas: 9 holds, {handoffs} handoffs between siblings")
+    assert handoffs >= 2
+
+
+def test_a_reused_instance_is_still_a_leak(replica, stack_env):
+    """The same instance under a second session (a process that lost its session and
+    asks again) is told LEAKED_HOLD, at once and also when it would wait."""
+    key = fresh(stack_env["prefix"])
+    name = f"pod-{uuid.uuid4().hex[:8]}"
+    first, again = replica(name), replica(name)
+    h = first.acquire(key)
+    with pytest.raises(LeakedHold):
+        again.acquire(key, wait=0)
+    with pytest.raises(LeakedHold):
+        again.acquire(key, wait=2)
+    h.release()
+    again.acquire(key).release()
+
+
+_FROZEN_CHILD = """
+import os, sys, time
+from lock_client import LockClient, SvidFiles
+c = LockClient(os.environ["LOCK_ENDPOINT"],
+               SvidFiles(os.environ["LOCK_SVID"], os.environ["LOCK_SVID_KEY"], os.environ["LOCK_CA"]))
+h = c.acquire(sys.argv[1])
+print("held", flush=True)
+sys.stdin.readline()        # the parent freezes this process, then wakes it and writes
+print("continuous" if h.was_continuous() else f"lapsed: {h.lapse()}", flush=True)
+c.shutdown()
+"""
+
+
+def test_a_hold_frozen_past_its_ttl_is_not_continuous(stack_env):
+    """Issue 32: a process frozen (SIGSTOP) past its TTL and woken must learn that its
+    hold did not cover its work, however the wake-up races its renewal thread."""
+    for freeze in (0.0, stack_env["ttl"] + 1.0):
+        key = fresh(stack_env["prefix"])
+        child = subprocess.Popen(
+            [sys.executable, "-c", _FROZEN_CHILD, key], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "src")))
+        try:
+            assert child.stdout.readline().strip() == "held"
+            if freeze:
+                os.kill(child.pid, signal.SIGSTOP)
+                time.sleep(freeze)
+                os.kill(child.pid, signal.SIGCONT)
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            verdict = child.stdout.readline().strip()
+            child.wait(timeout=20)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=10)
+        if freeze:
+            assert verdict.startswith("lapsed:"), verdict
+        else:
+            assert verdict == "continuous", verdict
 
 
 def test_many_holds_share_one_session(locks, stack_env):

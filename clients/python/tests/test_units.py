@@ -10,8 +10,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from lock_client import errors
 from lock_client.client import check_endpoint
-from lock_client.keys import encode_key
-from lock_client.liveness import Liveness
+from lock_client.keys import encode_key, process_instance, valid_instance
+from lock_client.liveness import Lapse, Liveness
 
 
 def test_drain_at_first_failure_fence_at_the_send_time_deadline():
@@ -35,6 +35,36 @@ def test_an_older_success_does_not_move_the_deadline_back():
     live.renewed(12.0)
     live.renewed(11.0)
     assert live.deadline() == 17.0
+
+
+@pytest.mark.parametrize("name,at,fence,expire,want", [
+    ("well inside the deadline", 105.0, None, False, None),
+    ("at the deadline, not yet fenced (frozen, just woken)", 129.0, None, False,
+     Lapse(unrenewed=29.0, past_deadline=0.0, ttl=30.0)),
+    ("37 s frozen, not yet fenced", 137.0, None, False,
+     Lapse(unrenewed=37.0, past_deadline=8.0, ttl=30.0)),
+    ("fenced by the thread", 130.0, 129.0, False,
+     Lapse(unrenewed=30.0, past_deadline=1.0, ttl=30.0)),
+    ("the service said expired", 102.0, None, True,
+     Lapse(unrenewed=2.0, past_deadline=0.0, ttl=30.0)),
+])
+def test_covered_until_is_the_rust_table(name, at, fence, expire, want):
+    """The same cases as lock-client's `covered_until_table` (issue 32)."""
+    live = Liveness(30.0, 100.0)
+    if fence is not None:
+        assert live.fence_due(fence)
+    if expire:
+        live.expire()
+    assert live.covered_until(at) == want, name
+
+
+def test_instances_follow_the_services_rule():
+    for ok in ["3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d", "ledger-7d9f8c-x2x4q", "a" * 253]:
+        assert valid_instance(ok), ok
+    for bad in ["", "with space", "slash/y", "caf\u00e9", "a" * 254]:
+        assert not valid_instance(bad), bad
+    assert valid_instance(process_instance())
+    assert process_instance() == process_instance(), "one per process"
 
 
 def _details(reason: str, **metadata: str) -> bytes:

@@ -37,11 +37,13 @@ from .errors import (
     WrongSessionPlace,
     WrongSessionTtl,
 )
-from .keys import encode_key
+from .keys import encode_key, process_instance
+from .liveness import Lapse
 
 __all__ = [
     "Draining", "Fenced", "Held", "Hold", "InvalidRequest", "LeakedHold", "LockClient", "LockError",
     "MeshSidecar", "Moving", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
     "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
+    "Lapse", "process_instance",
 ]

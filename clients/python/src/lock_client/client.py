@@ -21,8 +21,8 @@ import grpc
 
 from . import errors
 from ._proto.lock.v1 import lock_pb2, lock_pb2_grpc
-from .keys import keyed
-from .liveness import Liveness
+from .keys import INSTANCE_METADATA, keyed, process_instance
+from .liveness import Lapse, Liveness
 
 log = logging.getLogger("lock_client")
 
@@ -177,6 +177,11 @@ class _Session:
     def remaining(self) -> float:
         with self._lock:
             return self._live.remaining(time.monotonic())
+
+    def lapse(self) -> Optional[Lapse]:
+        now = time.monotonic()
+        with self._lock:
+            return self._live.covered_until(now)
 
     @property
     def fenced(self) -> bool:
@@ -345,6 +350,16 @@ class Hold:
         """The hold was fenced (its on_fence ran): it is dead."""
         return self._session.fenced
 
+    def was_continuous(self) -> bool:
+        """True if the hold covered every instant from its grant until now: ask when the
+        guarded work ends. False once the session passed its local deadline, even if the
+        renewal thread has not fenced yet (a process frozen past the TTL)."""
+        return self._session.lapse() is None
+
+    def lapse(self) -> Optional[Lapse]:
+        """Why the hold was not continuous, if it was not."""
+        return self._session.lapse()
+
     def release(self) -> None:
         """Releases this acquire; only the outermost hold of a key calls the service.
         Raises Fenced if the hold was fenced: its work may not have been exclusive."""
@@ -372,9 +387,14 @@ class LockClient:
     - Each keyed call sends its key as `lock-key` metadata, the edge's fast path.
     """
 
-    def __init__(self, endpoint: str, credentials: Credentials):
+    def __init__(self, endpoint: str, credentials: Credentials,
+                 instance: Optional[str] = None):
+        """`instance`: this process among the replicas of its identity (sent with every
+        OpenSession as `lock-instance`); default `process_instance()`: `LOCK_INSTANCE`
+        (the pod UID), else random once per process."""
         # Validates the endpoint against the mode before anything is sent.
         check_endpoint(endpoint, isinstance(credentials, MeshSidecar))
+        self._instance = instance if instance is not None else process_instance()
         self._endpoint = endpoint
         self._credentials = credentials
         self._lock = threading.Lock()
@@ -459,8 +479,9 @@ class LockClient:
     def hold(self, key: str, wait: float = 0.0,
              on_fence: Optional[FenceFn] = None) -> Iterator[Hold]:
         """`with client.hold("pay/ledger/42", wait=5) as h:` ... the key is released when
-        the block ends. If the hold was fenced meanwhile, leaving the block raises Fenced
-        (unless the block raised already): its work may not have been exclusive."""
+        the block ends. If the hold did not cover the whole block (fenced, or past its
+        deadline when the block ended), leaving it raises Fenced (unless the block raised
+        already): its work may not have been exclusive."""
         h = self.acquire(key, wait, on_fence)
         try:
             yield h
@@ -468,6 +489,11 @@ class LockClient:
             with contextlib.suppress(errors.LockError):
                 h.release()
             raise
+        lapse = h.lapse()
+        if lapse is not None:
+            with contextlib.suppress(errors.LockError):
+                h.release()
+            raise errors.Fenced(f"the hold on {key} did not cover the whole block ({lapse})")
         h.release()
 
     def shutdown(self) -> None:
@@ -557,7 +583,8 @@ class LockClient:
         sent = time.monotonic()
         stub = self._stub()
         try:
-            r = stub.OpenSession(lock_pb2.OpenSessionRequest(key=key), metadata=keyed(key),
+            r = stub.OpenSession(lock_pb2.OpenSessionRequest(key=key),
+                                 metadata=keyed(key) + ((INSTANCE_METADATA, self._instance),),
                                  timeout=CALL_SLACK)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None

@@ -2,7 +2,7 @@
 
 Every refusal of the service is a gRPC status whose `grpc-status-details-bin` trailer is a
 google.rpc.Status holding a google.rpc.ErrorInfo with domain "lock.v1"; its `reason` is
-the contract (config/proto/lock/v1/lock.proto, README "Errors"), not the message.
+the contract (config/proto/lock/v1/lock.proto, docs/src/reference/errors.md), not the message.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ class Held(LockError):
 
 
 class LeakedHold(LockError):
-    """This identity holds the key under another session (ADR-13)."""
+    """This process instance (or, without one, this identity) holds the key under another
+    session (ADR-13): a leak. A sibling replica's hold is waited for instead."""
 
 
 class RegionRedirect(LockError):

@@ -7,7 +7,24 @@ keepalive `can_start` turns false (in-flight work may finish); at the deadline t
 are fenced. The same rule as lock-client's `liveness.rs`.
 """
 
+from dataclasses import dataclass
+from typing import Optional
+
 MARGIN = 1.0
+
+
+@dataclass(frozen=True)
+class Lapse:
+    """A hold that did not cover the whole of some work: seconds without a successful
+    renewal when the work ended, and how far past the local deadline that was."""
+
+    unrenewed: float
+    past_deadline: float
+    ttl: float
+
+    def __str__(self) -> str:
+        return (f"no successful renewal for {self.unrenewed:.1f} s (TTL {self.ttl:.0f} s): "
+                f"{self.past_deadline:.1f} s past the hold's deadline")
 
 
 class Liveness:
@@ -50,6 +67,17 @@ class Liveness:
 
     def can_start(self, now: float) -> bool:
         return not self._failing and not self._fenced and now < self.deadline()
+
+    def covered_until(self, now: float) -> "Optional[Lapse]":
+        """None if the session covered every instant up to `now` (never fenced, deadline
+        not passed); else by how much it did not (issue 32). Checked when guarded work
+        ends: a process frozen past its deadline may finish before its renewal thread has
+        woken to fence. The same rule as lock-client's `Liveness::covered_until`."""
+        deadline = self.deadline()
+        if not self._fenced and now < deadline:
+            return None
+        return Lapse(unrenewed=max(now - self._last_ok_send, 0.0),
+                     past_deadline=max(now - deadline, 0.0), ttl=self.ttl)
 
     def remaining(self, now: float) -> float:
         if self._fenced:

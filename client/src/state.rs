@@ -1,0 +1,138 @@
+//! What every handle of one client and every hold it gave out share: the connection
+//! (rebuilt when the SVID rotates), the sessions, the key places, and the re-entry table.
+//! `client.rs` decides (acquire, retries, sessions per TTL); `hold.rs` ends holds; both
+//! reach the service through this.
+
+use crate::connect::{Config, Stamp};
+use crate::error::LockError;
+use crate::proto::lock_client::LockClient as Rpc;
+use crate::session::Session;
+use lock_config::FencingToken;
+use lock_config::proto::v1::{CloseSessionRequest, ReleaseRequest};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+/// Bound on one CloseSession during shutdown or drop.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A session and the sender whose drop stops its keepalive task.
+pub(crate) type Running = (Arc<Session>, mpsc::Sender<()>);
+
+/// The outermost hold of a key in this client; nested acquires only count.
+pub(crate) struct Reentry {
+    pub count: usize,
+    pub token: FencingToken,
+    pub session: Arc<Session>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    /// Sent with every OpenSession (`Config::instance`), fixed for the client's life.
+    pub(crate) instance: String,
+    rpc: Mutex<(Rpc<Channel>, Stamp)>,
+    /// One session per (TTL seconds, cluster tag), with the sender that stops its
+    /// keepalive task. A session lives on one etcd cluster; with tiers and shards the
+    /// service tags its id with the cluster's tag (`lock_config::shards::tag_of`).
+    pub(crate) sessions: Mutex<HashMap<(u32, u8), Running>>,
+    /// Key -> cluster tag, as last learned (bounded: [`MAX_PLACES`]).
+    pub(crate) places: Mutex<HashMap<String, u8>>,
+    /// Re-entrancy: outermost holds by key.
+    pub(crate) holds: Mutex<HashMap<String, Reentry>>,
+    pub(crate) next_hold: AtomicU64,
+}
+
+impl Inner {
+    pub(crate) fn new(config: Config) -> Result<Self, LockError> {
+        let rpc = Rpc::new(config.channel()?);
+        let stamp = config.stamp();
+        let instance = config.instance();
+        Ok(Inner {
+            instance,
+            config,
+            rpc: Mutex::new((rpc, stamp)),
+            sessions: Mutex::new(HashMap::new()),
+            places: Mutex::new(HashMap::new()),
+            holds: Mutex::new(HashMap::new()),
+            next_hold: AtomicU64::new(1),
+        })
+    }
+
+    /// The RPC client, rebuilt when the credentials changed (a rotated SVID).
+    pub(crate) fn rpc(&self) -> Result<Rpc<Channel>, LockError> {
+        let mut guard = self
+            .rpc
+            .lock()
+            .map_err(|_| LockError::Unavailable("client state poisoned".into()))?;
+        let stamp = self.config.stamp();
+        if stamp != guard.1 {
+            *guard = (Rpc::new(self.config.channel()?), stamp);
+        }
+        Ok(guard.0.clone())
+    }
+
+    pub(crate) async fn release_rpc(
+        &self,
+        key: &str,
+        token: FencingToken,
+        session: i64,
+    ) -> Result<(), LockError> {
+        let mut rpc = self.rpc()?;
+        rpc.release(crate::stub::keyed(
+            ReleaseRequest {
+                key: key.to_owned(),
+                token: token.as_u64(),
+                session_id: session,
+            },
+            key,
+        ))
+        .await?;
+        Ok(())
+    }
+}
+
+/// One CloseSession, bounded. A session the service no longer has is closed already.
+pub(crate) async fn close_session(mut rpc: Rpc<Channel>, session_id: i64) -> Result<(), LockError> {
+    let call = rpc.close_session(CloseSessionRequest { session_id });
+    match tokio::time::timeout(CLOSE_TIMEOUT, call).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(status)) => match LockError::from_status(&status) {
+            LockError::SessionExpired => Ok(()),
+            e => Err(e),
+        },
+        Err(_) => Err(LockError::Unavailable("close session timed out".into())),
+    }
+}
+
+impl Drop for Inner {
+    /// The last handle is gone without `shutdown`: close what is still open, in the
+    /// background (a Drop cannot wait), if a runtime is there to run it.
+    fn drop(&mut self) {
+        let Ok(sessions) = self.sessions.get_mut() else {
+            return;
+        };
+        let ids: Vec<i64> = sessions
+            .drain()
+            .map(|(_, (s, _))| {
+                s.close();
+                s.id
+            })
+            .collect();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Ok(rpc) = self.rpc.get_mut().map(|g| g.0.clone()) else {
+            return;
+        };
+        if !ids.is_empty() {
+            handle.spawn(async move {
+                for id in ids {
+                    let _ = close_session(rpc.clone(), id).await;
+                }
+            });
+        }
+    }
+}
