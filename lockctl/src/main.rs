@@ -6,6 +6,7 @@
 
 mod force;
 mod offline;
+mod refusal;
 mod remote;
 mod run;
 mod shards;
@@ -75,6 +76,7 @@ impl Conn {
                         source,
                         server_name: self.server_name.clone(),
                     },
+                    instance: None,
                 })
             }
             _ => Err(Failure::input(

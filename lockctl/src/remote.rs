@@ -16,39 +16,24 @@ async fn connect(conn: &Conn) -> Result<LockClient<Channel>, Failure> {
     Ok(LockClient::new(channel))
 }
 
-/// Prints a refusal as `REASON (code): message [k=v ...]`.
 fn refused(status: tonic::Status) -> Failure {
-    let code = status.code();
-    let (reason, meta) = match lock_client::refusal(&status) {
-        Some(r) => {
-            let mut meta: Vec<_> = r
-                .metadata
-                .into_iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            meta.sort();
-            (r.reason.as_str(), meta.join(" "))
-        }
-        None if matches!(code, tonic::Code::Unavailable | tonic::Code::Unknown) => {
-            return Failure::unreachable(format!("{code:?}: {}", status.message()));
-        }
-        None => ("UNKNOWN", String::new()),
-    };
-    Failure::refused(
-        format!("{reason} ({code:?}): {} {meta}", status.message())
-            .trim_end()
-            .to_owned(),
-    )
+    crate::refusal::of_status(status)
 }
 
 pub async fn acquire(conn: &Conn, key: &str) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
+    let open = keyed(
+        OpenSessionRequest {
+            key: key.to_owned(),
+        },
+        key,
+    );
+    // This invocation is a process of its own: another `lockctl acquire` of the same
+    // identity is a contender, not a leak, unless LOCK_INSTANCE names them the same.
     let session = client
-        .open_session(keyed(
-            OpenSessionRequest {
-                key: key.to_owned(),
-            },
-            key,
+        .open_session(lock_client::stub::with_instance(
+            open,
+            &lock_client::process_instance(),
         ))
         .await
         .map_err(refused)?
