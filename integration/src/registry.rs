@@ -40,6 +40,27 @@ pub fn gate_id(i: usize) -> String {
     format!("spiffe://dev.lock.local/ns/gate/sa/c{i}")
 }
 
+/// The identity slot of the gate's client `c`: clients `2k-1` and `2k` are two replicas of
+/// one Deployment (issue 32), sharing the identity of slot `2k-1`, each with its own
+/// instance; ids from [`GATE_CLIENTS`] on (the attacker) keep their own.
+pub fn gate_replica_slot(c: usize) -> usize {
+    if c >= GATE_CLIENTS || c % 2 == 1 || c == 0 {
+        c
+    } else {
+        c - 1
+    }
+}
+
+/// The SPIFFE ID the gate's client `c` runs as (its replica slot's).
+pub fn gate_client_identity(c: usize) -> String {
+    gate_id(gate_replica_slot(c))
+}
+
+/// The `lock-instance` the gate's client `c` sends: one per logical process.
+pub fn gate_instance(c: usize) -> String {
+    format!("gate-c{c}")
+}
+
 /// An identity with a small rate budget: burst 3, then 1 request per second.
 pub const LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/limited";
 /// An identity with a deep bucket refilled slowly: burst [`DEEP_BURST`], then 1 per second.

@@ -488,12 +488,13 @@ async fn lockctl_takes_and_releases_through_envoy() {
         field("revision")
     );
 
-    // A second acquire is refused with exit code 1 and the reason.
+    // A second acquire (another lockctl process: another instance of the same identity, a
+    // contender, issue 32) is refused with exit code 1 and the reason.
     let out = stack
         .lockctl_as(&svid, &["acquire", "pay/ledger/42"])
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("LEAKED_HOLD"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HELD (Aborted)"));
 
     let out = stack
         .lockctl_as(&svid, &["release", "pay/ledger/42", &token.to_string()])

@@ -42,6 +42,7 @@ async fn a_workload_api_client_keeps_working_through_rotations() {
             source: source.clone(),
             server_name: "localhost".into(),
         },
+        instance: None,
     })
     .unwrap();
 
