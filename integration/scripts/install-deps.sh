@@ -19,8 +19,12 @@
 #   python        a venv (.deps/python-venv) with clients/python and its pinned test tools
 #                 (clients/python/requirements-dev.txt: grpcio, grpcio-tools, pytest, grpcurl)
 #   buf           npm @bufbuild/buf (lint and breaking-change checks of lock.v1) in .deps/npm
+#   node client   clients/node/package-lock.json into clients/node/node_modules (grpc-js,
+#                 proto-loader, typescript: the Node client's build and tests)
 #   node tools    integration/node/package-lock.json into .deps/node-tools: oidc-provider (a real
 #                 OpenID provider for the force-release tests) and playwright-core
+#   mdbook        crates.io mdbook (search feature only) into .deps/mdbook: `make docs`, and the
+#                 book's build check in `make test`
 #   chromium      Debian chromium (the approval page's browser test, driven by playwright-core)
 #   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
 #                 `install-deps.sh fuzz`)
@@ -215,6 +219,37 @@ install_node_tools() {
   echo "$want" > "$dir/.installed"
 }
 
+install_node_client() {
+  # The Node client's own dependencies (grpc-js, proto-loader, typescript), exactly as its
+  # lockfile pins them, in clients/node/node_modules where Node resolves them.
+  local dir="$ROOT/clients/node"
+  local want; want=$(sha256sum "$dir/package.json" "$dir/package-lock.json" | sha256sum | cut -d' ' -f1)
+  if [ -d "$dir/node_modules/@grpc/grpc-js" ] && [ "$(cat "$dir/node_modules/.installed" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  command -v npm >/dev/null 2>&1 || system_apt_install npm
+  log "node client: npm ci in clients/node"
+  (cd "$dir" && npm ci --silent --no-audit --no-fund)
+  echo "$want" > "$dir/node_modules/.installed"
+}
+
+MDBOOK_VERSION=0.4.52
+install_mdbook() {
+  # The manual (docs/, `make docs`): mdBook from crates.io, built once into .deps/mdbook
+  # with only its search feature (no server, no watcher). Debian's mdbook is a +ds build
+  # whose theme assets are links into other Debian packages, so it is not used.
+  local want="$MDBOOK_VERSION search"
+  if [ -x "$DEPS/mdbook/bin/mdbook" ] && [ "$(cat "$DEPS/mdbook/.installed" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  log "mdbook: cargo install mdbook@$MDBOOK_VERSION into $DEPS/mdbook"
+  cargo install --quiet --locked --root "$DEPS/mdbook" --version "$MDBOOK_VERSION" \
+    --no-default-features --features search mdbook
+  echo "$want" > "$DEPS/mdbook/.installed"
+  mkdir -p "$DEPS/bin"
+  ln -sf "$DEPS/mdbook/bin/mdbook" "$DEPS/bin/mdbook"
+}
+
 install_chromium() {
   # The approval page is tested in a real browser: Debian's chromium, headless.
   if command -v chromium >/dev/null 2>&1; then return; fi
@@ -224,7 +259,7 @@ install_chromium() {
 
 install_python_client() {
   # The Python client's tests (integration/tests/python_client.rs) and grpcurl for the
-  # README's example. Reinstalled when the pinned list changes.
+  # getting-started example. Reinstalled when the pinned list changes.
   local venv="$DEPS/python-venv" req="$ROOT/clients/python/requirements-dev.txt"
   local want; want=$(sha256sum "$req" "$ROOT/clients/python/pyproject.toml" | sha256sum | cut -d' ' -f1)
   if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.installed" 2>/dev/null)" = "$want" ]; then
@@ -269,6 +304,8 @@ install_envoy
 install_prometheus
 install_buf
 install_node_tools
+install_node_client
+install_mdbook
 install_chromium
 install_python_client
 mkdir -p "$DEPS/bin"

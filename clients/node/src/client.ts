@@ -1,0 +1,542 @@
+// The client: sessions per TTL and cluster, each renewed by one KeepAlive stream; acquire
+// with waiting and retries inside the caller's deadline; re-entrancy; holds. Mirrors the
+// Rust lock-client (client/src) and the Python client: a reader of one can read the others.
+
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { fileURLToPath } from "node:url";
+import { channelArgs, checkEndpoint, stamp, type Credentials } from "./connect.js";
+import { Fenced, fromGrpcError, LockError, SessionExpired, Unavailable, WrongSessionPlace, WrongSessionTtl, RateLimited } from "./errors.js";
+import { encodeKey, INSTANCE_METADATA, METADATA_KEY, processInstance, tagOf } from "./keys.js";
+import { describeLapse, Liveness, type Lapse } from "./liveness.js";
+
+/** Attempts of one acquire (transient errors, session changes), within its deadline. */
+const MAX_TRIES = 32;
+/** Keys whose cluster the client remembers (past it the memory starts over). */
+const MAX_PLACES = 4096;
+/** Bound on one unary call beyond the wait the service was asked for. */
+const CALL_SLACK_MS = 10_000;
+/** Bound on one CloseSession during shutdown. */
+const CLOSE_TIMEOUT_MS = 5_000;
+/** The longest wait a caller may ask for; the service grants at most 300 s. */
+const MAX_WAIT_MS = 24 * 3600 * 1000;
+
+const now = (): number => performance.now();
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const jitter = (ms: number): number => ms * (0.75 + Math.random() * 0.5);
+
+// The lock.v1 service, loaded from the proto shipped with the package. int64/fixed64 are
+// strings on the way in and out (no precision lost; tokens become bigint at the API).
+const definition = protoLoader.loadSync(fileURLToPath(new URL("../proto/lock/v1/lock.proto", import.meta.url)), {
+  keepCase: false,
+  longs: String,
+  defaults: true,
+  includeDirs: [fileURLToPath(new URL("../proto/", import.meta.url))],
+});
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const LockService = (grpc.loadPackageDefinition(definition) as any).lock.v1.Lock as grpc.ServiceClientConstructor;
+
+/* eslint-disable @typescript-eslint/no-explicit-any */
+type Stub = grpc.Client & Record<string, any>;
+
+function keyed(key: string, extra: [string, string][] = []): grpc.Metadata {
+  const md = new grpc.Metadata();
+  md.set(METADATA_KEY, encodeKey(key));
+  for (const [k, v] of extra) md.set(k, v);
+  return md;
+}
+
+function unary<T>(stub: Stub, method: string, req: object, md: grpc.Metadata, timeoutMs: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    stub[method](req, md, { deadline: new Date(Date.now() + timeoutMs) }, (err: grpc.ServiceError | null, res: T) => {
+      if (err) reject(fromGrpcError(err));
+      else resolve(res);
+    });
+  });
+}
+
+export type FenceFn = () => void;
+
+/** One KeepAlive call: a renewal writes a request and waits (bounded) for its answer. */
+class KeepAliveStream {
+  private readonly call: grpc.ClientDuplexStream<any, any>;
+  private waiting: { resolve: (ttl: number) => void; reject: (e: LockError) => void } | null = null;
+  private ended: LockError | null = null;
+
+  constructor(stub: Stub) {
+    this.call = stub["keepAlive"]();
+    this.call.on("data", (r: { ttlSeconds: string }) => this.settle(null, Number(r.ttlSeconds)));
+    this.call.on("error", (e: unknown) => this.settle(fromGrpcError(e), 0));
+    this.call.on("end", () => this.settle(new StreamEnded("keepalive stream ended"), 0));
+  }
+
+  private settle(err: LockError | null, ttl: number): void {
+    if (err && !this.ended) this.ended = err;
+    const w = this.waiting;
+    this.waiting = null;
+    if (!w) return;
+    if (err) w.reject(err);
+    else w.resolve(ttl);
+  }
+
+  renew(sessionId: string, waitMs: number): Promise<void> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting = null;
+        reject(new Unavailable("keepalive timed out"));
+      }, Math.max(waitMs, 1));
+      this.waiting = {
+        resolve: (ttl) => {
+          clearTimeout(timer);
+          if (ttl > 0) resolve();
+          else reject(new SessionExpired("the session's lease is gone"));
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      this.call.write({ sessionId });
+    });
+  }
+
+  close(): void {
+    this.call.end();
+    this.call.cancel();
+  }
+}
+
+/** The server ended the KeepAlive stream cleanly (an arbiter draining). */
+class StreamEnded extends Unavailable {}
+
+/**
+ * One lease for this client per TTL, renewed by one KeepAlive stream however many holds it
+ * carries (ADR-10). Its loop sends a keepalive every TTL/3, records the send time of each
+ * success, and fences every hold of the session at the deadline.
+ */
+class Session {
+  readonly id: string;
+  private readonly live: Liveness;
+  private readonly fences = new Map<number, FenceFn>();
+  private stopped = false;
+  private wake: (() => void) | null = null;
+
+  constructor(id: string, ttlMs: number, openedAt: number, private readonly stub: () => Stub) {
+    this.id = id;
+    this.live = new Liveness(ttlMs, openedAt);
+    void this.keepAlive();
+  }
+
+  get ttlMs(): number {
+    return this.live.ttlMs;
+  }
+  get fenced(): boolean {
+    return this.live.fenced;
+  }
+  canStart(): boolean {
+    return this.live.canStart(now());
+  }
+  remaining(): number {
+    return this.live.remaining(now());
+  }
+  lapse(): Lapse | null {
+    return this.live.coveredUntil(now());
+  }
+  attach(hold: number, onFence: FenceFn | undefined): void {
+    if (onFence) this.fences.set(hold, onFence);
+  }
+  detach(hold: number): void {
+    this.fences.delete(hold);
+  }
+
+  /** Closed by its owner: dead from now on, and no onFence runs. */
+  close(): void {
+    this.live.expire();
+    this.fences.clear();
+    this.stopped = true;
+    this.wake?.();
+  }
+
+  private fenceAll(due: (l: Liveness) => boolean): void {
+    if (!due(this.live)) return;
+    const callbacks = [...this.fences.values()];
+    this.fences.clear();
+    for (const f of callbacks) {
+      try {
+        f();
+      } catch (e) {
+        // A caller's bug must not stop the fencing of the others.
+        console.error("lock-client: onFence threw", e);
+      }
+    }
+  }
+
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(() => {
+        this.wake = null;
+        resolve();
+      }, Math.max(ms, 0));
+      // Renewals alone do not keep a process alive: holds belong to work that does.
+      t.unref();
+      this.wake = () => {
+        clearTimeout(t);
+        this.wake = null;
+        resolve();
+      };
+    });
+  }
+
+  private async keepAlive(): Promise<void> {
+    const period = this.live.ttlMs / 3;
+    let stream: KeepAliveStream | null = null;
+    let nextAt = now() + period;
+    try {
+      while (!this.stopped) {
+        const deadline = this.live.deadline();
+        await this.pause(Math.min(nextAt, deadline) - now());
+        if (this.stopped) return;
+        const t = now();
+        this.fenceAll((l) => l.fenceDue(t));
+        if (this.fenced) return;
+        if (t < nextAt) continue;
+        const sent = now();
+        const waitMs = Math.max(Math.min(period, deadline - sent), 0);
+        try {
+          stream ??= new KeepAliveStream(this.stub());
+          try {
+            await stream.renew(this.id, waitMs);
+          } catch (e) {
+            if (!(e instanceof StreamEnded)) throw e;
+            // Ended cleanly (a drain): reopen at once, through the edge, on another arbiter.
+            stream.close();
+            stream = new KeepAliveStream(this.stub());
+            await stream.renew(this.id, Math.max(deadline - now(), 0));
+          }
+          this.live.renewed(sent);
+          nextAt = sent + period;
+        } catch (e) {
+          if (e instanceof SessionExpired) {
+            this.fenceAll((l) => l.expire());
+            return;
+          }
+          this.live.failed();
+          stream?.close();
+          stream = null;
+          // Retry sooner than a full period while the deadline allows.
+          nextAt = now() + period / 3;
+        }
+      }
+    } finally {
+      stream?.close();
+    }
+  }
+}
+
+interface Reentry {
+  count: number;
+  token: bigint;
+  session: Session;
+}
+
+/**
+ * A granted lock. Pass `token` to the guarded write; check `canStart()` before each unit of
+ * work; `release()` when done (or use `LockClient.withHold`). Never log the token.
+ */
+export class Hold {
+  private done = false;
+
+  /** @internal */
+  constructor(
+    private readonly client: LockClient,
+    readonly key: string,
+    private readonly holdId: number,
+    /** The fencing token: compare it in the resource's own conditional write. */
+    readonly token: bigint,
+    private readonly session: Session,
+  ) {}
+
+  /** False from the first failed renewal on: finish in-flight work, start nothing new. */
+  canStart(): boolean {
+    return this.session.canStart();
+  }
+  /** Milliseconds left before the local deadline at which the hold is fenced. */
+  remainingTtlMs(): number {
+    return this.session.remaining();
+  }
+  /** The hold was fenced (its onFence ran): it is dead. */
+  get fenced(): boolean {
+    return this.session.fenced;
+  }
+  /** True if the hold covered every instant from its grant until now: ask when the guarded
+   * work ends. False once the session passed its local deadline, even if the renewal timer
+   * has not fenced yet (a process frozen past the TTL). */
+  wasContinuous(): boolean {
+    return this.session.lapse() === null;
+  }
+  /** Why the hold was not continuous, if it was not. */
+  lapse(): Lapse | null {
+    return this.session.lapse();
+  }
+  /** @internal */
+  get sessionId(): string {
+    return this.session.id;
+  }
+
+  /** Releases this acquire; only the outermost hold of a key calls the service. Rejects
+   * with Fenced if the hold was fenced: its work may not have been exclusive. */
+  async release(): Promise<void> {
+    if (this.done) return;
+    this.done = true;
+    await this.client.finish(this.key, this.holdId, this.token, this.session);
+  }
+
+  /** Never the token: it is a capability. */
+  toString(): string {
+    return `Hold(key=${JSON.stringify(this.key)}, fenced=${this.fenced})`;
+  }
+  toJSON(): object {
+    return { key: this.key, fenced: this.fenced };
+  }
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+}
+
+export interface AcquireOptions {
+  /** How long to wait for a held key, in milliseconds (0: refuse at once). */
+  waitMs?: number;
+  /** Runs if the hold is lost (its session could not be renewed in time): stop writing. */
+  onFence?: FenceFn;
+}
+
+export interface ClientOptions {
+  /** This process among the replicas of its identity, sent with every OpenSession as
+   * `lock-instance`. Default `processInstance()`: LOCK_INSTANCE (the pod UID), else random
+   * once per process. */
+  instance?: string;
+}
+
+/**
+ * Client of the fenced lock service through its Envoy edge.
+ *
+ * - One session (etcd lease) per distinct TTL, opened on first use; one KeepAlive stream
+ *   per session renews every hold attached to it, every TTL/3 (ADR-10).
+ * - Drain then fence (ADR-12): `canStart()` turns false at the first failed renewal; at the
+ *   send time of the last successful renewal + TTL − 1 s the hold's onFence runs.
+ * - Re-entrancy (ADR-13): nested acquires of a key this client holds count locally.
+ * - Refusals are LockError subclasses; waits, transient errors (jittered backoff) and rate
+ *   limits (retry-after) are handled inside the deadline. Keyed calls send `lock-key`.
+ */
+export class LockClient {
+  readonly instance: string;
+  private stubValue: Stub;
+  private stampValue: string;
+  private readonly sessions = new Map<string, Session>();
+  private readonly places = new Map<string, number>();
+  private readonly clusterTags = new Map<string, number>();
+  private readonly holds = new Map<string, Reentry>();
+  private nextHold = 1;
+
+  constructor(
+    private readonly endpoint: string,
+    private readonly credentials: Credentials,
+    options: ClientOptions = {},
+  ) {
+    checkEndpoint(endpoint, credentials.kind === "meshSidecar");
+    this.instance = options.instance ?? processInstance();
+    this.stubValue = this.newStub();
+    this.stampValue = stamp(credentials);
+  }
+
+  private newStub(): Stub {
+    const { target, creds, options } = channelArgs(this.endpoint, this.credentials);
+    return new LockService(target, creds, options) as Stub;
+  }
+
+  /** The stub, on a new channel when the SVID files changed (rotation). */
+  private stub(): Stub {
+    const s = stamp(this.credentials);
+    if (s !== this.stampValue) {
+      // The old channel stays open for the streams already on it.
+      this.stubValue = this.newStub();
+      this.stampValue = s;
+    }
+    return this.stubValue;
+  }
+
+  /** Takes `key`, waiting up to `waitMs` for it. */
+  async acquire(key: string, opts: AcquireOptions = {}): Promise<Hold> {
+    const holdId = this.nextHold++;
+    const entry = this.holds.get(key);
+    if (entry && entry.session.fenced) this.holds.delete(key);
+    else if (entry) {
+      entry.count += 1;
+      entry.session.attach(holdId, opts.onFence);
+      return new Hold(this, key, holdId, entry.token, entry.session);
+    }
+    const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
+    let session = this.sessionForKey(key);
+    let backoff = 50;
+    let err: LockError = new Unavailable("gave up after repeated retries");
+    for (let i = 0; i < MAX_TRIES; i++) {
+      let s = session;
+      session = null;
+      try {
+        s ??= await this.openSession(key);
+        const left = Math.max(deadline - now(), 0);
+        const r = await unary<{ token: string }>(
+          this.stub(),
+          "acquire",
+          { key, sessionId: s.id, waitMillis: String(Math.floor(left)) },
+          keyed(key),
+          left + CALL_SLACK_MS,
+        );
+        this.learnPlace(key, tagOf(s.id));
+        s.attach(holdId, opts.onFence);
+        const token = BigInt(r.token);
+        this.holds.set(key, { count: 1, token, session: s });
+        return new Hold(this, key, holdId, token, s);
+      } catch (e) {
+        err = fromGrpcError(e);
+      }
+      if (err instanceof WrongSessionTtl) {
+        const ttlMs = err.ttlSeconds * 1000;
+        session = this.sessionFor((tl) => tl === ttlMs);
+        continue;
+      }
+      if (err instanceof WrongSessionPlace) {
+        const tag = this.clusterTags.get(err.cluster);
+        session = tag === undefined ? null : this.sessionFor((_, t) => t === tag);
+        if (session === null) {
+          session = await this.openSession(key);
+          this.clusterTags.set(err.cluster, tagOf(session.id));
+        }
+        continue;
+      }
+      if (err instanceof SessionExpired) {
+        if (s) this.forgetSession(s);
+        continue;
+      }
+      let pause: number;
+      if (err instanceof RateLimited) pause = err.retryAfterMs;
+      else if (err.transient) {
+        backoff = Math.min(backoff * 2, 1000);
+        pause = jitter(backoff);
+      } else throw err;
+      if (now() + pause >= deadline) throw err;
+      await sleep(pause);
+      session = s;
+    }
+    throw err;
+  }
+
+  /**
+   * `await client.withHold(key, {waitMs: 5000}, async (hold) => ...)`: the key is released
+   * when `fn` settles. If the hold did not cover the whole of `fn` (fenced, or past its
+   * deadline when it ended), rejects with Fenced: its work may not have been exclusive.
+   */
+  async withHold<T>(key: string, opts: AcquireOptions, fn: (hold: Hold) => Promise<T>): Promise<T> {
+    const h = await this.acquire(key, opts);
+    let result: T;
+    try {
+      result = await fn(h);
+    } catch (e) {
+      await h.release().catch(() => undefined);
+      throw e;
+    }
+    const lapse = h.lapse();
+    if (lapse !== null) {
+      await h.release().catch(() => undefined);
+      throw new Fenced(`the hold on ${key} did not cover the whole block (${describeLapse(lapse)})`);
+    }
+    await h.release();
+    return result;
+  }
+
+  /**
+   * Ends every hold of this client now and closes its sessions: one CloseSession per
+   * session revokes its lease, so the next waiter is granted at once instead of when the
+   * TTL runs out. No onFence runs: the owner ended the holds.
+   */
+  async shutdown(): Promise<void> {
+    const sessions = [...this.sessions.values()];
+    this.sessions.clear();
+    this.holds.clear();
+    let first: LockError | null = null;
+    for (const s of sessions) {
+      const wasFenced = s.fenced;
+      s.close();
+      if (wasFenced) continue; // its holds are dead already; its lease lapses within the margin
+      try {
+        await unary(this.stub(), "closeSession", { sessionId: s.id }, new grpc.Metadata(), CLOSE_TIMEOUT_MS);
+      } catch (e) {
+        const err = fromGrpcError(e);
+        if (!(err instanceof SessionExpired)) first ??= err;
+      }
+    }
+    this.stubValue.close();
+    if (first) throw first;
+  }
+
+  /** @internal */
+  async finish(key: string, holdId: number, token: bigint, s: Session): Promise<void> {
+    s.detach(holdId);
+    const entry = this.holds.get(key);
+    if (!entry) return;
+    if (entry.count > 1) {
+      entry.count -= 1;
+      return;
+    }
+    this.holds.delete(key);
+    if (s.fenced) throw new Fenced("the hold was fenced before its release");
+    await unary(this.stub(), "release", { key, token: token.toString(), sessionId: s.id }, keyed(key), CALL_SLACK_MS);
+  }
+
+  /** Opens the session for `key`'s class (its TTL) and starts renewing it. */
+  private async openSession(key: string): Promise<Session> {
+    const sent = now();
+    const r = await unary<{ sessionId: string; ttlSeconds: number }>(
+      this.stub(),
+      "openSession",
+      { key },
+      keyed(key, [[INSTANCE_METADATA, this.instance]]),
+      CALL_SLACK_MS,
+    );
+    const s = new Session(r.sessionId, r.ttlSeconds * 1000, sent, () => this.stub());
+    const slot = `${r.ttlSeconds}/${tagOf(r.sessionId)}`;
+    const old = this.sessions.get(slot);
+    this.sessions.set(slot, s);
+    if (old?.fenced) old.close();
+    return s;
+  }
+
+  /** @internal The live sessions (tests read their ids and tags). */
+  sessionIds(): string[] {
+    return [...this.sessions.values()].filter((s) => !s.fenced).map((s) => s.id);
+  }
+
+  private sessionFor(match: (ttlMs: number, tag: number) => boolean): Session | null {
+    for (const s of this.sessions.values()) {
+      if (!s.fenced && match(s.ttlMs, tagOf(s.id))) return s;
+    }
+    return null;
+  }
+
+  private sessionForKey(key: string): Session | null {
+    const tag = this.places.get(key);
+    const any = this.sessionFor(() => true);
+    if (tag === undefined) return any;
+    return this.sessionFor((_, t) => t === tag) ?? any;
+  }
+
+  private learnPlace(key: string, tag: number): void {
+    if (this.places.size >= MAX_PLACES && !this.places.has(key)) this.places.clear();
+    this.places.set(key, tag);
+  }
+
+  private forgetSession(s: Session): void {
+    for (const [k, x] of this.sessions) if (x === s) this.sessions.delete(k);
+  }
+}

@@ -1,0 +1,38 @@
+// Node client of the fenced lock service (lock.v1 through its Envoy edge).
+//
+//   import { LockClient, svidFiles } from "@fenced-lock/client";
+//   const locks = new LockClient("https://lock-edge:8443", svidFiles("svid.pem", "svid.key", "bundle.pem"));
+//   await locks.withHold("pay/ledger/42", { waitMs: 5000, onFence: stopWriting }, async (hold) => {
+//     if (hold.canStart()) await db.query("UPDATE ledger SET ..., fence = $1 WHERE id = 42 AND fence < $1", [hold.token]);
+//   });
+//   await locks.shutdown();
+
+export { LockClient, Hold, type AcquireOptions, type ClientOptions, type FenceFn } from "./client.js";
+export { checkEndpoint, meshSidecar, svidFiles, type Credentials, type MeshSidecar, type SvidFiles } from "./connect.js";
+export {
+  Draining,
+  Fenced,
+  fromParts,
+  Held,
+  InvalidRequest,
+  LeakedHold,
+  LockError,
+  Moving,
+  NoQuorum,
+  NotGranted,
+  OtherError,
+  RateLimited,
+  refusal,
+  RegionRedirect,
+  Sealed,
+  SessionExpired,
+  StaleToken,
+  StoreFull,
+  StreamFull,
+  Unauthenticated,
+  Unavailable,
+  WrongSessionPlace,
+  WrongSessionTtl,
+} from "./errors.js";
+export { encodeKey, processInstance, validInstance, tagOf } from "./keys.js";
+export { describeLapse, Liveness, type Lapse } from "./liveness.js";

@@ -1,0 +1,196 @@
+// The Node client against the real stack (Envoy with the filter, arbiters, etcd): the cases
+// of the Python client's test_stack.py, plus replicas of one identity (issue 32).
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { randomBytes } from "node:crypto";
+import { Held, InvalidRequest, LeakedHold, LockClient, meshSidecar, NotGranted } from "../dist/index.js";
+import { client, env, fresh, sleep, ttlMs } from "./env.mjs";
+
+const locks = client("LOCK");
+const other = client("LOCK_OTHER");
+const made = [];
+const replica = (instance) => {
+  const c = client("LOCK", { instance });
+  made.push(c);
+  return c;
+};
+after(async () => {
+  for (const c of [locks, other, ...made]) await c.shutdown().catch(() => undefined);
+});
+
+test("a hold gives a token and a later grant a greater one", async () => {
+  const key = fresh();
+  const first = await locks.acquire(key);
+  assert.ok(first.canStart() && first.token > 0n);
+  await first.release();
+  const second = await locks.acquire(key);
+  assert.ok(second.token > first.token);
+  await second.release();
+});
+
+test("withHold holds for the block and releases after", async () => {
+  const key = fresh();
+  let token;
+  await locks.withHold(key, {}, async (h) => {
+    assert.ok(h.canStart());
+    token = h.token;
+    await assert.rejects(other.acquire(key, { waitMs: 0 }), Held);
+  });
+  const taken = await other.acquire(key, { waitMs: 2000 });
+  assert.ok(taken.token > token);
+  await taken.release();
+});
+
+test("a waiter is granted when the holder releases", async () => {
+  const key = fresh();
+  const holder = await locks.acquire(key);
+  let granted = null;
+  const waiting = other.acquire(key, { waitMs: 10_000 }).then((h) => (granted = h));
+  await sleep(500);
+  assert.equal(granted, null, "granted while held");
+  await holder.release();
+  const h = await waiting;
+  assert.ok(h.token > holder.token);
+  await h.release();
+});
+
+test("nested acquires count locally and the last release calls", async () => {
+  const key = fresh();
+  const outer = await locks.acquire(key);
+  const inner = await locks.acquire(key);
+  assert.equal(inner.token, outer.token);
+  await inner.release();
+  await assert.rejects(other.acquire(key, { waitMs: 0 }), Held);
+  await outer.release();
+  await (await other.acquire(key, { waitMs: 2000 })).release();
+});
+
+test("many holds share one session", async () => {
+  const holds = [];
+  for (let i = 0; i < 20; i++) holds.push(await locks.acquire(fresh()));
+  assert.equal(new Set(holds.map((h) => h.sessionId)).size, 1);
+  // Renewed past two TTLs: one KeepAlive stream keeps all of them.
+  await sleep(ttlMs() * 2);
+  assert.ok(holds.every((h) => h.canStart() && !h.fenced));
+  for (const h of holds) await h.release();
+});
+
+async function fastPathCount() {
+  const r = await fetch(`http://${env("LOCK_ENVOY_ADMIN")}/stats?filter=^wasmcustom.lock_edge.fast_path$`);
+  return (await r.text()).split("\n").filter((l) => l.includes(":")).reduce((n, l) => n + Number(l.split(":").pop()), 0);
+}
+
+test("keyed calls take the edge's fast path", async () => {
+  const fresher = client("LOCK");
+  made.push(fresher);
+  const before = await fastPathCount();
+  // OpenSession (a fresh client has none), Acquire, Release: three keyed calls, each decided
+  // on its lock-key header without waiting for the body.
+  await (await fresher.acquire(fresh())).release();
+  assert.ok((await fastPathCount()) - before >= 3);
+});
+
+test("refusals are typed", async () => {
+  await assert.rejects(locks.acquire("archive/node"), NotGranted);
+  await assert.rejects(locks.acquire(`${env("LOCK_TEST_PREFIX")}//bad`), InvalidRequest);
+});
+
+test("through the mesh sidecar", async () => {
+  const meshed = new LockClient(env("LOCK_SIDECAR_ENDPOINT"), meshSidecar());
+  try {
+    await meshed.withHold(fresh(), {}, async (h) => assert.ok(h.canStart()));
+    await assert.rejects(meshed.acquire("archive/node"), NotGranted);
+  } finally {
+    await meshed.shutdown();
+  }
+});
+
+test("replicas of one identity take turns", async () => {
+  // Three replicas (one SPIFFE ID, three instances) on one key, each waiting its turn: every
+  // one is granted in turn (FIFO handoff), none hears LEAKED_HOLD.
+  const key = fresh();
+  const pods = [0, 1, 2].map((i) => replica(`pod-${i}-${randomBytes(3).toString("hex")}`));
+  const sections = [];
+  await Promise.all(pods.map(async (c, who) => {
+    for (let round = 0; round < 3; round++) {
+      await c.withHold(key, { waitMs: 20_000 }, async (h) => {
+        sections.push({ token: h.token, who });
+        await sleep(50);
+      });
+    }
+  }));
+  assert.equal(sections.length, 9);
+  for (let i = 1; i < sections.length; i++) assert.ok(sections[i].token > sections[i - 1].token, "tokens rise in grant order");
+  const handoffs = sections.slice(1).filter((s, i) => s.who !== sections[i].who).length;
+  console.log(`replicas: 9 holds, ${handoffs} handoffs between siblings`);
+  assert.ok(handoffs >= 2);
+});
+
+test("a reused instance is still a leak", async () => {
+  const key = fresh();
+  const name = `pod-${randomBytes(4).toString("hex")}`;
+  const first = replica(name);
+  const again = replica(name);
+  const h = await first.acquire(key);
+  await assert.rejects(again.acquire(key, { waitMs: 0 }), LeakedHold);
+  await assert.rejects(again.acquire(key, { waitMs: 2000 }), LeakedHold);
+  await h.release();
+  await (await again.acquire(key)).release();
+});
+
+const FROZEN_CHILD = `
+import { client } from ${JSON.stringify(new URL("./env.mjs", import.meta.url).href)};
+const c = client("LOCK");
+const h = await c.acquire(process.argv[1]);
+console.log("held");
+process.stdin.once("data", async () => {
+  const lapse = h.lapse();
+  console.log(lapse === null ? "continuous" : "lapsed: " + JSON.stringify(lapse));
+  await c.shutdown().catch(() => undefined);
+  process.exit(0);
+});
+`;
+
+function lines(child) {
+  let buf = "";
+  const waiting = [];
+  child.stdout.on("data", (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      waiting.shift()?.(line);
+    }
+  });
+  return () => new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error("no line from the child")), 30_000);
+    waiting.push((l) => { clearTimeout(t); resolve(l); });
+  });
+}
+
+test("a hold frozen past its ttl is not continuous", async () => {
+  // A process frozen (SIGSTOP) past its TTL and woken learns that its hold did not cover
+  // its work, however the wake-up races its renewal timer.
+  for (const freeze of [0, ttlMs() + 1000]) {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", FROZEN_CHILD, fresh()], { stdio: ["pipe", "pipe", "inherit"] });
+    const next = lines(child);
+    try {
+      assert.equal(await next(), "held");
+      if (freeze) {
+        process.kill(child.pid, "SIGSTOP");
+        await sleep(freeze);
+        process.kill(child.pid, "SIGCONT");
+      }
+      child.stdin.write("go\n");
+      const verdict = await next();
+      if (freeze) assert.ok(verdict.startsWith("lapsed:"), verdict);
+      else assert.equal(verdict, "continuous");
+      await new Promise((r) => child.once("exit", r));
+    } finally {
+      if (child.exitCode === null) child.kill("SIGKILL");
+    }
+  }
+});

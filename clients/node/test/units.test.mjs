@@ -1,0 +1,139 @@
+// Pure logic: liveness, error decoding, key encoding, instances, endpoint rules (no stack).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import protobuf from "protobufjs";
+import {
+  checkEndpoint, encodeKey, fromParts, Held, InvalidRequest, LeakedHold, Liveness, NotGranted,
+  processInstance, RateLimited, RegionRedirect, Unavailable, OtherError, validInstance,
+  WrongSessionTtl, Draining, Hold,
+} from "../dist/index.js";
+
+const S = 1000;
+
+test("drain at first failure, fence at the send-time deadline", () => {
+  const live = new Liveness(15 * S, 100 * S);
+  assert.ok(live.canStart(100 * S));
+  assert.equal(live.deadline(), 114 * S);
+  live.renewed(105 * S);
+  assert.equal(live.deadline(), 119 * S);
+  live.failed();
+  assert.ok(!live.canStart(106 * S), "drained at the first failure");
+  assert.ok(!live.fenceDue(118.9 * S));
+  assert.ok(live.fenceDue(119 * S));
+  assert.ok(!live.fenceDue(120 * S), "fenced once");
+  assert.ok(live.fenced && live.remaining(119 * S) === 0);
+  live.renewed(119.5 * S);
+  assert.ok(live.fenced, "a late success does not revive a fenced session");
+});
+
+test("an older success does not move the deadline back", () => {
+  const live = new Liveness(6 * S, 10 * S);
+  live.renewed(12 * S);
+  live.renewed(11 * S);
+  assert.equal(live.deadline(), 17 * S);
+});
+
+// The same cases as lock-client's `covered_until_table` and the Python client's (issue 32).
+for (const [name, at, fence, expire, want] of [
+  ["well inside the deadline", 105, null, false, null],
+  ["at the deadline, not yet fenced (frozen, just woken)", 129, null, false, [29, 0]],
+  ["37 s frozen, not yet fenced", 137, null, false, [37, 8]],
+  ["fenced by the timer", 130, 129, false, [30, 1]],
+  ["the service said expired", 102, null, true, [2, 0]],
+]) {
+  test(`coveredUntil: ${name}`, () => {
+    const live = new Liveness(30 * S, 100 * S);
+    if (fence !== null) assert.ok(live.fenceDue(fence * S));
+    if (expire) live.expire();
+    const got = live.coveredUntil(at * S);
+    assert.deepEqual(got, want && { unrenewedMs: want[0] * S, pastDeadlineMs: want[1] * S, ttlMs: 30 * S });
+  });
+}
+
+test("keys are encoded as the Rust client does", () => {
+  for (const [key, wire] of [
+    ["pay/ledger/42", "pay/ledger/42"],
+    ["pay/ledger/über", "pay/ledger/%C3%BCber"],
+    ["pay/ключ", "pay/%D0%BA%D0%BB%D1%8E%D1%87"],
+    ["pay/a b", "pay/a%20b"],
+    ["pay/100%", "pay/100%25"],
+  ]) assert.equal(encodeKey(key), wire);
+});
+
+test("instances follow the service's rule", () => {
+  for (const ok of ["3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d", "ledger-7d9f8c-x2x4q", "a".repeat(253)]) assert.ok(validInstance(ok), ok);
+  for (const bad of ["", "with space", "slash/y", "café", "a".repeat(254)]) assert.ok(!validInstance(bad), bad);
+  assert.ok(validInstance(processInstance()));
+  assert.equal(processInstance(), processInstance(), "one per process");
+});
+
+const root = protobuf.loadSync(fileURLToPath(new URL("../proto/google/rpc/status.proto", import.meta.url)));
+const Status = root.lookupType("google.rpc.Status");
+const ErrorInfo = root.lookupType("google.rpc.ErrorInfo");
+function details(reason, metadata = {}, domain = "lock.v1") {
+  const info = ErrorInfo.encode(ErrorInfo.create({ reason, domain, metadata })).finish();
+  return Status.encode(Status.create({ code: 9, message: "m", details: [{ typeUrl: "type.googleapis.com/google.rpc.ErrorInfo", value: info }] })).finish();
+}
+
+test("statuses become typed errors", () => {
+  const cases = [
+    [10, details("HELD"), Held, false],
+    [9, details("LEAKED_HOLD"), LeakedHold, false],
+    [7, details("NOT_GRANTED"), NotGranted, false],
+    [3, details("INVALID_KEY"), InvalidRequest, false],
+    [8, details("RATE_LIMITED", { retry_after_ms: "250" }), RateLimited, true],
+    [14, details("DRAINING"), Draining, true],
+    [14, null, Unavailable, true],
+    [13, null, OtherError, false],
+    [9, details("HELD", {}, "other.domain"), OtherError, false],
+    [9, new Uint8Array([0xff, 0xff, 0xff]), OtherError, false],
+  ];
+  for (const [code, d, cls, transient] of cases) {
+    const e = fromParts(code, "msg", d);
+    assert.ok(e instanceof cls, `${code} ${cls.name}: got ${e.constructor.name}`);
+    assert.equal(e.transient, transient, cls.name);
+  }
+});
+
+test("refusal metadata is typed", () => {
+  assert.equal(fromParts(9, "", details("REGION_REDIRECT", { region: "eu-far" })).region, "eu-far");
+  assert.equal(fromParts(8, "", details("RATE_LIMITED", { retry_after_ms: "250" })).retryAfterMs, 250);
+  const t = fromParts(9, "", details("WRONG_SESSION_TTL", { class: "ledger", ttl_seconds: "30" }));
+  assert.ok(t instanceof WrongSessionTtl && t.ttlSeconds === 30 && t.className === "ledger");
+  assert.ok(fromParts(9, "", details("REGION_REDIRECT")) instanceof RegionRedirect);
+});
+
+test("endpoints by mode", () => {
+  for (const [endpoint, plaintext, ok] of [
+    ["https://edge:8443", false, true],
+    ["http://127.0.0.1:15001", true, true],
+    ["http://[::1]:15001", true, true],
+    ["http://localhost:15001", true, true],
+    ["http://10.0.0.5:15001", true, false],
+    ["http://edge:8443", false, false],
+    ["https://edge:8443", true, false],
+    ["edge:8443", false, false],
+  ]) {
+    if (ok) assert.doesNotThrow(() => checkEndpoint(endpoint, plaintext), endpoint);
+    else assert.throws(() => checkEndpoint(endpoint, plaintext), TypeError, endpoint);
+  }
+});
+
+test("a hold never shows its token", () => {
+  const h = new Hold(null, "pay/x", 1, 123456789n, { fenced: false });
+  for (const shown of [String(h), JSON.stringify(h)]) assert.ok(!shown.includes("123456789"), shown);
+});
+
+test("the shipped proto is the repository's lock.v1", () => {
+  const repo = new URL("../../../config/proto/", import.meta.url);
+  if (!existsSync(fileURLToPath(repo))) return; // outside the repository (a published package)
+  for (const f of ["lock/v1/lock.proto", "google/rpc/status.proto"]) {
+    assert.equal(
+      readFileSync(new URL(`../proto/${f}`, import.meta.url), "utf8"),
+      readFileSync(new URL(f, repo), "utf8"),
+      `clients/node/proto/${f} differs from config/proto/${f}: copy it again`,
+    );
+  }
+});
