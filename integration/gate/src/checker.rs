@@ -30,7 +30,7 @@ use super::history::{Kind, Op};
 use super::store_log::StoreTruth;
 use lock_arbiter::layout::HOLDER_PREFIX;
 use lock_config::FencingToken;
-use lock_integration::registry::gate_id;
+use lock_integration::registry::gate_client_identity;
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +117,7 @@ fn store_identity(ops: &[Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
             }
             Kind::Acquire if !op.failed() => {
                 if let Some(k) = &op.key {
-                    asked.insert((k.as_str(), gate_id(op.client as usize)));
+                    asked.insert((k.as_str(), gate_client_identity(op.client as usize)));
                 }
             }
             _ => {}
@@ -129,9 +129,9 @@ fn store_identity(ops: &[Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
         let key = hkey.strip_prefix(HOLDER_PREFIX).unwrap_or(hkey);
         let lease = truth.hold_lease.get(&(hkey.clone(), *rev));
         let problem = match lease.and_then(|l| owner.get(l)) {
-            Some(c) if gate_id(*c as usize) != *who => Some(format!(
+            Some(c) if gate_client_identity(*c as usize) != *who => Some(format!(
                 "is on the session of client {c} ({}), but names {who}",
-                gate_id(*c as usize)
+                gate_client_identity(*c as usize)
             )),
             _ if !asked.contains(&(key, who.clone())) => {
                 Some(format!("names {who}, who never asked for this key"))
@@ -232,7 +232,7 @@ fn backed(key: &str, grants: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
                 "the holder record at revision {rev} is on lease {lease:x}, not the grantee's session"
             ))
         } else if let Some(who) = truth.identity_of(key, rev)
-            && who != gate_id(g.client as usize)
+            && who != gate_client_identity(g.client as usize)
         {
             Some(format!(
                 "the holder record at revision {rev} names {who}, not the identity of the certificate that asked"

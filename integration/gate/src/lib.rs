@@ -9,6 +9,7 @@ pub mod history;
 pub mod linearize;
 pub mod register;
 pub mod shards;
+pub mod siblings;
 pub mod store_log;
 pub mod timeline;
 pub mod worker;
@@ -119,6 +120,10 @@ pub struct GateReport {
     /// Writes refused by each fence from a holder whose session the store had already
     /// ended when it wrote (a frozen holder that resumed): the case fencing exists for.
     pub stale_refused: BTreeMap<Kind, usize>,
+    /// Replicas (issue 32): grants that followed the holder's sibling's grant of the key,
+    /// and LEAKED_HOLD answers that named the client's own possible leak.
+    pub sibling_handoffs: usize,
+    pub sibling_leaks: usize,
     /// The attacker's calls by attack and outcome (`refused <REASON>`, `ok`, `unknown`).
     pub attacks: BTreeMap<(String, String), usize>,
     pub faults: Vec<Injected>,
@@ -163,6 +168,10 @@ impl GateReport {
         }
         let list: Vec<String> = per_fault.iter().map(|(k, n)| format!("{k} x{n}")).collect();
         s.push_str(&format!("  faults: {}\n", list.join(", ")));
+        s.push_str(&format!(
+            "  replicas (clients 2k-1, 2k: one identity, two instances): {} sibling handoffs, {} LEAKED_HOLD answers, each to the client's own earlier hold\n",
+            self.sibling_handoffs, self.sibling_leaks
+        ));
         let stale: Vec<String> = [Kind::Write, Kind::PgWrite]
             .iter()
             .map(|k| format!("{k:?} {}", self.stale_refused.get(k).copied().unwrap_or(0)))
@@ -276,7 +285,8 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
         let mut clients = Vec::new();
         for c in 0..opts.clients_per_worker {
             let id = u32::try_from(1 + w * opts.clients_per_worker + c)?;
-            let spiffe_id = gate_id(id as usize);
+            // Clients 2k-1 and 2k are replicas: one identity, two instances (issue 32).
+            let spiffe_id = lock_integration::registry::gate_client_identity(id as usize);
             let svid = stack.pki.svid(&format!("gate-c{id}"), &spiffe_id)?;
             clients.push(worker::ClientPlan {
                 id,
@@ -475,7 +485,9 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
     let started = Instant::now();
     let (ops, store_events) = read_history(history_dir)?;
     let truth = store_log::StoreTruth::from_events(&store_events);
-    let violations = checker::check(&ops, &truth);
+    let mut violations = checker::check(&ops, &truth);
+    let replicas = siblings::check(&ops);
+    violations.extend(replicas.violations.iter().cloned());
     let verdicts = linearize::check_all(&ops, &truth, steps);
     let mut by_kind = BTreeMap::new();
     for op in &ops {
@@ -512,6 +524,8 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         *attacks.entry((name.to_owned(), outcome)).or_insert(0) += 1;
     }
     let report = GateReport {
+        sibling_handoffs: replicas.handoffs,
+        sibling_leaks: replicas.leaks,
         operations: ops.len(),
         stale_refused,
         attacks,

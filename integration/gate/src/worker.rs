@@ -96,7 +96,7 @@ fn classify<T>(
             Outcome::Ok((resp.into_inner(), served))
         }
         Ok(Err(status)) => match lock_integration::reason_of(&status) {
-            // NO_QUORUM may follow a transaction that committed (README "Errors").
+            // NO_QUORUM may follow a transaction that committed (docs/src/reference/errors.md).
             Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
             // A wait that ran out: the wire reason is HELD, but the wait may also have
             // ended on a slow store; recorded apart so the checks can tell.
@@ -285,11 +285,13 @@ impl Client {
     async fn open_session(&mut self, key: &str) -> bool {
         let op = self.invoke(Kind::Open, Some(key), None, Some("edge".into()));
         let mut edge = self.edge.clone();
-        let r = tokio::time::timeout(
-            CALL_TIMEOUT,
-            edge.open_session(OpenSessionRequest { key: key.into() }),
-        )
-        .await;
+        // This client's own instance: its sibling (the same identity) is a contender, and a
+        // hold of its own earlier session is its leak.
+        let req = lock_client::stub::with_instance(
+            tonic::Request::new(OpenSessionRequest { key: key.into() }),
+            &lock_integration::registry::gate_instance(self.id as usize),
+        );
+        let r = tokio::time::timeout(CALL_TIMEOUT, edge.open_session(req)).await;
         let outcome = classify(r);
         let mut answer = Answer::default();
         if let Outcome::Ok((resp, served)) = &outcome {

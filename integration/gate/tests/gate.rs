@@ -75,6 +75,16 @@ fn found(report: &GateReport, check: &str) -> bool {
     report.violations.iter().any(|v| v.check == check)
 }
 
+/// Issue 32: replicas (clients 2k-1, 2k share an identity) refused LEAKED_HOLD for each
+/// other's holds are caught by the replica check of the history.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_siblings_refused_as_leaks() {
+    let report = run(with_bug("leak-by-identity", 15, vec![])).await;
+    assert!(!report.passed());
+    assert!(found(&report, "replicas"), "no sibling refused as a leak");
+}
+
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_a_grant_made_on_a_watch_event() {
