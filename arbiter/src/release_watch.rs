@@ -3,18 +3,9 @@
 //! hint (ADR-15): what it reports is acted on only by running a full grant transaction.
 
 use crate::store::Store;
-use crate::wait_end::{Ended, WaitEnd};
+use crate::wait_end::WaitEnd;
+pub use crate::watch_hub::Wake;
 use std::time::{Duration, SystemTime};
-
-pub enum Wake {
-    /// The holder key was deleted (release, session expiry or epoch advance) at `revision`,
-    /// or, for a watch that asked for overwrites, handed on by a release at `revision`.
-    Released { revision: i64 },
-    /// The wait is over: the caller's deadline passed, or the arbiter is draining.
-    Ended(Ended),
-    /// The watch could not be created, was cancelled (e.g. compaction) or broke.
-    Broken,
-}
 
 /// Waits until the key at `holder_key` is deleted at or after `from_revision`, on the
 /// arbiter's one watch stream (`watch_hub.rs`); giving up (the wait's end, or the caller

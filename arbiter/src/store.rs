@@ -13,7 +13,7 @@ use crate::epoch::{Epoch, EpochCache};
 use crate::error::ArbiterError;
 use crate::etcd::{Etcd, LeaseGrant};
 use crate::shard_map::DocCache;
-use crate::watch_hub::WatchHub;
+use crate::watch_hub::{StreamSource, WatchHub};
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, LeaseKeepAliveResponse, ResponseHeader, Txn,
     TxnOp, TxnResponse, WatchOptions, WatchStream,
@@ -183,6 +183,20 @@ impl Store {
             return Ok(());
         }
         self.epochs.refresh(&self.etcd).await?.check_header(header)
+    }
+}
+
+/// The watch hub's stream opens under the epoch current when it opens: a response from
+/// another cluster breaks it, and the heads' grants answer SEALED.
+impl StreamSource for Store {
+    async fn open(
+        &self,
+        key: &str,
+        options: WatchOptions,
+    ) -> Result<(Epoch, WatchStream), ArbiterError> {
+        let sealed = self.sealed().await?;
+        let stream = sealed.watch_stream(key, options).await?;
+        Ok((sealed.epoch().clone(), stream))
     }
 }
 

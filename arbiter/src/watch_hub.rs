@@ -13,13 +13,34 @@
 //! A broken stream is reopened by the next head that asks.
 
 use crate::epoch::Epoch;
-use crate::release_watch::Wake;
-use crate::store::Store;
+use crate::error::ArbiterError;
+use crate::wait_end::Ended;
 use etcd_client::{WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use tokio::sync::{mpsc, oneshot};
+
+/// What a waiting head is told.
+pub enum Wake {
+    /// The holder key was deleted (release, session expiry or epoch advance) at `revision`,
+    /// or, for a watch that asked for overwrites, handed on by a release at `revision`.
+    Released { revision: i64 },
+    /// The wait is over: the caller's deadline passed, or the arbiter is draining.
+    Ended(Ended),
+    /// The watch could not be created, was cancelled (e.g. compaction) or broke.
+    Broken,
+}
+
+/// Where the hub opens its stream: on the current epoch's cluster, with the epoch to check
+/// every response against. The store is the source (`store.rs`); the hub does not know it.
+pub trait StreamSource: Send + Sync + 'static {
+    fn open(
+        &self,
+        key: &str,
+        options: WatchOptions,
+    ) -> impl Future<Output = Result<(Epoch, WatchStream), ArbiterError>> + Send;
+}
 
 enum Cmd {
     Watch {
@@ -61,10 +82,10 @@ impl Drop for Watching {
 }
 
 impl WatchHub {
-    /// Starts the stream task (inside a Tokio runtime) over `store`.
-    pub fn start(store: Store) -> Self {
+    /// Starts the stream task (inside a Tokio runtime) over `source`.
+    pub fn start(source: impl StreamSource) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, rx));
+        tokio::spawn(run(source, rx));
         Self {
             tx,
             next_id: Arc::new(AtomicI64::new(1)),
@@ -114,7 +135,7 @@ fn wake_of(resp: &WatchResponse) -> Option<Wake> {
     })
 }
 
-async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+async fn run(source: impl StreamSource, mut rx: mpsc::UnboundedReceiver<Cmd>) {
     let mut first: Option<Cmd> = None;
     loop {
         let cmd = match first.take() {
@@ -136,14 +157,10 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Cmd>) {
         };
         // The stream is opened with the first head's watch, under the current epoch: a
         // response from another cluster breaks it, and the heads' grants answer SEALED.
-        let opened = async {
-            let sealed = store.sealed().await?;
-            let stream = sealed
-                .watch_stream(&key, options(id, from_revision, overwrites))
-                .await?;
-            Ok::<(Epoch, WatchStream), crate::ArbiterError>((sealed.epoch().clone(), stream))
-        };
-        let (epoch, mut stream) = match opened.await {
+        let opened = source
+            .open(&key, options(id, from_revision, overwrites))
+            .await;
+        let (epoch, mut stream) = match opened {
             Ok(s) => s,
             Err(_) => {
                 let _ = reply.send(Wake::Broken);

@@ -105,7 +105,7 @@ impl IntoResponse for AdminError {
 pub struct App {
     pub store: ForceStore,
     pub verifier: Verifier,
-    pub page: crate::page::PageState,
+    pub page: crate::web_session::PageState,
 }
 
 pub type Shared = Arc<App>;

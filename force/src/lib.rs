@@ -2,7 +2,8 @@
 //! never releasing) is cleared by one operator filing a request with a reason and a
 //! second approving it, both signed in at the organisation's IdP with MFA.
 //!
-//! A walk: `api.rs`/`page.rs` (who asks: `oidc.rs`) → `request.rs` (may they: pure) →
+//! A walk: `api.rs`/`page.rs` (who asks: `oidc.rs`; a browser signs in through
+//! `sign_in.rs`, its session kept by `web_session.rs`) → `request.rs` (may they: pure) →
 //! `store.rs` (one etcd Txn that re-checks the hold). `server.rs` puts the routes on their
 //! own listener; `client.rs` is `lockctl force-release`.
 
@@ -12,4 +13,6 @@ pub mod oidc;
 pub mod page;
 pub mod request;
 pub mod server;
+pub mod sign_in;
 pub mod store;
+pub mod web_session;

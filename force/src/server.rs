@@ -2,7 +2,7 @@
 //! loopback address only (ID tokens are bearer credentials).
 
 use crate::api::{self, Shared};
-use crate::page;
+use crate::{page, sign_in};
 use axum::Router;
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -16,10 +16,10 @@ use tokio_rustls::TlsAcceptor;
 pub fn router(app: Shared) -> Router {
     Router::new()
         .route("/", get(page::index))
-        .route("/login", get(page::login))
-        .route("/callback", get(page::callback))
+        .route("/login", get(sign_in::login))
+        .route("/callback", get(sign_in::callback))
         .route("/approve/{id}", post(page::approve))
-        .route("/logout", post(page::logout))
+        .route("/logout", post(sign_in::logout))
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/oidc", get(api::oidc_info))
         .route("/v1/requests", get(api::list).post(api::file))

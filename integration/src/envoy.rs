@@ -50,7 +50,7 @@ impl EnvoyConfig {
     /// Writes the ECDS resource for `filter` atomically (what `lockctl grants push` does).
     pub fn write_ecds(&self, filter: &FilterConfig) -> anyhow::Result<()> {
         let doc = lock_config::ecds::discovery_response(filter, &self.wasm.display().to_string());
-        write_atomic(&self.ecds_path(), &serde_json::to_string_pretty(&doc)?)
+        crate::paths::write_atomic(&self.ecds_path(), &serde_json::to_string_pretty(&doc)?)
     }
 
     /// The bootstrap YAML: the template with every `${NAME}` replaced.
@@ -189,14 +189,6 @@ impl Envoy {
 
 /// The template's upstream HTTP/2 options line (the arbiters cluster).
 const UPSTREAM_H2_DEFAULT: &str = "          http2_protocol_options: {}\n";
-
-/// Temp file + rename: Envoy's file watchers see whole files only.
-pub fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, contents)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
-}
 
 /// The template with the `lock_edge` entry of `http_filters` cut out.
 fn without_lock_filter(template: &str) -> anyhow::Result<String> {

@@ -67,7 +67,7 @@ impl Idp {
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
         let verifier = format!("verifier-{user}-{}", "x".repeat(43));
-        let challenge = lock_force::page::code_challenge(&verifier);
+        let challenge = lock_force::web_session::code_challenge(&verifier);
         let auth = reqwest::Url::parse_with_params(
             &format!("{}/auth", self.issuer),
             &[

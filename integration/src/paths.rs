@@ -82,3 +82,12 @@ pub fn filter_wasm_debug() -> anyhow::Result<PathBuf> {
 pub fn dev_registry() -> PathBuf {
     workspace_root().join("config/registry/dev")
 }
+
+/// Temp file + rename, for every file a watcher reads (Envoy's SDS and ECDS files, the
+/// registry folder): a watcher sees whole files only.
+pub fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}

@@ -102,7 +102,7 @@ impl Pki {
         secret["@type"] =
             "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret".into();
         let doc = serde_json::json!({"resources": [secret]});
-        crate::envoy::write_atomic(&self.dir.join(file), &serde_json::to_string_pretty(&doc)?)
+        crate::paths::write_atomic(&self.dir.join(file), &serde_json::to_string_pretty(&doc)?)
     }
 
     /// Issues a leaf with the given URI SANs (zero, one, or a foreign one) as `name`.
