@@ -7,7 +7,7 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench heap-profile fuzz clean
+.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench heap-profile fuzz docs docs-screenshots clean
 
 # `make soak`: minutes of gate rounds.
 SOAK_MINUTES ?= 60
@@ -98,6 +98,18 @@ fuzz: ## libFuzzer on the filter's request decoding and config parsing (FUZZ_SEC
 	@bash integration/scripts/install-deps.sh fuzz
 	cd filter/fuzz && for t in request_body filter_config; do \
 	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; done
+
+docs: deps ## The manual: regenerate its reference pages, build the book into target/book
+	$(CARGO) run -q -p lock-integration --bin docsgen -- write
+	.deps/bin/mdbook build docs
+	@echo "the book: target/book/index.html"
+
+docs-screenshots: docs ## Headless-Chromium screenshots of the book's front page and the errors page (docs/screenshots/, committed)
+	mkdir -p docs/screenshots
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1600 \
+	  --screenshot=docs/screenshots/front-page.png file://$(CURDIR)/target/book/index.html
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1600 \
+	  --screenshot=docs/screenshots/errors-page.png file://$(CURDIR)/target/book/reference/errors.html
 
 clean: stop ## Remove build output and the run folder (keeps .deps)
 	$(CARGO) clean

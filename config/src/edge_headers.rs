@@ -1,6 +1,6 @@
 //! The headers the edge sets for the arbiter, and how the key travels in one.
 //!
-//! The trust chain (README "Security"): the filter derives both values from the verified
+//! The trust chain (docs/src/security/trust-chain.md): the filter derives both values from the verified
 //! client certificate and the decoded request body, removes any a client sent (in headers
 //! and trailers), and sets them in the request's initial HEADERS; the arbiter reads them
 //! from those initial headers only, on a connection from an allow-listed edge identity.

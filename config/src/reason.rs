@@ -116,6 +116,74 @@ impl Reason {
         }
     }
 
+    /// What the refusal means and what the caller does about it: the text of the manual's
+    /// errors page (`docs/src/reference/errors.md` is generated from this table).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Reason::Unauthenticated => {
+                "No client certificate, not exactly one URI SAN, no valid SPIFFE ID, or a foreign trust domain. Fix the workload's SVID (or its sidecar); retrying does not help."
+            }
+            Reason::NotGranted => {
+                "No grant covers the key for this identity. The reply is byte-identical whether the key exists, is held or is free, so it says nothing about the key. Ask security for a grant (a reviewed registry change)."
+            }
+            Reason::RateLimited => {
+                "The identity's request budget is spent. Metadata `retry_after_ms` says when to retry; the clients wait it out inside the caller's deadline."
+            }
+            Reason::RegionRedirect => {
+                "The key's namespace is homed in another region; metadata `region` names it. Nothing was forwarded: call that region's edge."
+            }
+            Reason::InvalidKey => {
+                "The key breaks the syntax or limits (`<namespace>/<path>`, segments never empty, `.` or `..`, 1..=512 bytes of path), or no lock class covers it."
+            }
+            Reason::MalformedRequest => {
+                "Addition to the records: the body is not a decodable lock.v1 message (compressed, oversized, truncated, not gRPC), `x-lock-key` disagrees with the body, or `lock-instance` is not 1..=253 of `A-Z a-z 0-9 . _ : -`."
+            }
+            Reason::Held => {
+                "Held by another session: at once (wait 0, code ABORTED), or still held when the caller's wait ended (DEADLINE_EXCEEDED). For a `fairness: durable` class a wait-0 call is also refused while waiters are queued (metadata `waiters`). Another replica of the caller's own identity holding the key is reported this way too: replicas wait for each other."
+            }
+            Reason::HeldDeadline => "Held by another session when the caller's wait ended.",
+            Reason::LeakedHold => {
+                "This process holds the key under another session (ADR-13): the same identity and the same instance (`lock-instance`), or, for a client that sends no instance, the same identity. The process lost its session (a renewal gap past the TTL) and asked again before its old hold lapsed; the old hold ends by itself within the TTL. A queue does not turn a leak into a wait. Replicas of one identity with their own instances are never told this: they queue."
+            }
+            Reason::StaleToken => {
+                "Release or validate with a token that is not the key's current grant (or not the caller's): the hold already ended or was handed on."
+            }
+            Reason::SessionExpired => {
+                "The session's lease is gone, or the session is not this identity's (the two are indistinguishable on purpose). Open a new session; every hold of the old one has ended."
+            }
+            Reason::WrongSessionTtl => {
+                "The key's class needs a session of another TTL; metadata `class` and `ttl_seconds` say which. The clients open one and retry."
+            }
+            Reason::Sealed => {
+                "No epoch record, or the store's cluster ID (or revision) differs from the one the epoch record is bound to: etcd was restored or replaced. No grants until an operator runs `lockctl epoch advance`."
+            }
+            Reason::NoQuorum => {
+                "etcd is unreachable or did not answer within the store timeout: no grant and no renewal (the closed posture). The clients retry inside the deadline; holders drain, then fence."
+            }
+            Reason::StoreFull => {
+                "Addition: etcd's NOSPACE alarm is raised. No new grants or sessions; releases, renewals and reads still work. An operator compacts, defragments and disarms."
+            }
+            Reason::StreamFull => {
+                "Addition: a KeepAlive stream asked to renew more than 16 sessions (metadata `limit`). Open another stream."
+            }
+            Reason::Draining => {
+                "Addition: the arbiter is draining for a restart (SIGTERM). Nothing was done; the same request at the key's next owner is answered (the clients retry inside the deadline)."
+            }
+            Reason::Moving => {
+                "Addition: the key's range is being moved between entity shards. Nothing was done; grants resume when the move completes (the clients retry inside the deadline)."
+            }
+            Reason::WrongSessionPlace => {
+                "Addition: the session lives on another etcd cluster than the key (tiers, shards); metadata `cluster` names the key's. Open a session for the key and retry (the clients do)."
+            }
+            Reason::UnknownMethod => {
+                "Addition: the edge refuses methods it cannot authorise (fail closed)."
+            }
+            Reason::Internal => {
+                "An error inside the service that fits no other reason; the message says what. Nothing a retry is known to fix."
+            }
+        }
+    }
+
     /// Every reason (for declaring one series per reason up front).
     pub fn all() -> &'static [Reason] {
         &ALL

@@ -8,6 +8,7 @@
 
 pub mod arbiter;
 pub mod audit;
+pub mod docs;
 pub mod envoy;
 pub mod etcd;
 pub mod h2raw;

@@ -105,7 +105,7 @@ fn breaking_changes_are_refused() {
     }
 }
 
-/// README's "Without a client library" example, run as written there against a real
+/// The manual's "Without a client library" example (docs/src/using/lock-v1.md), run as written there against a real
 /// stack: grpcurl with the proto and an SVID opens a session, takes a key, and is refused
 /// a key its identity has no grant for, with the contract's reason.
 #[tokio::test]

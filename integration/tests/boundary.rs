@@ -1,7 +1,7 @@
 //! Issue 13: the trust boundary, tested as an attacker would, at the HTTP/2 frame level,
 //! through real Envoy with the built filter and straight at real arbiters.
 //!
-//! The trust chain and what each layer stops (README "Security"):
+//! The trust chain and what each layer stops (docs/src/security/trust-chain.md):
 //! 1. the filter: identity from the client certificate (exactly one URI SAN); `x-lock-*`
 //!    removed from headers and trailers; a request undecided when its trailers or end of
 //!    stream arrive is refused, so nothing undecided reaches an arbiter;

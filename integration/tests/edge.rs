@@ -148,7 +148,7 @@ async fn grants_are_pushed_live_and_a_refused_push_keeps_the_previous_config() {
     let broken = r#"{"region":"local","trustDomains":["dev.lock.local"],"namespaces":{"pay":"local"},"grants":[{"spiffeId":"spiffe://evil.example/x","prefixes":["pay"]}]}"#;
     let doc =
         lock_config::ecds::discovery_response_raw(broken, filter_wasm().unwrap().to_str().unwrap());
-    lock_integration::envoy::write_atomic(
+    lock_integration::paths::write_atomic(
         &stack.pki.dir.with_file_name("lock-edge.ecds.yaml"),
         &serde_json::to_string(&doc).unwrap(),
     )

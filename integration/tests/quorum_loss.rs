@@ -31,7 +31,7 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
     // has not yet noticed the loss (up to an election timeout) still appends proposals,
     // which commit once the members return. A grant sent in that window has an unknown
     // outcome: it is attached to the caller's session, so retrying on that session returns
-    // it, and otherwise it lapses with the session (README, "Lock semantics").
+    // it, and otherwise it lapses with the session (docs/src/concepts/lock-semantics.md).
     for m in &mut stack.etcd_peers {
         m.kill();
     }

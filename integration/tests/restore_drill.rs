@@ -7,7 +7,7 @@
 //!    here with etcd 3.5.16): the cluster-ID seal cannot see it. The second guard — running
 //!    arbiters remember the highest revision of the epoch — seals them; an arbiter started
 //!    after the restore has no memory and would issue tokens that were issued before. That
-//!    is the documented limit (README, "Restores").
+//!    is the documented limit (docs/src/operating/restore.md).
 
 use lock_client::proto::lock_client::LockClient;
 use lock_config::Reason;

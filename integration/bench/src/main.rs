@@ -485,7 +485,7 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("{table}");
     std::fs::create_dir_all(&args.out)?;
-    // Only a run of every workload replaces latest.md (the README's table comes from it);
+    // Only a run of every workload replaces latest.md (the manual's performance page includes it);
     // a run narrowed with --only writes partial.md beside it.
     let all = WORKLOADS.split(',').all(run);
     let name = if all { "latest.md" } else { "partial.md" };
