@@ -104,12 +104,14 @@ docs: deps ## The manual: regenerate its reference pages, build the book into ta
 	.deps/bin/mdbook build docs
 	@echo "the book: target/book/index.html"
 
+# No background networking: this machine's network is closed, and Chromium would try.
+CHROMIUM_SHOT := chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync --window-size=1280,1600
+
 docs-screenshots: docs ## Headless-Chromium screenshots of the book's front page and the errors page (docs/screenshots/, committed)
 	mkdir -p docs/screenshots
-	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1600 \
-	  --screenshot=docs/screenshots/front-page.png file://$(CURDIR)/target/book/index.html
-	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1600 \
-	  --screenshot=docs/screenshots/errors-page.png file://$(CURDIR)/target/book/reference/errors.html
+	$(CHROMIUM_SHOT) --screenshot=docs/screenshots/front-page.png file://$(CURDIR)/target/book/index.html
+	$(CHROMIUM_SHOT) --screenshot=docs/screenshots/errors-page.png file://$(CURDIR)/target/book/reference/errors.html
 
 clean: stop ## Remove build output and the run folder (keeps .deps)
 	$(CARGO) clean
