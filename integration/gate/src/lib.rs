@@ -61,6 +61,8 @@ pub struct GateOptions {
     /// Share of holds that stall past their session's TTL before writing (see
     /// `WorkerPlan::stall_percent`).
     pub stall_percent: u32,
+    /// Share of holds whose session is lost while held (see `WorkerPlan::leak_percent`).
+    pub leak_percent: u32,
     pub durable_percent: u32,
     /// Share of key picks from up to `lookback` generations back (frozen holders' keys).
     pub lookback_percent: u32,
@@ -93,6 +95,7 @@ impl Default for GateOptions {
             direct_percent: 25,
             replay_percent: 20,
             stall_percent: 2,
+            leak_percent: 2,
             durable_percent: 20,
             lookback_percent: 30,
             lookback: 4,
@@ -338,6 +341,7 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
             seed: opts.seed.wrapping_mul(1000).wrapping_add(w as u64),
             replay_percent: opts.replay_percent,
             stall_percent: opts.stall_percent,
+            leak_percent: opts.leak_percent,
             // Past the TTL by two seconds: the store has ended the session (renewals stop
             // with the stall) and a waiter has been granted and written.
             stall_ms: u64::from(GATE_TTL) * 1000 + 2000,

@@ -423,6 +423,10 @@ impl Client {
             self.stall(key).await;
         }
         self.write(key, token).await;
+        if self.rng.random_range(0..100) < self.plan.leak_percent {
+            self.leak(key).await;
+            return;
+        }
         let released = self.release(key, token).await;
         if matches!(released, Outcome::Ok(()))
             && self.rng.random_range(0..100) < self.plan.replay_percent
@@ -439,6 +443,27 @@ impl Client {
 }
 
 impl Client {
+    /// Loses this client's session while it holds `key` (renewals stop; the hold stays
+    /// until the store expires the session), then asks for `key` again under a new session
+    /// with the same instance, waiting or not: its own leaked hold, to be told LEAKED_HOLD
+    /// (the replica check of the history counts these and refuses any to a client that
+    /// never held the key).
+    async fn leak(&mut self, key: &str) {
+        self.session = None;
+        if !self.open_session(key).await {
+            return;
+        }
+        let wait = if self.rng.random_bool(0.5) {
+            0
+        } else {
+            self.rng.random_range(200..2000)
+        };
+        if let Outcome::Ok(token) = self.acquire(key, wait).await {
+            // The old session's hold had already lapsed (a slow run): an ordinary grant.
+            self.release(key, token).await;
+        }
+    }
+
     /// Stops this holder (and its renewals) past its session's TTL while the worker's other
     /// clients wait for its key: the store ends the session, a waiter is granted and
     /// writes, and this holder then resumes believing it still holds.

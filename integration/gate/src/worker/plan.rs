@@ -51,6 +51,12 @@ pub struct WorkerPlan {
     /// How long a stall lasts (past the session's TTL).
     #[serde(default)]
     pub stall_ms: u64,
+    /// Share of holds whose session the client loses while holding (renewals stop, the
+    /// hold stays until the TTL), as a process that dropped its session handle would; it
+    /// then asks again for the key under a new session with the same instance: its own
+    /// leak (ADR-13), which must be answered LEAKED_HOLD, never queued or granted.
+    #[serde(default)]
+    pub leak_percent: u32,
     /// This worker also runs the attacker.
     #[serde(default)]
     pub attacker: Option<super::attacker::AttackerPlan>,
