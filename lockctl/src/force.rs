@@ -1,8 +1,39 @@
 //! `lockctl force-release request|approve|list`: the admin API's client (lock-force).
 
-use crate::{Failure, ForceCmd};
+use crate::Failure;
+use clap::Subcommand;
 use lock_force::client::{AdminClient, ClientError, device_sign_in};
 use std::path::PathBuf;
+
+#[derive(Subcommand)]
+pub enum ForceCmd {
+    /// File a request to release KEY's current hold; prints the request id. A second
+    /// operator approves it with `approve ID` (or on the approval page).
+    Request {
+        key: String,
+        /// Why (kept with the record and in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// Also revoke the holder's session: every hold it has ends.
+        #[arg(long)]
+        revoke_session: bool,
+        #[command(flatten)]
+        admin: AdminConn,
+    },
+    /// Approve and execute request ID (never your own).
+    Approve {
+        id: String,
+        #[command(flatten)]
+        admin: AdminConn,
+    },
+    /// Pending requests and the releases executed in the last 24 h.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        admin: AdminConn,
+    },
+}
 
 #[derive(clap::Args)]
 pub struct AdminConn {

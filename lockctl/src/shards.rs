@@ -4,13 +4,161 @@
 //! endpoints in the map with the same credential.
 
 use crate::Failure;
+use crate::store::EtcdArgs;
+use clap::Subcommand;
 use lock_arbiter::etcd_tls::EtcdTlsFiles;
 use lock_arbiter::rehome::{self, Connect, MoveOptions};
 use lock_arbiter::shard_map::{read_doc, read_epoch};
 use lock_arbiter::{ArbiterError, Etcd};
-use lock_config::shards::{Shard, ShardMap};
+use lock_config::shards::{Shard, ShardMap, moves};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum ShardsCmd {
+    /// Set up the shard map on the coord cluster (`--etcd`): the epoch allocator, each
+    /// shard's epoch (allocated there) and fence, the map at version 1. Arbiters then run
+    /// with `--shards`. Idempotent.
+    Init {
+        #[command(flatten)]
+        store: EtcdArgs,
+        /// An entity shard, NAME=URL[,URL...] (repeat for each).
+        #[arg(long = "shard", required = true, value_parser = parse_shard)]
+        shards: Vec<lock_config::shards::Shard>,
+        /// Path segments after the namespace that make a key's home (0: the namespace).
+        #[arg(long, default_value_t = 1)]
+        depth: u8,
+    },
+    /// The map in force (and one being moved to), each shard's epoch and the map version
+    /// its fence serves.
+    Show {
+        #[command(flatten)]
+        store: EtcdArgs,
+    },
+    /// Add a shard NAME=URL[,URL...]: about 1/(N+1) of the keys move to it (drained first:
+    /// their new grants are refused MOVING until the move completes).
+    Add {
+        #[command(flatten)]
+        store: EtcdArgs,
+        #[arg(value_parser = parse_shard)]
+        shard: lock_config::shards::Shard,
+        #[command(flatten)]
+        moving: MoveArgs,
+    },
+    /// Pin NAMESPACE to shard --to (ADR-09's override), or back to hashing with --unpin.
+    Move {
+        #[command(flatten)]
+        store: EtcdArgs,
+        namespace: String,
+        #[arg(long, required_unless_present = "unpin")]
+        to: Option<String>,
+        #[arg(long, conflicts_with = "to")]
+        unpin: bool,
+        #[command(flatten)]
+        moving: MoveArgs,
+    },
+    /// Take shard NAME out of the map: its keys move to the others.
+    Drain {
+        #[command(flatten)]
+        store: EtcdArgs,
+        name: String,
+        #[command(flatten)]
+        moving: MoveArgs,
+    },
+    /// Rendezvous hashing of KEYS deterministic keys over N shards, one shard added: keys
+    /// moved (against the ideal 1/(N+1)), moves between old shards (always 0), and the
+    /// largest and smallest shard over the mean. Pure computation, no cluster.
+    Simulate {
+        #[arg(long, default_value_t = 100_000)]
+        keys: usize,
+        /// Namespaces the keys are spread over.
+        #[arg(long, default_value_t = 1000)]
+        namespaces: usize,
+        /// Shard counts to add one shard to.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,10,50")]
+        shards: Vec<usize>,
+        /// Home depth (path segments after the namespace).
+        #[arg(long, default_value_t = 1)]
+        depth: u8,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct MoveArgs {
+    /// Seconds to wait for holds of moving keys to end; past it nothing moves.
+    #[arg(long, default_value_t = 120)]
+    wait: u64,
+    /// Accept an epoch advance of a receiving shard whose epoch is not above its sources'
+    /// (it ends that shard's holds, as any advance does).
+    #[arg(long)]
+    advance_destination: bool,
+}
+
+impl MoveArgs {
+    fn options(&self) -> lock_arbiter::rehome::MoveOptions {
+        lock_arbiter::rehome::MoveOptions {
+            wait: std::time::Duration::from_secs(self.wait),
+            advance_destinations: self.advance_destination,
+        }
+    }
+}
+
+/// `lockctl shards ...`.
+pub async fn run(cmd: ShardsCmd) -> Result<(), Failure> {
+    match cmd {
+        ShardsCmd::Simulate {
+            keys,
+            namespaces,
+            shards,
+            depth,
+        } => {
+            simulate(keys, namespaces, &shards, depth);
+            Ok(())
+        }
+        ShardsCmd::Init {
+            store,
+            shards,
+            depth,
+        } => init(&store.etcd, &store.tls, shards, depth).await,
+        ShardsCmd::Show { store } => show(&store.etcd, &store.tls).await,
+        ShardsCmd::Add {
+            store,
+            shard,
+            moving,
+        } => {
+            change(
+                &store.etcd,
+                &store.tls,
+                Change::Add(shard),
+                moving.options(),
+            )
+            .await
+        }
+        ShardsCmd::Move {
+            store,
+            namespace,
+            to,
+            unpin: _,
+            moving,
+        } => {
+            let pin = Change::Pin { namespace, to };
+            change(&store.etcd, &store.tls, pin, moving.options()).await
+        }
+        ShardsCmd::Drain {
+            store,
+            name,
+            moving,
+        } => {
+            change(
+                &store.etcd,
+                &store.tls,
+                Change::Drain(name),
+                moving.options(),
+            )
+            .await
+        }
+    }
+}
 
 /// `NAME=URL[,URL...]`.
 pub fn parse_shard(s: &str) -> Result<Shard, String> {
@@ -51,7 +199,7 @@ fn failed(e: ArbiterError) -> Failure {
 
 /// The coord cluster, as lockctl's other store commands connect.
 async fn coord(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
-    crate::offline::connect(etcd, tls).await
+    crate::store::connect(etcd, tls).await
 }
 
 pub async fn init(
@@ -158,15 +306,15 @@ pub async fn change(
         // A move that stopped half-way: the same command finishes it.
         Some(p) => p.clone(),
         None => match change {
-            Change::Add(shard) => rehome::with_shard(&doc.current, shard),
+            Change::Add(shard) => moves::with_shard(&doc.current, shard),
             Change::Pin { namespace, to } => {
-                rehome::with_pin(&doc.current, &namespace, to.as_deref())
+                moves::with_pin(&doc.current, &namespace, to.as_deref())
             }
             Change::Drain(name) => {
                 if !doc.current.shards.iter().any(|s| s.name == name) {
                     return Err(Failure::input(format!("no shard {name} in the map")));
                 }
-                rehome::without_shard(&doc.current, &name)
+                moves::without_shard(&doc.current, &name)
             }
         },
     };
@@ -209,4 +357,25 @@ pub async fn allocate(
     lock_arbiter::shard_map::allocate_epoch(&coord, above)
         .await
         .map_err(failed)
+}
+
+/// `lockctl shards simulate`: what adding one shard moves, and the balance after.
+fn simulate(keys: usize, namespaces: usize, shards: &[usize], depth: u8) {
+    use lock_config::shards::{sample_keys, simulate_add};
+    let sample = sample_keys(keys, namespaces);
+    println!("{keys} keys over {namespaces} namespaces, home depth {depth}; one shard added to N");
+    println!("     N   moved   moved/keys  ideal 1/(N+1)  between old  max/mean  min/mean");
+    for &n in shards {
+        let s = simulate_add(n, &sample, depth);
+        println!(
+            "{:>6}  {:>6}  {:>10.4}  {:>13.4}  {:>11}  {:>8.3}  {:>8.3}",
+            s.shards,
+            s.moved,
+            s.fraction,
+            s.ideal,
+            s.moved_between_old,
+            s.max_over_mean,
+            s.min_over_mean
+        );
+    }
 }

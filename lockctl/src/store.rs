@@ -1,0 +1,249 @@
+//! Commands that talk to etcd directly as an operator (or etcd root): the epoch record
+//! (ADR-03), users and roles, and restoring a member from a snapshot with a fresh cluster
+//! token.
+
+use crate::Failure;
+use clap::Subcommand;
+use lock_arbiter::etcd_tls::EtcdTlsFiles;
+use lock_arbiter::{ArbiterError, Etcd, epoch};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// etcd client URLs for the commands that talk to the store directly.
+#[derive(clap::Args)]
+pub struct EtcdArgs {
+    #[arg(
+        long,
+        env = "LOCK_ETCD",
+        default_value = "http://127.0.0.1:2379",
+        value_delimiter = ','
+    )]
+    pub etcd: Vec<String>,
+    /// The etcd credential (the `operator` user for the epoch, `root` for roles).
+    #[command(flatten)]
+    pub tls: EtcdTlsFiles,
+}
+
+#[derive(Subcommand)]
+pub enum EpochCmd {
+    /// Create /sys/epoch (epoch 1, bound to the cluster ID) if absent.
+    Init {
+        #[command(flatten)]
+        store: EtcdArgs,
+    },
+    /// After a restore: one transaction that moves the epoch from FROM to FROM+1, binds it
+    /// to the store's current cluster ID and deletes every hold and durable waiter. Every
+    /// token issued afterwards is larger than every token issued before.
+    Advance {
+        #[command(flatten)]
+        store: EtcdArgs,
+        /// The epoch the store is at now (a guard against advancing twice).
+        #[arg(long)]
+        from: u16,
+        /// With several clusters (tiers and shards): the coord cluster's URLs. The new
+        /// epoch is allocated there, above every epoch any cluster has had, instead of
+        /// FROM+1 (which another cluster may already have used).
+        #[arg(long, value_delimiter = ',')]
+        coord: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RolesCmd {
+    /// Create or correct the users and roles, then enable auth; a second run changes nothing.
+    Apply {
+        #[command(flatten)]
+        store: EtcdArgs,
+        /// Print the changes without making them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print etcd's users and roles and what `apply` would change.
+    Show {
+        #[command(flatten)]
+        store: EtcdArgs,
+    },
+}
+
+/// `lockctl epoch ...`.
+pub async fn epoch(cmd: EpochCmd) -> Result<(), Failure> {
+    match cmd {
+        EpochCmd::Init { store } => epoch_init(&store.etcd, &store.tls).await,
+        EpochCmd::Advance { store, from, coord } => {
+            let next = match coord.is_empty() {
+                true => None,
+                false => Some(crate::shards::allocate(&coord, &store.tls, from).await?),
+            };
+            epoch_advance(&store.etcd, &store.tls, from, next).await
+        }
+    }
+}
+
+/// `lockctl roles ...`.
+pub async fn roles(cmd: RolesCmd) -> Result<(), Failure> {
+    match cmd {
+        RolesCmd::Apply { store, dry_run } => roles_plan(&store.etcd, &store.tls, !dry_run).await,
+        RolesCmd::Show { store } => roles_plan(&store.etcd, &store.tls, false).await,
+    }
+}
+
+pub(crate) async fn connect(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
+    let tls = lock_arbiter::etcd_tls::load(etcd, tls).map_err(|e| Failure::input(e.to_string()))?;
+    Etcd::connect(etcd, Duration::from_secs(5), tls.as_ref())
+        .await
+        .map_err(|e| Failure::unreachable(format!("etcd: {e}")))
+}
+
+/// `lockctl roles show|apply`: reads etcd's users and roles, prints the plan to reach
+/// `etcd_roles::ROLES`/`USERS`, and with `apply` makes it and enables auth.
+async fn roles_plan(etcd: &[String], tls: &EtcdTlsFiles, apply: bool) -> Result<(), Failure> {
+    use lock_arbiter::etcd_roles;
+    let store = connect(etcd, tls).await?;
+    let mut auth = store.auth_client();
+    let failed = |e: etcd_client::Error| Failure::unreachable(format!("etcd: {e}"));
+    let current = etcd_roles::read(&mut auth).await.map_err(failed)?;
+    for (user, roles) in &current.users {
+        let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
+        let ours = etcd_roles::USERS.iter().any(|u| u.name == user);
+        println!(
+            "user {user}: {}{}",
+            roles.join(", "),
+            if ours { "" } else { "  (not managed here)" }
+        );
+    }
+    let changes = etcd_roles::plan(&current, etcd_roles::ROLES, etcd_roles::USERS);
+    if changes.is_empty() {
+        println!("users and roles as wanted");
+    }
+    for c in &changes {
+        println!("{}{c}", if apply { "" } else { "would " });
+    }
+    if apply {
+        etcd_roles::apply(&mut auth, &changes)
+            .await
+            .map_err(failed)?;
+        println!("auth enabled");
+    }
+    Ok(())
+}
+
+async fn epoch_advance(
+    etcd: &[String],
+    tls: &EtcdTlsFiles,
+    from: u16,
+    next: Option<u16>,
+) -> Result<(), Failure> {
+    let store = connect(etcd, tls).await?;
+    let advanced = match next {
+        Some(next) => epoch::advance_to(&store, from, next).await,
+        None => epoch::advance(&store, from).await,
+    };
+    match advanced {
+        Ok(rec) => {
+            println!(
+                "epoch advanced {from} -> {}, bound to cluster {}; every hold and durable waiter deleted",
+                rec.epoch, rec.cluster_id
+            );
+            Ok(())
+        }
+        Err(ArbiterError::NoQuorum) => {
+            Err(Failure::unreachable("etcd unreachable or without quorum"))
+        }
+        Err(e) => Err(Failure::refused(e.to_string())),
+    }
+}
+
+async fn epoch_init(etcd: &[String], tls: &EtcdTlsFiles) -> Result<(), Failure> {
+    let store = connect(etcd, tls).await?;
+    match epoch::init(&store).await {
+        Ok((rec, true)) => {
+            println!(
+                "epoch {} created, bound to cluster {}",
+                rec.epoch, rec.cluster_id
+            );
+            Ok(())
+        }
+        Ok((rec, false)) => {
+            println!(
+                "epoch {} already exists, bound to cluster {}",
+                rec.epoch, rec.cluster_id
+            );
+            Ok(())
+        }
+        Err(ArbiterError::NoQuorum) => {
+            Err(Failure::unreachable("etcd unreachable or without quorum"))
+        }
+        Err(e) => Err(Failure::refused(e.to_string())),
+    }
+}
+
+/// `lockctl restore`.
+#[derive(clap::Args)]
+pub struct RestoreArgs {
+    #[arg(long)]
+    pub snapshot: PathBuf,
+    /// New data directory (must not exist).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    #[arg(long)]
+    pub name: String,
+    /// e.g. m1=http://10.0.0.1:2380,m2=...
+    #[arg(long)]
+    pub initial_cluster: String,
+    #[arg(long)]
+    pub initial_advertise_peer_urls: String,
+    #[arg(long, env = "LOCK_ETCDUTL", default_value = "etcdutl")]
+    pub etcdutl: PathBuf,
+    /// Reuse this cluster token instead of a fresh one (all members of one restored
+    /// cluster need the same token; generate it once, pass it to each member).
+    #[arg(long)]
+    pub cluster_token: Option<String>,
+}
+
+pub fn restore(a: &RestoreArgs) -> Result<(), Failure> {
+    if a.data_dir.exists() {
+        return Err(Failure::input(format!(
+            "{} exists: restore into a new folder",
+            a.data_dir.display()
+        )));
+    }
+    let token = a.cluster_token.clone().unwrap_or_else(fresh_cluster_token);
+    let out = std::process::Command::new(&a.etcdutl)
+        .args(["snapshot", "restore"])
+        .arg(&a.snapshot)
+        .arg("--data-dir")
+        .arg(&a.data_dir)
+        .args(["--name", &a.name])
+        .args(["--initial-cluster", &a.initial_cluster])
+        .args([
+            "--initial-advertise-peer-urls",
+            &a.initial_advertise_peer_urls,
+        ])
+        .args(["--initial-cluster-token", &token])
+        .output()
+        .map_err(|e| Failure::input(format!("running {}: {e}", a.etcdutl.display())))?;
+    if !out.status.success() {
+        return Err(Failure::refused(format!(
+            "etcdutl snapshot restore failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    println!(
+        "restored {} into {} with cluster token {token}",
+        a.snapshot.display(),
+        a.data_dir.display()
+    );
+    println!(
+        "start the member(s) on it; arbiters answer SEALED until `lockctl epoch advance --from <epoch>`"
+    );
+    Ok(())
+}
+
+/// A cluster token no earlier cluster used: the cluster ID is derived from it and the
+/// member URLs, so a new token means a new cluster ID (ADR-03, DESIGN 8).
+fn fresh_cluster_token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("lock-restore-{nanos:x}-{}", std::process::id())
+}
