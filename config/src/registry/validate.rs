@@ -4,11 +4,14 @@
 use super::date::Date;
 use super::documents::*;
 use super::errors::{RegistryError, RegistryErrors};
-use super::{ADVISORY_TTL_FLOOR, DEFAULT_TTL_SECONDS, Source, TTL_RANGE};
+use super::{DEFAULT_TTL_SECONDS, Source};
 use crate::identity::SpiffeId;
 use crate::key::{KeyPrefix, LockKey, trie_key};
 use radix_trie::Trie;
 use std::collections::BTreeMap;
+
+mod classes;
+mod grants;
 
 /// A grant after merging every LockGrant document of one SPIFFE ID.
 #[derive(Debug, Clone)]
@@ -229,175 +232,6 @@ impl Validator {
             class_index,
             grants,
         })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn check_class(
-        &mut self,
-        source: &str,
-        id: &str,
-        name: &str,
-        spec: &LockClassSpec,
-        namespaces: &BTreeMap<String, NamespaceSpec>,
-        results: &[(String, String, PauseTestResultSpec)],
-        today: Date,
-    ) {
-        if !namespaces.contains_key(&spec.namespace) {
-            self.err(
-                source,
-                id,
-                "spec.namespace",
-                format!("no Namespace named {}", spec.namespace),
-            );
-        }
-        if spec.prefixes.is_empty() {
-            self.err(
-                source,
-                id,
-                "spec.prefixes",
-                "at least one prefix is required",
-            );
-        }
-        for (i, p) in spec.prefixes.iter().enumerate() {
-            let field = format!("spec.prefixes[{i}]");
-            match KeyPrefix::parse(p) {
-                Ok(prefix) if prefix.namespace() != spec.namespace => self.err(
-                    source,
-                    id,
-                    &field,
-                    format!("prefix {p} is outside namespace {}", spec.namespace),
-                ),
-                Ok(_) => {}
-                Err(e) => self.err(source, id, &field, format!("invalid prefix {p:?}: {e}")),
-            }
-        }
-        let ttl = effective_ttl(spec);
-        if !TTL_RANGE.contains(&ttl) {
-            self.err(
-                source,
-                id,
-                "spec.ttlSeconds",
-                format!("{ttl} is outside 5..=300"),
-            );
-        }
-        let advisory = spec.enforcement == Enforcement::Advisory;
-        if advisory && ttl < ADVISORY_TTL_FLOOR {
-            self.err(
-                source,
-                id,
-                "spec.ttlSeconds",
-                format!("advisory classes need at least {ADVISORY_TTL_FLOOR} s (got {ttl})"),
-            );
-        }
-        if advisory && spec.purpose == Purpose::Correctness {
-            if spec
-                .risk_owner
-                .as_deref()
-                .is_none_or(|o| o.trim().is_empty())
-            {
-                self.err(
-                    source,
-                    id,
-                    "spec.riskOwner",
-                    "advisory correctness class needs a risk owner",
-                );
-            }
-            match spec.waiver_expires.as_deref().map(Date::parse) {
-                None => self.err(
-                    source,
-                    id,
-                    "spec.waiverExpires",
-                    "advisory correctness class needs a waiver expiry date",
-                ),
-                Some(None) => self.err(source, id, "spec.waiverExpires", "must be YYYY-MM-DD"),
-                Some(Some(_)) => {}
-            }
-        }
-        if spec.on_quorum_loss == QuorumPosture::Open
-            && (spec.purpose == Purpose::Correctness || spec.enforcement == Enforcement::Fenced)
-        {
-            self.err(
-                source,
-                id,
-                "spec.onQuorumLoss",
-                "open is allowed only for efficiency, advisory classes",
-            );
-        }
-        if spec.enforcement == Enforcement::Fenced {
-            let valid = results.iter().any(|(_, _, r)| {
-                r.class == name
-                    && Date::parse(&r.passed_at).is_some_and(|p| {
-                        Date::parse(&r.expires)
-                            .is_some_and(|e| e >= today && p <= today && e <= p.plus_one_year())
-                    })
-            });
-            if !valid {
-                self.err(
-                    source,
-                    id,
-                    "spec.enforcement",
-                    format!("class {name} is fenced but has no unexpired PauseTestResult"),
-                );
-            }
-        }
-    }
-
-    fn merge_grants(
-        &mut self,
-        docs: Vec<(String, String, LockGrantSpec)>,
-        namespaces: &BTreeMap<String, NamespaceSpec>,
-    ) -> BTreeMap<SpiffeId, MergedGrant> {
-        let mut grants: BTreeMap<SpiffeId, MergedGrant> = BTreeMap::new();
-        for (source, id, spec) in docs {
-            let spiffe = match SpiffeId::parse(&spec.spiffe_id) {
-                Ok(s) => s,
-                Err(e) => {
-                    self.err(&source, &id, "spec.spiffeId", e.to_string());
-                    continue;
-                }
-            };
-            if spec.prefixes.is_empty() {
-                self.err(
-                    &source,
-                    &id,
-                    "spec.prefixes",
-                    "at least one prefix is required",
-                );
-            }
-            let mut prefixes = Vec::new();
-            for (i, p) in spec.prefixes.iter().enumerate() {
-                let field = format!("spec.prefixes[{i}]");
-                match KeyPrefix::parse(p) {
-                    Ok(prefix) if !namespaces.contains_key(prefix.namespace()) => self.err(
-                        &source,
-                        &id,
-                        &field,
-                        format!("no Namespace named {}", prefix.namespace()),
-                    ),
-                    Ok(prefix) => prefixes.push(prefix),
-                    Err(e) => self.err(&source, &id, &field, format!("invalid prefix {p:?}: {e}")),
-                }
-            }
-            if spec.rate.is_some_and(|r| !r.is_valid()) {
-                self.err(&source, &id, "spec.rate", RateBudget::RULE);
-            }
-            let entry = grants.entry(spiffe).or_insert(MergedGrant {
-                prefixes: Vec::new(),
-                rate: None,
-            });
-            entry.prefixes.extend(prefixes);
-            match (entry.rate, spec.rate) {
-                (Some(a), Some(b)) if a != b => self.err(
-                    &source,
-                    &id,
-                    "spec.rate",
-                    "another LockGrant for this SPIFFE ID sets a different rate",
-                ),
-                (None, Some(b)) => entry.rate = Some(b),
-                _ => {}
-            }
-        }
-        grants
     }
 }
 

@@ -1,0 +1,122 @@
+//! The rules of one LockClass (ADR-01, 04, 11, 17): its namespace and prefixes, its TTL,
+//! what advisory and fenced each require.
+
+use super::Validator;
+use crate::key::KeyPrefix;
+use crate::registry::date::Date;
+use crate::registry::documents::*;
+use crate::registry::{ADVISORY_TTL_FLOOR, TTL_RANGE};
+use std::collections::BTreeMap;
+
+impl Validator {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn check_class(
+        &mut self,
+        source: &str,
+        id: &str,
+        name: &str,
+        spec: &LockClassSpec,
+        namespaces: &BTreeMap<String, NamespaceSpec>,
+        results: &[(String, String, PauseTestResultSpec)],
+        today: Date,
+    ) {
+        if !namespaces.contains_key(&spec.namespace) {
+            self.err(
+                source,
+                id,
+                "spec.namespace",
+                format!("no Namespace named {}", spec.namespace),
+            );
+        }
+        if spec.prefixes.is_empty() {
+            self.err(
+                source,
+                id,
+                "spec.prefixes",
+                "at least one prefix is required",
+            );
+        }
+        for (i, p) in spec.prefixes.iter().enumerate() {
+            let field = format!("spec.prefixes[{i}]");
+            match KeyPrefix::parse(p) {
+                Ok(prefix) if prefix.namespace() != spec.namespace => self.err(
+                    source,
+                    id,
+                    &field,
+                    format!("prefix {p} is outside namespace {}", spec.namespace),
+                ),
+                Ok(_) => {}
+                Err(e) => self.err(source, id, &field, format!("invalid prefix {p:?}: {e}")),
+            }
+        }
+        let ttl = super::effective_ttl(spec);
+        if !TTL_RANGE.contains(&ttl) {
+            self.err(
+                source,
+                id,
+                "spec.ttlSeconds",
+                format!("{ttl} is outside 5..=300"),
+            );
+        }
+        let advisory = spec.enforcement == Enforcement::Advisory;
+        if advisory && ttl < ADVISORY_TTL_FLOOR {
+            self.err(
+                source,
+                id,
+                "spec.ttlSeconds",
+                format!("advisory classes need at least {ADVISORY_TTL_FLOOR} s (got {ttl})"),
+            );
+        }
+        if advisory && spec.purpose == Purpose::Correctness {
+            if spec
+                .risk_owner
+                .as_deref()
+                .is_none_or(|o| o.trim().is_empty())
+            {
+                self.err(
+                    source,
+                    id,
+                    "spec.riskOwner",
+                    "advisory correctness class needs a risk owner",
+                );
+            }
+            match spec.waiver_expires.as_deref().map(Date::parse) {
+                None => self.err(
+                    source,
+                    id,
+                    "spec.waiverExpires",
+                    "advisory correctness class needs a waiver expiry date",
+                ),
+                Some(None) => self.err(source, id, "spec.waiverExpires", "must be YYYY-MM-DD"),
+                Some(Some(_)) => {}
+            }
+        }
+        if spec.on_quorum_loss == QuorumPosture::Open
+            && (spec.purpose == Purpose::Correctness || spec.enforcement == Enforcement::Fenced)
+        {
+            self.err(
+                source,
+                id,
+                "spec.onQuorumLoss",
+                "open is allowed only for efficiency, advisory classes",
+            );
+        }
+        if spec.enforcement == Enforcement::Fenced {
+            let valid = results.iter().any(|(_, _, r)| {
+                r.class == name
+                    && Date::parse(&r.passed_at).is_some_and(|p| {
+                        Date::parse(&r.expires)
+                            .is_some_and(|e| e >= today && p <= today && e <= p.plus_one_year())
+                    })
+            });
+            if !valid {
+                self.err(
+                    source,
+                    id,
+                    "spec.enforcement",
+                    format!("class {name} is fenced but has no unexpired PauseTestResult"),
+                );
+            }
+        }
+    }
+}
