@@ -3,7 +3,8 @@
 //! filter would have set. Cells alternate (A, B, A, B, ...) so drift on a shared machine
 //! falls on both; the median of each side's p50 is reported.
 
-use super::{Cell, Env, Op, Route, measure_ops};
+use crate::env::Env;
+use crate::ops::{Cell, Op, Route, measure_ops};
 use lock_client::stub::{self as remote, Svid};
 use lock_integration::envoy::{Envoy, EnvoyConfig};
 use lock_integration::pki::OPERATOR;
@@ -153,10 +154,51 @@ pub async fn denials(env: &Env, calls: usize) -> anyhow::Result<Vec<Denial>> {
             out.push(Denial {
                 state,
                 fast,
-                p50_us: super::percentile(&lat, 0.50),
-                p99_us: super::percentile(&lat, 0.99),
+                p50_us: crate::ops::percentile(&lat, 0.50),
+                p99_us: crate::ops::percentile(&lat, 0.99),
             });
         }
     }
     Ok(out)
+}
+
+/// The filter's cost (the same Envoy with and without it) and the denial's latency for
+/// each key state; returns the tables.
+pub async fn run(env: &Env) -> anyhow::Result<String> {
+    let plain = start_plain_envoy(env)?;
+    let mut table = String::from(
+        "\n| filter cost | p50 with filter µs | p50 without µs | per request µs | ops/s with | ops/s without |\n|---|---:|---:|---:|---:|---:|\n",
+    );
+    for c in [1, 16] {
+        let f = measure(env, &plain, c, 3, Duration::from_secs(2)).await?;
+        eprintln!(
+            "filter cost c={c}: p50 {} us with, {} us without: {:.0} us per request",
+            f.with_p50_us,
+            f.without_p50_us,
+            f.per_request_us()
+        );
+        table.push_str(&format!(
+            "| acquire+release, concurrency {} (median of 3 alternating 2 s cells) | {} | {} | {:.0} | {:.0} | {:.0} |\n",
+            f.concurrency,
+            f.with_p50_us,
+            f.without_p50_us,
+            f.per_request_us(),
+            f.with_ops,
+            f.without_ops
+        ));
+    }
+    let rows = denials(env, 300).await?;
+    table.push_str("\n| NOT_GRANTED for an identity without a grant (300 sequential Inspects each) | path | p50 µs | p99 µs |\n|---|---|---:|---:|\n");
+    for d in rows {
+        let path = if d.fast { "lock-key (fast)" } else { "body" };
+        eprintln!(
+            "denial {} {path}: p50 {} us p99 {} us",
+            d.state, d.p50_us, d.p99_us
+        );
+        table.push_str(&format!(
+            "| {} key | {path} | {} | {} |\n",
+            d.state, d.p50_us, d.p99_us
+        ));
+    }
+    Ok(table)
 }

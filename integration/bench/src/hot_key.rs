@@ -4,11 +4,12 @@
 //! answer), and what each handoff cost etcd (raft proposals; for the arbiter also gRPC Txns
 //! and so grant attempts per handoff).
 
-use super::Env;
+use crate::env::Env;
 use anyhow::Context as _;
 use etcd_client::LockOptions;
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
 use lock_integration::registry::{BENCH_PREFIX, gate_id};
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +101,7 @@ pub async fn measure(
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .collect();
     lat.sort_unstable();
-    let pct = |p: f64| super::percentile(&lat, p);
+    let pct = |p: f64| crate::ops::percentile(&lat, p);
     let handoffs = holds.len();
     let per = |d: u64| d as f64 / handoffs.max(1) as f64;
     let on_etcd = sys != HotSystem::Postgres;
@@ -110,7 +111,7 @@ pub async fn measure(
         secs: length.as_secs_f64(),
         p50_us: pct(0.5),
         p99_us: pct(0.99),
-        curve: super::chart::PERCENTILES.iter().map(|p| pct(*p)).collect(),
+        curve: crate::chart::PERCENTILES.iter().map(|p| pct(*p)).collect(),
         proposals: on_etcd.then(|| per(p1.saturating_sub(p0))),
         txns: arbiter.then(|| per(t1.saturating_sub(t0))),
         releases: handoffs,
@@ -266,4 +267,67 @@ impl Waiter {
 /// Straight to the arbiter the bench sets the edge's headers; through Envoy the filter does.
 fn request<T>(msg: T, key: &str, identity: Option<&str>) -> tonic::Request<T> {
     lock_integration::routed(msg, key, identity)
+}
+
+/// Every hot-key system with `waiters` waiters; writes the handoff chart into `out`,
+/// returns the table.
+pub async fn run(
+    env: &Env,
+    waiters: usize,
+    length: Duration,
+    out: &std::path::Path,
+) -> anyhow::Result<String> {
+    let mut hot = Vec::new();
+    for sys in HotSystem::ALL {
+        let cell = measure(env, sys, waiters, length)
+            .await
+            .with_context(|| format!("hot key: {}", sys.name()))?;
+        eprintln!(
+            "hot key {:<34} {:>7.0} handoffs/s  p50 {:>6} us  p99 {:>6} us",
+            sys.name(),
+            cell.handoffs as f64 / cell.secs,
+            cell.p50_us,
+            cell.p99_us
+        );
+        hot.push((sys, cell));
+    }
+    let curves: Vec<crate::chart::Curve> = hot
+        .iter()
+        .map(|(sys, cell)| crate::chart::Curve {
+            label: sys.name().to_owned(),
+            us: cell.curve.clone(),
+        })
+        .collect();
+    let svg = crate::chart::percentiles_svg(
+        &format!("hot-key handoff latency by percentile, {waiters} waiters"),
+        &curves,
+    );
+    std::fs::write(out.join("handoff.svg"), svg)?;
+    Ok(render(&hot, waiters))
+}
+
+fn render(rows: &[(HotSystem, HotCell)], waiters: usize) -> String {
+    let mut out = format!(
+        "\n| one hot key, {waiters} waiters | handoffs/s | handoff p50 µs | p99 µs | etcd proposals / handoff | Txn / handoff | grant attempts / handoff | handoffs ÷ v3lock |\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    );
+    let v3 = rows
+        .iter()
+        .find(|(s, _)| *s == HotSystem::V3Lock)
+        .map(|(_, c)| c.handoffs as f64 / c.secs);
+    let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.2}"));
+    for (sys, c) in rows {
+        let rate = c.handoffs as f64 / c.secs;
+        let _ = writeln!(
+            out,
+            "| {} | {rate:.0} | {} | {} | {} | {} | {} | {} |",
+            sys.name(),
+            c.p50_us,
+            c.p99_us,
+            opt(c.proposals),
+            opt(c.txns),
+            opt(c.attempts()),
+            opt(v3.map(|v| rate / v.max(f64::MIN_POSITIVE))),
+        );
+    }
+    out
 }

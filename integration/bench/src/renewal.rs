@@ -1,7 +1,7 @@
 //! Renewal cost: keepalives per second reaching etcd for one session carrying 1 hold and
 //! one carrying 500, with lock-client through Envoy (one renewal per TTL/3 per session).
 
-use super::Env;
+use crate::env::Env;
 use lock_integration::registry::{GATE_PREFIX, GATE_TTL, gate_id};
 use std::time::Duration;
 
@@ -42,4 +42,25 @@ pub async fn measure(env: &Env, holds: usize, window: Duration) -> anyhow::Resul
 /// What the class's TTL predicts: one renewal per TTL/3.
 pub fn expected_per_sec() -> f64 {
     3.0 / f64::from(GATE_TTL)
+}
+
+/// Renewals reaching etcd with 1 and 500 holds on one session; returns the table.
+pub async fn run(env: &Env) -> anyhow::Result<String> {
+    let mut rows = Vec::new();
+    for holds in [1, 500] {
+        let r = measure(env, holds, Duration::from_secs(10)).await?;
+        eprintln!(
+            "renewal: {} holds -> {:.2} keepalives/s at etcd",
+            r.holds, r.keepalives_per_sec
+        );
+        rows.push(r);
+    }
+    let mut table = format!(
+        "\n| holds on one session | keepalives/s reaching etcd (expected {:.2}: one per TTL/3) |\n|---:|---:|\n",
+        expected_per_sec()
+    );
+    for r in rows {
+        table.push_str(&format!("| {} | {:.2} |\n", r.holds, r.keepalives_per_sec));
+    }
+    Ok(table)
 }

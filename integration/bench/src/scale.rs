@@ -1,503 +1,67 @@
-//! Load at the scale the design records size for: many renewing sessions, many held keys,
-//! queued waiters and a steady grant rate, straight at one arbiter (the entity cluster's
-//! side: etcd + arbiter; the edge scales separately).
-//!
-//! - [`memory`]: the arbiter's and etcd's resident memory idle, with 100,000 held keys, and
-//!   with 10,000 waiters queued on them.
-//! - [`steps`]: sessions (renewing every 5 s, TTL/3 of a 15 s class), holds (6.25 per
-//!   session, the records' 250,000 / 40,000) and an open-loop grant rate driven up in steps;
-//!   per step keepalives/s, grants/s, grant p50/p99 and CPU and memory of arbiter, etcd and
-//!   the load generator, until the last step or the time budget.
+//! The design's scale point driven up in steps, straight at one arbiter (the entity
+//! cluster's side: etcd + arbiter; the edge scales separately): sessions (renewing every
+//! 5 s, TTL/3 of a 15 s class), holds (6.25 per session, the records' 250,000 / 40,000) and
+//! an open-loop grant rate; per step keepalives/s, grants/s, grant p50/p99 and CPU and
+//! memory of arbiter, etcd and the load generator, until the last step or the time budget.
 //!
 //! Every loop is bounded in count and time; a step that cannot be built in time is reported,
 //! not waited for.
 
-use super::Env;
-use anyhow::Context as _;
-use lock_client::proto::lock_client::LockClient;
-use lock_config::proto::v1::{
-    AcquireRequest, CloseSessionRequest, InspectRequest, KeepAliveRequest, OpenSessionRequest,
-    ReleaseRequest,
-};
-use lock_integration::as_from_edge;
-use lock_integration::registry::{GATE_CLIENTS, SCALE_PREFIX, SCALE_TTL, gate_id};
-use std::future::Future;
+use crate::chart;
+use crate::env::Env;
+use crate::load::*;
+use crate::observe::*;
+use lock_integration::registry::{GATE_CLIENTS, SCALE_PREFIX};
+use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 
 /// The design's grant latency budget (p99).
 pub const P99_BUDGET: Duration = Duration::from_millis(40);
-/// How often each session renews: TTL/3, as lock-client does.
-const RENEW_EVERY: Duration = Duration::from_secs(SCALE_TTL as u64 / 3);
-/// Sessions one KeepAlive stream carries (the arbiter allows 16).
-const SESSIONS_PER_STREAM: usize = 16;
-/// Requests in flight while building sessions and holds.
-const BUILD_CONCURRENCY: usize = 64;
-/// Connections to the arbiter the load is spread over.
-const CONNECTIONS: usize = 32;
 
-/// A session opened straight at the arbiter, and the identity that owns it.
-#[derive(Clone)]
-struct Session {
-    id: i64,
-    identity: String,
+/// How far the steps go.
+pub struct Settings {
+    pub max_sessions: usize,
+    /// Seconds of grant load measured per step.
+    pub window: Duration,
+    /// No new step starts after this long.
+    pub budget: Duration,
 }
 
-struct Conns(Vec<LockClient<Channel>>);
-
-impl Conns {
-    async fn open(env: &Env) -> anyhow::Result<Self> {
-        let mut v = Vec::with_capacity(CONNECTIONS);
-        for _ in 0..CONNECTIONS {
-            v.push(env.stack.arbiter_direct(0).await?);
-        }
-        Ok(Self(v))
-    }
-
-    fn get(&self, i: usize) -> LockClient<Channel> {
-        self.0[i % self.0.len()].clone()
-    }
-}
-
-/// Runs `f(i)` for `i` in `range` with at most `concurrency` in flight; fails when any call
-/// fails or the whole batch is not done by `deadline`.
-async fn bounded_batch<T, F, Fut>(
-    range: std::ops::Range<usize>,
-    concurrency: usize,
-    deadline: Instant,
-    f: F,
-) -> anyhow::Result<Vec<T>>
-where
-    T: Send + 'static,
-    F: Fn(usize) -> Fut,
-    Fut: Future<Output = anyhow::Result<T>> + Send + 'static,
-{
-    let total = range.len();
-    let mut next = range.start;
-    let mut running = JoinSet::new();
-    let mut out = Vec::with_capacity(total);
-    loop {
-        while running.len() < concurrency && next < range.end {
-            running.spawn(f(next));
-            next += 1;
-        }
-        let Some(done) = tokio::time::timeout_at(deadline.into(), running.join_next())
-            .await
-            .map_err(|_| {
-                anyhow::anyhow!("only {} of {total} done in the time allowed", out.len())
-            })?
-        else {
-            return Ok(out);
+/// The steps on `env`; with `chart`, the latency chart is written into that folder.
+/// Returns the table.
+pub async fn run(env: &Env, settings: &Settings, chart: Option<&Path>) -> anyhow::Result<String> {
+    let plan = plan(settings.max_sessions);
+    let s = steps(env, &plan, settings.window, settings.budget).await?;
+    if let Some(out) = chart {
+        let labels: Vec<String> = s
+            .results
+            .iter()
+            .map(|r| format!("{}k s", r.step.sessions / 1000))
+            .collect();
+        let curve = |label: &str, f: fn(&StepResult) -> u64| chart::Curve {
+            label: label.to_owned(),
+            us: s.results.iter().map(f).collect(),
         };
-        out.push(done??);
-    }
-}
-
-/// Opens sessions `range`, session `i` owned by gate identity `identities[i % len]`.
-async fn open_sessions(
-    conns: &Arc<Conns>,
-    range: std::ops::Range<usize>,
-    identities: std::ops::RangeInclusive<usize>,
-    deadline: Instant,
-) -> anyhow::Result<Vec<Session>> {
-    let (first, count) = (*identities.start(), identities.count().max(1));
-    bounded_batch(range, BUILD_CONCURRENCY, deadline, |i| {
-        let mut c = conns.get(i);
-        let identity = gate_id(first + i % count);
-        async move {
-            let key = format!("{SCALE_PREFIX}/s");
-            let id = c
-                .open_session(as_from_edge(
-                    OpenSessionRequest { key: key.clone() },
-                    Some(&key),
-                    Some(&identity),
-                ))
-                .await?
-                .into_inner()
-                .session_id;
-            Ok(Session { id, identity })
-        }
-    })
-    .await
-}
-
-/// An Acquire of `key` by session `s`, with the headers the edge would set.
-fn acquire_request(key: &str, s: &Session, wait_millis: u64) -> tonic::Request<AcquireRequest> {
-    as_from_edge(
-        AcquireRequest {
-            key: key.to_owned(),
-            session_id: s.id,
-            wait_millis,
-        },
-        Some(key),
-        Some(&s.identity),
-    )
-}
-
-/// Acquires keys `{prefix}/{i}` for `i` in `range`, key `i` by session `i % len`.
-async fn hold_keys(
-    conns: &Arc<Conns>,
-    sessions: &Arc<Vec<Session>>,
-    prefix: &str,
-    range: std::ops::Range<usize>,
-    deadline: Instant,
-) -> anyhow::Result<()> {
-    anyhow::ensure!(!sessions.is_empty(), "no sessions to hold keys with");
-    bounded_batch(range, BUILD_CONCURRENCY, deadline, |i| {
-        let mut c = conns.get(i);
-        let s = sessions[i % sessions.len()].clone();
-        let key = format!("{prefix}/{i}");
-        async move {
-            c.acquire(acquire_request(&key, &s, 0))
-                .await
-                .with_context(|| format!("holding {key}"))?;
-            Ok(())
-        }
-    })
-    .await
-    .map(drop)
-}
-
-/// Closes every session; one already gone (expired) counts as closed. Returns how many
-/// could not be closed (those expire with their TTL).
-async fn close_sessions(conns: &Arc<Conns>, sessions: &Arc<Vec<Session>>) -> usize {
-    let s = sessions.clone();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let closed = bounded_batch(0..s.len(), BUILD_CONCURRENCY, deadline, |i| {
-        let mut c = conns.get(i);
-        let s = s[i].clone();
-        async move {
-            let r = c
-                .close_session(as_from_edge(
-                    CloseSessionRequest { session_id: s.id },
-                    None,
-                    Some(&s.identity),
-                ))
-                .await;
-            Ok(matches!(&r, Err(st) if st.code() != tonic::Code::NotFound))
-        }
-    })
-    .await;
-    match closed {
-        Ok(failed) => failed.iter().filter(|f| **f).count(),
-        Err(e) => {
-            eprintln!("scale: closing sessions: {e:#} (the rest expire with their TTL)");
-            sessions.len()
-        }
-    }
-}
-
-/// Renews sessions on KeepAlive streams (16 sessions of one identity per stream), each
-/// session every [`RENEW_EVERY`], spread evenly; counts answers. Dropping it stops renewal.
-#[derive(Default)]
-struct Renewer {
-    tasks: JoinSet<()>,
-    ok: Arc<AtomicU64>,
-    broken_streams: Arc<AtomicU64>,
-    streams: usize,
-}
-
-impl Renewer {
-    fn add(&mut self, conns: &Conns, sessions: &[Session]) {
-        let mut by_identity: std::collections::BTreeMap<&str, Vec<i64>> = Default::default();
-        for s in sessions {
-            by_identity.entry(&s.identity).or_default().push(s.id);
-        }
-        for (identity, ids) in by_identity {
-            for chunk in ids.chunks(SESSIONS_PER_STREAM) {
-                self.stream(conns.get(self.streams), identity.to_owned(), chunk.to_vec());
-            }
-        }
-    }
-
-    fn stream(&mut self, mut c: LockClient<Channel>, identity: String, ids: Vec<i64>) {
-        let n = self.streams;
-        self.streams += 1;
-        let (ok, broken) = (self.ok.clone(), self.broken_streams.clone());
-        self.tasks.spawn(async move {
-            let gap = RENEW_EVERY / u32::try_from(ids.len().max(1)).unwrap_or(1);
-            // Streams start spread over one period so renewals do not come in waves.
-            let mut phase = RENEW_EVERY.mul_f64((n as f64 * 0.618_034).fract());
-            // A stream the arbiter ends (an etcd stall past its store timeout ends it) is
-            // reopened, as lock-client does; the loop ends when the Renewer is dropped.
-            loop {
-                let (tx, rx) = mpsc::channel(SESSIONS_PER_STREAM);
-                let ids = ids.clone();
-                let sender = tokio::spawn(async move {
-                    let mut tick = tokio::time::interval_at((Instant::now() + phase).into(), gap);
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    for id in ids.iter().cycle() {
-                        tick.tick().await;
-                        if tx.send(KeepAliveRequest { session_id: *id }).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                let req = as_from_edge(ReceiverStream::new(rx), None, Some(&identity));
-                if let Ok(resp) = c.keep_alive(req).await {
-                    let mut inbound = resp.into_inner();
-                    while let Ok(Some(_)) = inbound.message().await {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                broken.fetch_add(1, Ordering::Relaxed);
-                sender.abort();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                phase = Duration::ZERO;
-            }
-        });
-    }
-}
-
-/// CPU time and resident memory of one process, from /proc.
-#[derive(Clone, Copy)]
-struct ProcSample {
-    cpu: Duration,
-    rss_mib: f64,
-    at: Instant,
-}
-
-fn sample(pid: u32) -> anyhow::Result<ProcSample> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("unreadable /proc stat")?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11).context("no utime")?.parse::<u64>()?
-        + f.get(12).context("no stime")?.parse::<u64>()?;
-    let hz = rustix::param::clock_ticks_per_second().max(1);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let rss_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("no VmRSS")?
-        .parse()?;
-    Ok(ProcSample {
-        cpu: Duration::from_secs_f64(ticks as f64 / hz as f64),
-        rss_mib: rss_kib / 1024.0,
-        at: Instant::now(),
-    })
-}
-
-/// Percent of one core used between two samples.
-fn cpu_percent(a: &ProcSample, b: &ProcSample) -> f64 {
-    let wall = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
-    100.0 * b.cpu.saturating_sub(a.cpu).as_secs_f64() / wall
-}
-
-struct Pids {
-    arbiter: u32,
-    etcd: u32,
-}
-
-fn pids(env: &Env) -> anyhow::Result<Pids> {
-    Ok(Pids {
-        arbiter: env
-            .stack
-            .arbiters
-            .first()
-            .and_then(|a| a.proc.pid())
-            .context("no arbiter")?,
-        etcd: env.stack.etcd.proc.pid().context("no etcd")?,
-    })
-}
-
-// ---------------------------------------------------------------------------------------
-// Memory with many holds and waiters.
-
-pub struct Memory {
-    pub holds: usize,
-    pub waiters: usize,
-    /// Keys the waiters queue on (one head each).
-    pub keys_waited: usize,
-    /// (stage, arbiter RSS MiB, etcd RSS MiB)
-    pub stages: Vec<(String, f64, f64)>,
-}
-
-/// `waiters` queued `per_key` to a held key: each key's head waits on an etcd watch, the
-/// others on their ticket, so two runs with different `per_key` separate the two costs.
-pub async fn memory(
-    env: &Env,
-    holds: usize,
-    waiters: usize,
-    per_key: usize,
-) -> anyhow::Result<Memory> {
-    let pids = pids(env)?;
-    let conns = Arc::new(Conns::open(env).await?);
-    let mut stages = Vec::new();
-    let mut stage = |name: String| -> anyhow::Result<()> {
-        let (a, e) = (sample(pids.arbiter)?, sample(pids.etcd)?);
-        eprintln!(
-            "memory: {name}: arbiter {:.1} MiB, etcd {:.1} MiB",
-            a.rss_mib, e.rss_mib
+        let svg = chart::lines_svg(
+            "grant latency by scale step (sessions; holds 6.25 per session)",
+            &labels,
+            &[
+                curve("grant p50", |r| r.p50_us),
+                curve("grant p99", |r| r.p99_us),
+                curve("raw etcd Txn p99, same window", |r| r.floor_p99_us),
+            ],
+            Some((
+                u64::try_from(P99_BUDGET.as_micros()).unwrap_or(u64::MAX),
+                "p99 budget 40 ms",
+            )),
         );
-        stages.push((name, a.rss_mib, e.rss_mib));
-        Ok(())
-    };
-    stage("before".into())?;
-    // 100 holds per session, 100 waits per waiter session.
-    let holder_sessions = holds.div_ceil(100).max(1);
-    let waiter_sessions = waiters.div_ceil(100).max(1);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    // Holders and waiters are different identities: an identity waiting for a key another
-    // of its sessions holds is told LEAKED_HOLD, not queued (ADR-13).
-    let half = GATE_CLIENTS / 2;
-    let holders = Arc::new(open_sessions(&conns, 0..holder_sessions, 1..=half, deadline).await?);
-    let waiting = Arc::new(
-        open_sessions(
-            &conns,
-            0..waiter_sessions,
-            half + 1..=GATE_CLIENTS,
-            deadline,
-        )
-        .await?,
-    );
-    let all = Arc::new([holders.as_slice(), waiting.as_slice()].concat());
-    let mut renewer = Renewer::default();
-    renewer.add(&conns, &all);
-    let prefix = format!("{SCALE_PREFIX}/mem");
-    hold_keys(&conns, &holders, &prefix, 0..holds, deadline).await?;
-    stage(format!("{} sessions, {holds} held keys", all.len()))?;
-    // Waiters: each on a held key, queued in the arbiter until it ends them.
-    let keys_waited = waiters.div_ceil(per_key.max(1)).min(holds).max(1);
-    let mut wait_tasks = JoinSet::new();
-    for w in 0..waiters {
-        let mut c = conns.get(w);
-        let s = waiting[w % waiting.len()].clone();
-        let key = format!("{prefix}/{}", w % keys_waited);
-        wait_tasks.spawn(async move { c.acquire(acquire_request(&key, &s, 120_000)).await });
+        std::fs::write(out.join("scale.svg"), svg)?;
     }
-    let queued = {
-        let until = Instant::now() + Duration::from_secs(60);
-        let mut seen = 0;
-        while Instant::now() < until {
-            if let Some(ended) = wait_tasks.try_join_next() {
-                anyhow::bail!("a waiter ended instead of waiting: {ended:?}");
-            }
-            seen = count_queued(&conns, &prefix, keys_waited, until).await?;
-            if seen == waiters {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        seen
-    };
-    stage(format!("+ {queued} queued waiters"))?;
-    // A heap profile ends here, with the waiters queued: its end is their steady state,
-    // its peak their arrival (the arbiter stops, so the rest of the row is not measured).
-    if write_heap_profile(pids.arbiter)? {
-        wait_tasks.abort_all();
-        return Ok(Memory {
-            holds,
-            waiters,
-            keys_waited,
-            stages,
-        });
-    }
-    // Dropping the calls resets their streams: the arbiter must forget each waiter.
-    wait_tasks.abort_all();
-    while wait_tasks.join_next().await.is_some() {}
-    let mut left = usize::MAX;
-    for _ in 0..20 {
-        left = count_queued(
-            &conns,
-            &prefix,
-            keys_waited,
-            Instant::now() + Duration::from_secs(30),
-        )
-        .await?;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    drop(renewer);
-    let unclosed = close_sessions(&conns, &all).await;
-    if unclosed > 0 {
-        eprintln!("memory: {unclosed} sessions could not be closed");
-    }
-    stage(format!(
-        "waiters gone ({left} left queued), sessions closed"
-    ))?;
-    anyhow::ensure!(
-        queued == waiters,
-        "only {queued} of {waiters} waiters were queued"
-    );
-    Ok(Memory {
-        holds,
-        waiters,
-        keys_waited,
-        stages,
-    })
+    Ok(render(&s))
 }
-
-/// With `LOCK_DHAT_FILE` set (make heap-profile: an arbiter built with the `dhat-heap`
-/// feature inherits it), stops the arbiter with SIGTERM, which writes the heap profile
-/// there, and waits for the file (true: written).
-fn write_heap_profile(arbiter: u32) -> anyhow::Result<bool> {
-    let Some(file) = std::env::var_os("LOCK_DHAT_FILE").map(std::path::PathBuf::from) else {
-        return Ok(false);
-    };
-    let _ = std::fs::remove_file(&file);
-    let ok = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(arbiter.to_string())
-        .status()?
-        .success();
-    anyhow::ensure!(ok, "kill -TERM {arbiter} failed");
-    let until = Instant::now() + Duration::from_secs(120);
-    // dhat writes the whole file at once; a size that stops changing is a finished file.
-    let mut last = None;
-    while Instant::now() < until {
-        let len = std::fs::metadata(&file).map(|m| m.len()).ok();
-        if len.is_some() && len == last {
-            eprintln!("memory: heap profile in {}", file.display());
-            return Ok(true);
-        }
-        last = len;
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    anyhow::bail!(
-        "no heap profile at {} within 120 s (is the arbiter built with --features dhat-heap?)",
-        file.display()
-    )
-}
-
-/// Waiters queued over keys `{prefix}/0..keys`, by Inspect.
-async fn count_queued(
-    conns: &Arc<Conns>,
-    prefix: &str,
-    keys: usize,
-    deadline: Instant,
-) -> anyhow::Result<usize> {
-    let counts = bounded_batch(0..keys, BUILD_CONCURRENCY, deadline, |k| {
-        let mut c = conns.get(k);
-        let key = format!("{prefix}/{k}");
-        async move {
-            let r = c
-                .inspect(as_from_edge(
-                    InspectRequest { key: key.clone() },
-                    Some(&key),
-                    Some(&gate_id(1)),
-                ))
-                .await?;
-            Ok(r.into_inner().waiters as usize)
-        }
-    })
-    .await?;
-    Ok(counts.iter().sum())
-}
-
-// ---------------------------------------------------------------------------------------
-// Scale steps.
 
 #[derive(Clone, Copy)]
 pub struct Step {
@@ -704,7 +268,7 @@ pub async fn steps(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn measure_step(
+pub async fn measure_step(
     env: &Env,
     pids: &Pids,
     conns: &Arc<Conns>,
@@ -741,8 +305,8 @@ async fn measure_step(
         keepalives_per_sec: ka as f64 / secs,
         keepalives_at_etcd_per_sec: etcd_ka as f64 / secs,
         grants_per_sec: lat.len() as f64 / window.as_secs_f64(),
-        p50_us: super::percentile(&lat, 0.50),
-        p99_us: super::percentile(&lat, 0.99),
+        p50_us: crate::ops::percentile(&lat, 0.50),
+        p99_us: crate::ops::percentile(&lat, 0.99),
         failed: grants.failed,
         shed: grants.shed,
         arbiter_cpu: cpu_percent(&a0, &a1),
@@ -752,168 +316,66 @@ async fn measure_step(
         etcd_rss_mib: e1.rss_mib,
         broken_streams: renewer.broken_streams.load(Ordering::Relaxed) - broken0,
         fsync_max_ms: bucket_quantile(&fsync0, &fsync, 1.0).map(|s| s * 1000.0),
-        floor_p99_us: super::percentile(&floor, 0.99),
+        floor_p99_us: crate::ops::percentile(&floor, 0.99),
     })
 }
 
-/// etcd's WAL fsync histogram: (upper bound in seconds, cumulative count).
-fn fsync_buckets(env: &Env) -> anyhow::Result<Vec<(f64, u64)>> {
-    let body = lock_integration::admin_get(env.stack.etcd.metrics_addr, "/metrics")?;
-    Ok(body
-        .lines()
-        .filter_map(|l| l.strip_prefix("etcd_disk_wal_fsync_duration_seconds_bucket{le=\""))
-        .filter_map(|l| {
-            let (le, rest) = l.split_once("\"}")?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
+pub fn render(s: &Scale) -> String {
+    let mut t = String::from(
+        "\n| scale step: sessions / holds / grants offered per s | keepalives/s (at etcd) | grants/s | grant p50 µs | p99 µs | raw Txn p99 µs, same window | slowest fsync ms | CPU % arbiter / etcd / load | RSS MiB arbiter / etcd | build s | saturated |\n|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|\n",
+    );
+    for r in &s.results {
+        let _ = writeln!(
+            t,
+            "| {} / {} / {} | {:.0} ({:.0}) | {:.0}{} | {} | {}{} | {} | {} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {} |",
+            r.step.sessions,
+            r.step.holds,
+            r.step.grants_per_sec,
+            r.keepalives_per_sec,
+            r.keepalives_at_etcd_per_sec,
+            r.grants_per_sec,
+            if r.failed > 0 {
+                format!(" ({} failed)", r.failed)
             } else {
-                le.parse().ok()?
-            };
-            Some((le, rest.trim().parse::<f64>().ok()? as u64))
-        })
-        .collect())
-}
-
-/// The bucket bound under which fraction `q` of the observations between two histogram
-/// readings fall (an upper bound on that quantile).
-fn bucket_quantile(before: &[(f64, u64)], after: &[(f64, u64)], q: f64) -> Option<f64> {
-    let delta: Vec<(f64, u64)> = after
+                String::new()
+            },
+            r.p50_us,
+            r.p99_us,
+            if std::time::Duration::from_micros(r.p99_us) > P99_BUDGET {
+                " **> 40 ms**"
+            } else {
+                ""
+            },
+            r.floor_p99_us,
+            r.fsync_max_ms
+                .map_or("–".to_owned(), |ms| format!("≤ {ms:.0}")),
+            r.arbiter_cpu,
+            r.etcd_cpu,
+            r.load_cpu,
+            r.arbiter_rss_mib,
+            r.etcd_rss_mib,
+            r.build_secs,
+            r.saturated()
+        );
+    }
+    let crossed = s
+        .results
         .iter()
-        .map(|(le, n)| {
-            let was = before.iter().find(|(l, _)| l == le).map_or(0, |b| b.1);
-            (*le, n.saturating_sub(was))
-        })
-        .collect();
-    let total = delta.iter().map(|d| d.1).max()?;
-    if total == 0 {
-        return None;
-    }
-    delta
-        .iter()
-        .find(|(_, n)| *n as f64 >= q * total as f64)
-        .map(|d| d.0)
-}
-
-/// Raw etcd grant-shaped transactions (put-if-absent with a lease, then delete) per second
-/// beside each step's grant load.
-const FLOOR_RATE: u32 = 50;
-
-/// Open loop of raw grant-shaped Txn + delete at `rate` for `window`; Txn latencies (µs).
-async fn floor_load(
-    env: &Env,
-    rate: u32,
-    window: Duration,
-    step: usize,
-) -> anyhow::Result<Vec<u64>> {
-    let mut etcd = env.stack.etcd_client().await?;
-    let lease = etcd.lease_grant(60, None).await?.id();
-    let mut tasks: JoinSet<anyhow::Result<u64>> = JoinSet::new();
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
-    let end = Instant::now() + window;
-    let mut i = 0usize;
-    while Instant::now() < end && tasks.len() < 1_000 {
-        tick.tick().await;
-        let mut kv = etcd.kv_client();
-        let key = format!("/bench/scale-floor/{step}/{i}");
-        i += 1;
-        tasks.spawn(async move {
-            let t = Instant::now();
-            kv.txn(super::grant_shaped_txn(&key, lease)).await?;
-            let us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
-            kv.delete(key.as_str(), None).await?;
-            Ok(us)
-        });
-    }
-    let mut lat = Vec::new();
-    let drain = Instant::now() + Duration::from_secs(15);
-    while let Ok(Some(r)) = tokio::time::timeout_at(drain.into(), tasks.join_next()).await {
-        lat.push(r??);
-    }
-    tasks.abort_all();
-    Ok(lat)
-}
-
-struct GrantLoad {
-    latencies_us: Vec<u64>,
-    failed: u64,
-    shed: u64,
-}
-
-/// Open loop: a grant (Acquire of a fresh key, then its Release) every 1/rate s for
-/// `window`; a grant is shed rather than queued in the load generator when 1,000 are
-/// already in flight. Latency is the Acquire's.
-async fn grant_load(
-    conns: &Arc<Conns>,
-    sessions: &Arc<Vec<Session>>,
-    rate: u32,
-    window: Duration,
-    step: usize,
-) -> GrantLoad {
-    const MAX_IN_FLIGHT: usize = 1_000;
-    let mut out = GrantLoad {
-        latencies_us: Vec::new(),
-        failed: 0,
-        shed: 0,
-    };
-    if sessions.is_empty() || rate == 0 {
-        return out;
-    }
-    let mut tasks: JoinSet<anyhow::Result<u64>> = JoinSet::new();
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let end = Instant::now() + window;
-    let mut i = 0usize;
-    let reap = |r: Option<Result<anyhow::Result<u64>, tokio::task::JoinError>>,
-                out: &mut GrantLoad| match r {
-        Some(Ok(Ok(us))) => out.latencies_us.push(us),
-        Some(_) => out.failed += 1,
-        None => {}
-    };
-    while Instant::now() < end {
-        tick.tick().await;
-        while let Some(r) = tasks.try_join_next() {
-            reap(Some(r), &mut out);
-        }
-        if tasks.len() >= MAX_IN_FLIGHT {
-            out.shed += 1;
-            continue;
-        }
-        let mut c = conns.get(i);
-        let s = sessions[i % sessions.len()].clone();
-        let key = format!("{SCALE_PREFIX}/g{step}/{i}");
-        i += 1;
-        tasks.spawn(async move {
-            let t = Instant::now();
-            let token = c
-                .acquire(acquire_request(&key, &s, 0))
-                .await?
-                .into_inner()
-                .token;
-            let us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
-            c.release(as_from_edge(
-                ReleaseRequest {
-                    key: key.clone(),
-                    token,
-                    session_id: s.id,
-                },
-                Some(&key),
-                Some(&s.identity),
-            ))
-            .await?;
-            Ok(us)
-        });
-    }
-    // Grants started in the window finish (bounded); their latencies count.
-    let drain = Instant::now() + Duration::from_secs(15);
-    while !tasks.is_empty() {
-        match tokio::time::timeout_at(drain.into(), tasks.join_next()).await {
-            Ok(r) => reap(r, &mut out),
-            Err(_) => {
-                out.failed += tasks.len() as u64;
-                tasks.abort_all();
-                break;
-            }
-        }
-    }
-    out
+        .find(|r| Duration::from_micros(r.p99_us) > P99_BUDGET);
+    let _ = writeln!(
+        t,
+        "\n{}{}",
+        match crossed {
+            Some(r) => format!(
+                "Grant p99 crosses 40 ms at {} sessions / {} holds / {} grants/s.",
+                r.step.sessions, r.step.holds, r.step.grants_per_sec
+            ),
+            None => "Grant p99 stayed within 40 ms at every step run.".to_owned(),
+        },
+        s.stopped
+            .as_ref()
+            .map(|w| format!(" Stopped early: {w}."))
+            .unwrap_or_default()
+    );
+    t
 }

@@ -5,7 +5,7 @@
 //! proposals committed per second on each cluster) and what the extra hop of routing costs
 //! the grant's p50 and p99.
 
-use crate::{Cell, Op, Route, measure_ops};
+use crate::ops::{Cell, Op, Route, measure_ops};
 use lock_integration::{Stack, StackOptions};
 use std::path::Path;
 use std::time::Duration;
@@ -89,4 +89,21 @@ pub fn render(rows: &[Row], workers: usize) -> String {
         ));
     }
     out
+}
+
+/// One cluster, coord + 1 shard, coord + 2 shards, 16 workers each; returns the table.
+pub async fn run(registry: &std::path::Path, length: Duration) -> anyhow::Result<String> {
+    let mut rows = Vec::new();
+    for n in [0, 1, 2] {
+        let row = measure(registry, n, 16, length).await?;
+        eprintln!(
+            "shards={n}: {:.0} ops/s p50 {} us p99 {} us, proposals/s {:?}",
+            row.cell.ops as f64 / row.cell.secs,
+            row.cell.p50_us,
+            row.cell.p99_us,
+            row.writes_per_sec
+        );
+        rows.push(row);
+    }
+    Ok(render(&rows, 16))
 }

@@ -1,0 +1,333 @@
+//! One measured cell: workers running one system's acquire+release (or another operation)
+//! in a loop for a fixed time, and the latencies they saw.
+
+use crate::chart;
+use crate::env::Env;
+use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
+use lock_client::proto::lock_client::LockClient;
+use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
+use lock_integration::pki::OPERATOR;
+use lock_pause_test::connect;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum System {
+    RawTxn,
+    V3Lock,
+    ArbiterDirect,
+    /// The same arbiter hop without TLS (`--insecure-plaintext`, never deployed): beside
+    /// `ArbiterDirect` it prices the mutual TLS every edge-to-arbiter hop pays.
+    ArbiterPlaintext,
+    FullPath,
+    /// The full path for a client that does not send `lock-key` (grpcurl, other stubs):
+    /// the edge pauses for the body.
+    FullPathBody,
+    Redis,
+    Postgres,
+}
+
+impl System {
+    pub const ALL: [System; 8] = [
+        System::RawTxn,
+        System::V3Lock,
+        System::ArbiterDirect,
+        System::ArbiterPlaintext,
+        System::FullPath,
+        System::FullPathBody,
+        System::Redis,
+        System::Postgres,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            System::RawTxn => "etcd raw Txn (floor)",
+            System::V3Lock => "etcd v3lock",
+            System::ArbiterDirect => "arbiter direct (mTLS)",
+            System::ArbiterPlaintext => "arbiter direct, plaintext (unsafe baseline)",
+            System::FullPath => "full path (Envoy+filter+arbiter)",
+            System::FullPathBody => "full path, key in the body only (no lock-key)",
+            System::Redis => "Redis SET NX PX",
+            System::Postgres => "PostgreSQL advisory",
+        }
+    }
+}
+
+/// One cell's result.
+pub struct Cell {
+    pub ops: usize,
+    pub secs: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    /// Latency at each of [`chart::PERCENTILES`], for the charts.
+    pub curve: Vec<u64>,
+    /// etcd raft proposals committed per operation (None: not an etcd system). An
+    /// acquire+release is two writes; fewer means writes were shared (group commit).
+    pub proposals: Option<f64>,
+}
+
+/// The floor's grant: put `key` with `lease` if it does not exist, as the arbiter's grant
+/// transaction does without its epoch and session compares.
+pub fn grant_shaped_txn(key: &str, lease: i64) -> Txn {
+    Txn::new()
+        .when(vec![Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then(vec![TxnOp::put(
+            key,
+            "holder",
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+}
+
+/// Latency (µs) at percentile `p` of sorted `lat`.
+pub fn percentile(lat: &[u64], p: f64) -> u64 {
+    lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0)
+}
+
+pub async fn measure_ops(ops: Vec<Op>, length: Duration) -> anyhow::Result<Cell> {
+    let mut tasks = Vec::new();
+    let start_at = Instant::now() + Duration::from_millis(500);
+    let stop_at = start_at + length;
+    for op in ops {
+        tasks.push(tokio::spawn(async move { op.run(start_at, stop_at).await }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    lat.sort_unstable();
+    Ok(Cell {
+        ops: lat.len(),
+        secs: length.as_secs_f64(),
+        p50_us: percentile(&lat, 0.50),
+        p99_us: percentile(&lat, 0.99),
+        curve: chart::PERCENTILES
+            .iter()
+            .map(|p| percentile(&lat, *p))
+            .collect(),
+        proposals: None,
+    })
+}
+
+/// A worker's connection and key, set up before timing starts.
+pub enum Op {
+    RawTxn {
+        kv: etcd_client::Client,
+        key: String,
+        lease: i64,
+    },
+    V3Lock {
+        etcd: etcd_client::Client,
+        name: String,
+        lease: i64,
+    },
+    Arbiter {
+        c: LockClient<Channel>,
+        key: String,
+        session: i64,
+        route: Route,
+    },
+    Redis {
+        conn: redis::aio::MultiplexedConnection,
+        key: String,
+        script: redis::Script,
+    },
+    Postgres {
+        db: tokio_postgres::Client,
+        id: i64,
+    },
+}
+
+/// How a worker's requests travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Through the edge with the key as `lock-key` metadata (the fast path).
+    Edge,
+    /// Through the edge with the key in the body only.
+    EdgeBody,
+    /// With the headers the edge would set: straight to an arbiter, or through an Envoy
+    /// without the filter.
+    SetHeaders,
+}
+
+/// Through Envoy the edge sets the headers; straight to the arbiter the bench does.
+pub fn with_headers<T>(msg: T, key: &str, route: Route) -> tonic::Request<T> {
+    match route {
+        Route::Edge => lock_integration::routed(msg, key, None),
+        Route::EdgeBody => tonic::Request::new(msg),
+        Route::SetHeaders => lock_integration::routed(msg, key, Some(OPERATOR)),
+    }
+}
+
+impl Op {
+    pub async fn new(env: &Env, sys: System, w: usize) -> anyhow::Result<Self> {
+        let key = format!("pay/ledger/bench-{w}");
+        Ok(match sys {
+            System::RawTxn | System::V3Lock => {
+                let mut etcd = env.stack.etcd_client().await?;
+                let lease = etcd.lease_grant(60, None).await?.id();
+                if sys == System::RawTxn {
+                    Op::RawTxn {
+                        kv: etcd,
+                        key: format!("/bench/raw/{w}"),
+                        lease,
+                    }
+                } else {
+                    Op::V3Lock {
+                        etcd,
+                        name: format!("/bench/v3lock/{w}"),
+                        lease,
+                    }
+                }
+            }
+            System::ArbiterDirect
+            | System::ArbiterPlaintext
+            | System::FullPath
+            | System::FullPathBody => {
+                let route = match sys {
+                    System::FullPath => Route::Edge,
+                    System::FullPathBody => Route::EdgeBody,
+                    _ => Route::SetHeaders,
+                };
+                let c = match sys {
+                    System::ArbiterDirect => env.stack.arbiter_direct(0).await?,
+                    System::ArbiterPlaintext => {
+                        LockClient::connect(format!("http://{}", env.plaintext.addr)).await?
+                    }
+                    _ => env.stack.workload(OPERATOR).await?,
+                };
+                Op::arbiter(c, key, route).await?
+            }
+            System::Redis => {
+                let client = redis::Client::open(env.redis.url())?;
+                let conn = client.get_multiplexed_async_connection().await?;
+                let script = redis::Script::new(
+                    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",
+                );
+                Op::Redis {
+                    conn,
+                    key: format!("bench:{w}"),
+                    script,
+                }
+            }
+            System::Postgres => Op::Postgres {
+                db: connect(&env.pg.url()).await?,
+                id: 1_000 + i64::try_from(w)?,
+            },
+        })
+    }
+
+    /// An arbiter worker over `c`, its requests sent by `route`.
+    /// The session's TTL (30 s) outlasts a cell, so no renewals run.
+    pub async fn arbiter(
+        mut c: LockClient<Channel>,
+        key: String,
+        route: Route,
+    ) -> anyhow::Result<Self> {
+        let session = c
+            .open_session(with_headers(
+                OpenSessionRequest { key: key.clone() },
+                &key,
+                route,
+            ))
+            .await?
+            .into_inner()
+            .session_id;
+        Ok(Op::Arbiter {
+            c,
+            key,
+            session,
+            route,
+        })
+    }
+
+    /// Acquire+release in a loop between the two instants; latencies in µs.
+    pub async fn run(mut self, start_at: Instant, stop_at: Instant) -> anyhow::Result<Vec<u64>> {
+        tokio::time::sleep_until(start_at.into()).await;
+        let mut lat = Vec::new();
+        let mut n = 0u64;
+        while Instant::now() < stop_at && lat.len() < 5_000_000 {
+            let t = Instant::now();
+            self.once(n).await?;
+            lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+            n += 1;
+        }
+        Ok(lat)
+    }
+
+    pub async fn once(&mut self, n: u64) -> anyhow::Result<()> {
+        match self {
+            Op::RawTxn { kv, key, lease } => {
+                let r = kv.txn(grant_shaped_txn(key, *lease)).await?;
+                anyhow::ensure!(r.succeeded(), "raw grant refused");
+                let rev = r.header().map_or(0, |h| h.revision());
+                let release = Txn::new()
+                    .when(vec![Compare::create_revision(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        rev,
+                    )])
+                    .and_then(vec![TxnOp::delete(key.as_str(), None)]);
+                kv.txn(release).await?;
+            }
+            Op::V3Lock { etcd, name, lease } => {
+                let r = etcd
+                    .lock(name.as_str(), Some(LockOptions::new().with_lease(*lease)))
+                    .await?;
+                etcd.unlock(r.key()).await?;
+            }
+            Op::Arbiter {
+                c,
+                key,
+                session,
+                route,
+            } => {
+                let g = c
+                    .acquire(with_headers(
+                        AcquireRequest {
+                            key: key.clone(),
+                            session_id: *session,
+                            wait_millis: 0,
+                        },
+                        key,
+                        *route,
+                    ))
+                    .await?
+                    .into_inner();
+                c.release(with_headers(
+                    ReleaseRequest {
+                        key: key.clone(),
+                        token: g.token,
+                        session_id: *session,
+                    },
+                    key,
+                    *route,
+                ))
+                .await?;
+            }
+            Op::Redis { conn, key, script } => {
+                let token = n.to_string();
+                let ok: Option<String> = redis::cmd("SET")
+                    .arg(key.as_str())
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(conn)
+                    .await?;
+                anyhow::ensure!(ok.is_some(), "redis lock refused");
+                let _: i64 = script
+                    .key(key.as_str())
+                    .arg(&token)
+                    .invoke_async(conn)
+                    .await?;
+            }
+            Op::Postgres { db, id } => {
+                db.execute("SELECT pg_advisory_lock($1)", &[id]).await?;
+                db.execute("SELECT pg_advisory_unlock($1)", &[id]).await?;
+            }
+        }
+        Ok(())
+    }
+}
