@@ -4,7 +4,7 @@
 //! endpoints in the map with the same credential.
 
 use crate::Failure;
-use crate::store::EtcdArgs;
+use crate::store::{EtcdArgs, failed};
 use clap::Subcommand;
 use lock_arbiter::etcd_tls::EtcdTlsFiles;
 use lock_arbiter::rehome::{self, Connect, MoveOptions};
@@ -190,13 +190,6 @@ impl Connect for Connector {
     }
 }
 
-fn failed(e: ArbiterError) -> Failure {
-    match e {
-        ArbiterError::NoQuorum => Failure::unreachable("etcd unreachable or without quorum"),
-        e => Failure::refused(e.to_string()),
-    }
-}
-
 /// The coord cluster, as lockctl's other store commands connect.
 async fn coord(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
     crate::store::connect(etcd, tls).await
@@ -348,17 +341,6 @@ pub async fn change(
 }
 
 /// `lockctl epoch advance --coord`: the next epoch allocated from the coord cluster.
-pub async fn allocate(
-    coord_urls: &[String],
-    tls: &EtcdTlsFiles,
-    above: u16,
-) -> Result<u16, Failure> {
-    let coord = coord(coord_urls, tls).await?;
-    lock_arbiter::shard_map::allocate_epoch(&coord, above)
-        .await
-        .map_err(failed)
-}
-
 /// `lockctl shards simulate`: what adding one shard moves, and the balance after.
 fn simulate(keys: usize, namespaces: usize, shards: &[usize], depth: u8) {
     use lock_config::shards::{sample_keys, simulate_add};

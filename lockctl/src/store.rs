@@ -72,11 +72,29 @@ pub async fn epoch(cmd: EpochCmd) -> Result<(), Failure> {
         EpochCmd::Advance { store, from, coord } => {
             let next = match coord.is_empty() {
                 true => None,
-                false => Some(crate::shards::allocate(&coord, &store.tls, from).await?),
+                false => Some(allocate(&coord, &store.tls, from).await?),
             };
             epoch_advance(&store.etcd, &store.tls, from, next).await
         }
     }
+}
+
+/// A store error as lockctl reports it: no quorum is "unreachable" (exit 3), anything
+/// else a refusal (exit 1).
+pub fn failed(e: ArbiterError) -> Failure {
+    match e {
+        ArbiterError::NoQuorum => Failure::unreachable("etcd unreachable or without quorum"),
+        e => Failure::refused(e.to_string()),
+    }
+}
+
+/// The next epoch from the coord cluster's allocator, above `above` and every epoch any
+/// cluster has had (tiers and shards: ADR-03, 07).
+async fn allocate(coord_urls: &[String], tls: &EtcdTlsFiles, above: u16) -> Result<u16, Failure> {
+    let coord = connect(coord_urls, tls).await?;
+    lock_arbiter::shard_map::allocate_epoch(&coord, above)
+        .await
+        .map_err(failed)
 }
 
 /// `lockctl roles ...`.
@@ -146,10 +164,7 @@ async fn epoch_advance(
             );
             Ok(())
         }
-        Err(ArbiterError::NoQuorum) => {
-            Err(Failure::unreachable("etcd unreachable or without quorum"))
-        }
-        Err(e) => Err(Failure::refused(e.to_string())),
+        Err(e) => Err(failed(e)),
     }
 }
 
@@ -170,10 +185,7 @@ async fn epoch_init(etcd: &[String], tls: &EtcdTlsFiles) -> Result<(), Failure> 
             );
             Ok(())
         }
-        Err(ArbiterError::NoQuorum) => {
-            Err(Failure::unreachable("etcd unreachable or without quorum"))
-        }
-        Err(e) => Err(Failure::refused(e.to_string())),
+        Err(e) => Err(failed(e)),
     }
 }
 
