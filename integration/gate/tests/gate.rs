@@ -38,7 +38,10 @@ async fn every_fault_kind_with_zero_violations() {
     // Replicas (issue 32): siblings took turns on keys, and the clients that lost their
     // session while holding were told of their own leak.
     assert!(report.sibling_handoffs > 0, "no sibling handoff");
-    assert!(report.sibling_leaks > 0, "no leaked hold was asked for again");
+    assert!(
+        report.sibling_leaks > 0,
+        "no leaked hold was asked for again"
+    );
     // The attacker ran, and every one of its attacks was tried.
     for attack in lock_gate::worker::ATTACKS {
         assert!(
