@@ -19,7 +19,8 @@ use crate::layout::{QUEUE_PREFIX, SessionRecord, decode, holder_key, lease_hex, 
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
 use crate::store::{Sealed, Store};
-use crate::wait_end::{Ended, WaitEnd};
+use crate::wait_end::WaitEnd;
+use crate::waiter::{self, Event, Then, Transition};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
@@ -80,80 +81,138 @@ pub async fn acquire(
         key: entry.key.clone(),
         _counted: crate::metrics::GaugeGuard::new(&crate::metrics::METRICS.queue_depth),
     };
-    let hkey = holder_key(key);
-    loop {
-        if let Some(ended) = end.passed() {
-            return Box::pin(give_up(granter, session, key, class, &entry, ended)).await;
-        }
-        let (predecessor, seen_at) =
-            Box::pin(predecessor(store, &prefix, entry.create_revision)).await?;
-        let wake = match predecessor {
-            Some(p) => release_watch::wait(store, &p, seen_at + 1, &end).await,
-            // First in line. A predecessor that just left was usually granted: read the
-            // holder (a range, not a transaction) and watch it rather than attempt a grant
-            // that cannot succeed, so each release still costs one grant attempt.
-            None => match Box::pin(held_at(store, &hkey)).await? {
-                // A release handed the key on to this waiter: the grant is the record's.
-                Some((_, lease)) if lease == session.lease => {
-                    match Box::pin(granter.held_by(session, key, class)).await? {
-                        Some(g) => return Ok(g),
-                        // Gone between the two reads (expired, or an advance): look again.
-                        None => continue,
-                    }
-                }
-                Some((revision, _)) => {
-                    release_watch::wait_or_overwrite(store, &hkey, revision + 1, &end).await
-                }
-                None => match Box::pin(granter.attempt(session, key, class, Some(&entry))).await {
-                    Ok(Attempt::Granted(g)) => return Ok(g),
-                    Ok(Attempt::Held { revision }) => {
-                        release_watch::wait_or_overwrite(store, &hkey, revision + 1, &end).await
-                    }
-                    // The key is free but the transaction keeps failing: our entry is gone.
-                    // An epoch advance deletes every durable waiter (found by the release
-                    // gate: the waiter answered HELD for a free key). Take a place again;
-                    // the advance emptied the queue, so order restarts from here.
-                    Err(ArbiterError::Held) if !Box::pin(entry_exists(store, &entry)).await? => {
-                        entry = Box::pin(enqueue(store, session, &prefix)).await?;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                },
-            },
-        };
-        match wake {
-            Wake::Released { .. } => {}
-            Wake::Ended(ended) => {
-                return Box::pin(give_up(granter, session, key, class, &entry, ended)).await;
+    let line = InLine {
+        granter,
+        session,
+        key,
+        class,
+        end: &end,
+        prefix: &prefix,
+    };
+    match Box::pin(line.wait(&mut entry)).await {
+        Ok(grant) => Ok(grant),
+        // However the wait ended, a release may have handed the key on first: the same
+        // ending as a FIFO wait's (`waiter.rs`), with the entry's delete as its withdrawal.
+        Err(refusal) => Box::pin(leave(granter, session, key, class, &entry, refusal)).await,
+    }
+}
+
+/// A durable waiter in its key's queue.
+struct InLine<'a> {
+    granter: &'a Granter<'a>,
+    session: &'a Session,
+    key: &'a LockKey,
+    class: &'a ResolvedClass<'a>,
+    end: &'a WaitEnd,
+    prefix: &'a str,
+}
+
+impl InLine<'_> {
+    /// Waits in line until granted; any other way out is the refusal to leave with.
+    async fn wait(&self, entry: &mut QueuePlace) -> Result<Grant, ArbiterError> {
+        let (granter, session, key, class) = (self.granter, self.session, self.key, self.class);
+        let store = granter.store;
+        let hkey = holder_key(key);
+        loop {
+            if let Some(ended) = self.end.passed() {
+                return Err(ended.refusal());
             }
-            Wake::Broken => {
-                let pause = tokio::time::sleep(release_watch::poll_interval());
-                if let Err(ended) = end.bound(pause).await {
-                    return Box::pin(give_up(granter, session, key, class, &entry, ended)).await;
+            let (predecessor, seen_at) =
+                Box::pin(predecessor(store, self.prefix, entry.create_revision)).await?;
+            let wake = match predecessor {
+                Some(p) => release_watch::wait(store, &p, seen_at + 1, self.end).await,
+                // First in line. A predecessor that just left was usually granted: read the
+                // holder (a range, not a transaction) and watch it rather than attempt a
+                // grant that cannot succeed, so each release still costs one grant attempt.
+                None => match Box::pin(held_at(store, &hkey)).await? {
+                    // A release handed the key on to this waiter: the grant is the record's.
+                    Some((_, lease)) if lease == session.lease => {
+                        match Box::pin(granter.held_by(session, key, class)).await? {
+                            Some(g) => return Ok(g),
+                            // Gone between the two reads (expired, or an advance): look again.
+                            None => continue,
+                        }
+                    }
+                    Some((revision, _)) => {
+                        release_watch::wait_or_overwrite(store, &hkey, revision + 1, self.end).await
+                    }
+                    None => match Box::pin(granter.attempt(session, key, class, Some(entry))).await
+                    {
+                        Ok(Attempt::Granted(g)) => return Ok(g),
+                        Ok(Attempt::Held { revision }) => {
+                            release_watch::wait_or_overwrite(store, &hkey, revision + 1, self.end)
+                                .await
+                        }
+                        // The key is free but the transaction keeps failing: our entry is
+                        // gone. An epoch advance deletes every durable waiter (found by the
+                        // release gate: the waiter answered HELD for a free key). Take a
+                        // place again; the advance emptied the queue, so order restarts here.
+                        Err(ArbiterError::Held)
+                            if !Box::pin(entry_exists(store, entry)).await? =>
+                        {
+                            *entry = Box::pin(enqueue(store, session, self.prefix)).await?;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    },
+                },
+            };
+            match wake {
+                Wake::Released { .. } => {}
+                Wake::Ended(ended) => return Err(ended.refusal()),
+                Wake::Broken => {
+                    let pause = tokio::time::sleep(release_watch::poll_interval());
+                    if let Err(ended) = self.end.bound(pause).await {
+                        return Err(ended.refusal());
+                    }
                 }
             }
         }
     }
 }
 
-/// The wait is over (deadline or drain): leave the queue, then look whether a release handed the key on
-/// before the entry went (a grant the caller is told, not a hold left behind it). Once the
-/// delete has committed no handoff can pick this waiter, so the read that follows decides.
-/// A delete that fails is that error (NO_QUORUM, retryable): a retried Acquire gets a
-/// handed-on grant back.
-async fn give_up(
+/// The wait is over with `refusal`, driven by `waiter::step`: delete the entry (no handoff
+/// can pick this waiter once the delete has committed), then read the holder record, since
+/// a release may have handed the key on before: a grant the caller is told, not a hold left
+/// behind it. A delete that fails is that error (NO_QUORUM, retryable): a retried Acquire
+/// gets a handed-on grant back.
+async fn leave(
     granter: &Granter<'_>,
     session: &Session,
     key: &LockKey,
     class: &ResolvedClass<'_>,
     entry: &QueuePlace,
-    ended: Ended,
+    refusal: ArbiterError,
 ) -> Result<Grant, ArbiterError> {
-    granter.store.sealed().await?.delete(&entry.key).await?;
-    match granter.held_by(session, key, class).await? {
-        Some(g) => Ok(g),
-        None => Err(ended.refusal()),
+    let Transition {
+        mut state,
+        mut then,
+        ..
+    } = waiter::end_with(refusal);
+    loop {
+        let event = match then {
+            Then::Answer(result) => return result,
+            Then::Withdraw => match delete(granter.store, &entry.key).await {
+                Ok(()) => Event::Fenced,
+                Err(e) => Event::Refused(e),
+            },
+            Then::ReadBack => match granter.held_by(session, key, class).await {
+                Ok(grant) => Event::ReadBack(grant),
+                Err(e) => Event::Refused(e),
+            },
+            other => {
+                return Err(ArbiterError::Store(format!(
+                    "durable wait: no driver for {other:?} while leaving"
+                )));
+            }
+        };
+        Transition { state, then, .. } = waiter::step(state, event);
     }
+}
+
+async fn delete(store: &Store, key: &str) -> Result<(), ArbiterError> {
+    store.sealed().await?.delete(key).await?;
+    Ok(())
 }
 
 /// Puts this session's entry (if absent) on the session lease; returns it with its place.

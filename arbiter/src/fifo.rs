@@ -3,6 +3,9 @@
 //! runs a grant attempt; when the key is held it watches the holder key from the revision
 //! it was seen held at, so no release in between is missed. A notification never grants:
 //! every grant is a transaction (`grant.rs`).
+//!
+//! What a waiter does next is decided by one pure function (`waiter::step`); this module is
+//! its driver: it performs each `Then` and reports what happened as the next event.
 
 use crate::bugs::Bug;
 use crate::error::ArbiterError;
@@ -12,34 +15,14 @@ use crate::queue::{Handed, Offer, Queues, Ticket};
 use crate::release_watch::{self, Wake};
 use crate::sessions::Session;
 use crate::wait_end::WaitEnd;
+use crate::waiter::{self, Effect, Event, Then, Transition};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// How long a head whose offer a release took waits for that release's answer: the
-/// release's transaction is bounded by the store timeout; past this the head re-checks the
-/// key itself (its own grant transaction reads back a handoff that committed).
-const OFFER_ANSWER: Duration = Duration::from_secs(10);
-
-/// A handed-on key becomes the head's grant and a session that ended its refusal; None
-/// (not handed on, or the releaser gone without an answer: its outcome unknown) sends the
-/// head back to its own grant transaction, which reads back a handoff that committed.
-fn settle(
-    handed: Result<Handed, oneshot::error::RecvError>,
-    ticket: &Ticket,
-    class: &ResolvedClass<'_>,
-) -> Option<Result<Grant, ArbiterError>> {
-    match handed {
-        Ok(Handed::Granted { revision, epoch }) => {
-            ticket.saw_held(revision);
-            Some(mint(&epoch, revision, class))
-        }
-        Ok(Handed::SessionGone) => Some(Err(ArbiterError::SessionNotFound)),
-        Ok(Handed::NotNow) | Err(_) => None,
-    }
-}
 
 /// Grants `key` to the session, waiting up to `wait` in the key's queue when it is held;
 /// a drain ends the wait at its next waiting point (`wait_end.rs`).
@@ -71,9 +54,6 @@ pub async fn acquire(
     }
     let end = WaitEnd::after(wait, drain);
     let ticket = queues.join(key.as_str());
-    // The offer stands from the moment the waiter joins: a release that comes before this
-    // waiter has woken as head still hands the key on to it.
-    let mut answer = stand(&ticket, session, class);
     let waiter = Waiter {
         granter,
         ticket: &ticket,
@@ -82,11 +62,13 @@ pub async fn acquire(
         class,
         end: &end,
     };
-    if let Err(ended) = end.bound(ticket.until_head()).await {
-        return Box::pin(waiter.last_word(&mut answer, ended.refusal())).await;
-    }
-    Box::pin(waiter.wait_as_head(&mut answer)).await
+    Box::pin(waiter.run()).await
 }
+
+/// How long a head whose offer a release took waits for that release's answer: the
+/// release's transaction is bounded by the store timeout; past this the outcome counts as
+/// unknown and the holder record is read back.
+const OFFER_ANSWER: Duration = Duration::from_secs(10);
 
 /// Stands `ticket`'s offer; returns where its answer will come.
 fn stand(ticket: &Ticket, session: &Session, class: &ResolvedClass<'_>) -> Answer {
@@ -102,12 +84,9 @@ fn stand(ticket: &Ticket, session: &Session, class: &ResolvedClass<'_>) -> Answe
 
 type Answer = oneshot::Receiver<Handed>;
 
-/// What woke a waiting head: the watch (or this arbiter's release signal), or the answer
-/// to its offer.
-enum Woke {
-    Watch(Wake),
-    Handed(Result<Handed, oneshot::error::RecvError>),
-}
+/// A grant transaction in flight (boxed: a waiter's future lives as long as its wait, and
+/// inline it would be as large as the largest etcd call, found by `make heap-profile`).
+type InFlight<'a> = Pin<Box<dyn Future<Output = Result<Attempt, ArbiterError>> + Send + 'a>>;
 
 /// One queued waiter of a key at this arbiter, and where its wait ends.
 struct Waiter<'a> {
@@ -119,136 +98,153 @@ struct Waiter<'a> {
     end: &'a WaitEnd,
 }
 
-impl Waiter<'_> {
-    /// A wait ends with `refusal` (its end, or its own attempt's error), unless a release
-    /// has taken the offer: then its answer decides (the key may be this waiter's
-    /// already), waited for within a bound. A release that could not say (its
-    /// transaction's outcome unknown) leaves the holder record to say: read back, so a
-    /// handed-on key is a grant, not a hold behind a refusal; not (yet) handed on is
-    /// NO_QUORUM, an unknown outcome, never a definite refusal.
-    async fn last_word(
-        &self,
-        answer: &mut Answer,
-        refusal: ArbiterError,
-    ) -> Result<Grant, ArbiterError> {
-        if self.ticket.withdraw() {
-            return Err(refusal);
-        }
-        match tokio::time::timeout(OFFER_ANSWER, answer).await {
-            Ok(Ok(handed)) => match settle(Ok(handed), self.ticket, self.class) {
-                Some(done) => done,
-                None => Err(refusal),
-            },
-            // The release took the offer and could not say what its handoff did (its
-            // transaction's outcome unknown: etcd may still commit it after the bound).
-            // Read back; if the key is not this session's yet, the outcome is unknown too,
-            // and a definite refusal could be contradicted by a late commit (found by the
-            // gate: HELD_DEADLINE answered, the handoff committed 2.5 s later).
-            Ok(Err(_)) | Err(_) => {
-                let held = self.granter.held_by(self.session, self.key, self.class);
-                match Box::pin(held).await? {
-                    Some(g) => Ok(g),
-                    None => Err(ArbiterError::NoQuorum),
+impl<'a> Waiter<'a> {
+    /// Drives the waiter's transitions until one answers.
+    async fn run(self) -> Result<Grant, ArbiterError> {
+        let hkey = holder_key(self.key);
+        let mut answer: Option<Answer> = None;
+        let mut in_flight: Option<InFlight<'a>> = None;
+        let Transition {
+            mut state,
+            mut effects,
+            mut then,
+        } = waiter::start();
+        loop {
+            for effect in effects.list() {
+                match effect {
+                    Effect::Stand => answer = Some(stand(self.ticket, self.session, self.class)),
+                    Effect::SawHeld(revision) => self.ticket.saw_held(revision),
+                    Effect::SawReleased => self.ticket.saw_released(),
                 }
             }
+            let event = match then {
+                Then::Answer(result) => return result,
+                Then::UntilHead => match self.end.bound(self.ticket.until_head()).await {
+                    Ok(()) => Event::BecameHead {
+                        held_at: self.ticket.held_at(),
+                    },
+                    Err(ended) => Event::Ended(ended),
+                },
+                Then::CheckAnswer => match answer.as_mut().map(oneshot::Receiver::try_recv) {
+                    Some(Ok(handed)) => self.handed(handed),
+                    Some(Err(oneshot::error::TryRecvError::Empty)) => Event::NoAnswer,
+                    Some(Err(oneshot::error::TryRecvError::Closed)) | None => Event::AnswerLost,
+                },
+                Then::Attempt => {
+                    let attempt = self
+                        .granter
+                        .attempt(self.session, self.key, self.class, None);
+                    let txn = in_flight.insert(Box::pin(attempt));
+                    // Only reported: the transaction is never cut short (the step decides).
+                    tokio::select! {
+                        biased;
+                        result = txn => {
+                            in_flight = None;
+                            attempted(result)
+                        }
+                        ended = self.end.reached() => Event::Ended(ended),
+                    }
+                }
+                Then::AwaitAttempt => match in_flight.take() {
+                    Some(txn) => attempted(txn.await),
+                    None => Event::Refused(ArbiterError::Store("no transaction in flight".into())),
+                },
+                Then::Watch { from } => {
+                    let watched = release_watch::wait(self.granter.store, &hkey, from, self.end);
+                    let signal = self.ticket.release_signal();
+                    let released = async {
+                        match &signal {
+                            Some(s) => s.notified().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let handed = async {
+                        match answer.as_mut() {
+                            Some(a) => a.await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    // A release through this arbiter hands the key on in its own
+                    // transaction (one write for both) and answers the offer; a release
+                    // elsewhere, or an expiry, arrives by the watch.
+                    tokio::select! {
+                        wake = watched => match wake {
+                            Wake::Released { revision }
+                                if revision > 0 && self.granter.bugs.has(Bug::GrantOnWatchEvent) =>
+                            {
+                                return self.grant_on_watch_event(revision).await;
+                            }
+                            Wake::Released { .. } => Event::ReleaseSeen,
+                            Wake::Ended(ended) => Event::Ended(ended),
+                            Wake::Broken => Event::WatchBroken,
+                        },
+                        () = released => Event::ReleaseSeen,
+                        handed = handed => match handed {
+                            Ok(h) => self.handed(h),
+                            Err(_) => Event::AnswerLost,
+                        },
+                    }
+                }
+                Then::Pause => {
+                    let pause = tokio::time::sleep(release_watch::poll_interval());
+                    match self.end.bound(pause).await {
+                        Ok(()) => Event::Paused,
+                        Err(ended) => Event::Ended(ended),
+                    }
+                }
+                Then::Withdraw => match self.ticket.withdraw() {
+                    true => Event::Withdrawn,
+                    false => Event::OfferTaken,
+                },
+                Then::AwaitAnswer => match answer.as_mut() {
+                    Some(a) => match tokio::time::timeout(OFFER_ANSWER, a).await {
+                        Ok(Ok(h)) => self.handed(h),
+                        Ok(Err(_)) | Err(_) => Event::AnswerLost,
+                    },
+                    None => Event::AnswerLost,
+                },
+                Then::ReadBack => {
+                    let held = self.granter.held_by(self.session, self.key, self.class);
+                    match Box::pin(held).await {
+                        Ok(grant) => Event::ReadBack(grant),
+                        Err(e) => Event::Refused(e),
+                    }
+                }
+            };
+            Transition {
+                state,
+                effects,
+                then,
+            } = waiter::step(state, event);
         }
     }
 
-    /// The head of a key's queue: take a key handed on by a release; else attempt, and
-    /// when held, watch for the release from the revision the key was seen held at. The
-    /// wait ends only here, between transactions (`wait_end.rs`).
-    async fn wait_as_head(&self, answer: &mut Answer) -> Result<Grant, ArbiterError> {
-        let (granter, ticket, session, class) =
-            (self.granter, self.ticket, self.session, self.class);
-        let hkey = holder_key(self.key);
-        let mut broken_watches = 0u32;
-        loop {
-            match answer.try_recv() {
-                Ok(handed) => match settle(Ok(handed), ticket, class) {
-                    Some(done) => return done,
-                    None => *answer = stand(ticket, session, class),
-                },
-                // Taken and dropped (the release's outcome unknown): the attempt below reads
-                // back a handoff that committed.
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    *answer = stand(ticket, session, class);
-                    ticket.saw_released();
-                }
-                Err(oneshot::error::TryRecvError::Empty) => {}
-            }
-            if ticket.held_at().is_none() {
-                // A handoff may race this attempt: both then name this session's one grant.
-                // Boxed (as the etcd calls below): a head's future lives as long as its
-                // wait, and inline it would be as large as its largest etcd call (17 KiB a
-                // head, found by `make heap-profile`).
-                match Box::pin(granter.attempt(session, self.key, class, None)).await {
-                    Ok(Attempt::Granted(g)) => {
-                        // The next head starts by watching, not by a doomed transaction.
-                        ticket.saw_held(g.revision);
-                        return Ok(g);
-                    }
-                    Ok(Attempt::Held { revision }) => ticket.saw_held(revision),
-                    // A refusal (LEAKED_HOLD, MOVING, ...) while a release may have taken
-                    // this head's offer and be handing the key on to it: that answer
-                    // decides, or the handed-on key would be held with nobody told.
-                    Err(e) => return Box::pin(self.last_word(answer, e)).await,
-                }
-            }
-            let from = ticket.held_at().unwrap_or(0) + 1;
-            let watched = release_watch::wait(granter.store, &hkey, from, self.end);
-            // A release through this arbiter hands the key on in its own transaction (one
-            // write for both) and answers the offer; a release elsewhere, or an expiry,
-            // still arrives by the watch, and the head then runs its own grant.
-            let wake = match ticket.release_signal() {
-                Some(signal) => tokio::select! {
-                    w = watched => Woke::Watch(w),
-                    () = signal.notified() => Woke::Watch(Wake::Released { revision: 0 }),
-                    handed = &mut *answer => Woke::Handed(handed),
-                },
-                None => tokio::select! {
-                    w = watched => Woke::Watch(w),
-                    handed = &mut *answer => Woke::Handed(handed),
-                },
-            };
-            let wake = match wake {
-                Woke::Watch(w) => w,
-                Woke::Handed(handed) => match settle(handed, ticket, class) {
-                    Some(done) => return done,
-                    None => {
-                        // Not handed on, or the outcome unknown: a fresh offer, and the
-                        // attempt reads back a handoff that committed.
-                        *answer = stand(ticket, session, class);
-                        ticket.saw_released();
-                        continue;
-                    }
-                },
-            };
-            match wake {
-                Wake::Released { revision } => {
-                    if granter.bugs.has(Bug::GrantOnWatchEvent) && revision > 0 {
-                        let sealed = Box::pin(granter.store.sealed()).await?;
-                        ticket.saw_held(revision);
-                        return mint(sealed.epoch(), revision, class);
-                    }
-                    broken_watches = 0;
-                    ticket.saw_released();
-                }
-                Wake::Ended(ended) => {
-                    return Box::pin(self.last_word(answer, ended.refusal())).await;
-                }
-                Wake::Broken => {
-                    // Watch lost or compacted: retry the transaction and re-watch at once;
-                    // if the watch keeps failing, poll every second with jitter (ADR-15).
-                    broken_watches += 1;
-                    if broken_watches > 1 {
-                        let pause = tokio::time::sleep(release_watch::poll_interval());
-                        if let Err(ended) = self.end.bound(pause).await {
-                            return Box::pin(self.last_word(answer, ended.refusal())).await;
-                        }
-                    }
-                    ticket.saw_released();
-                }
-            }
+    /// A release's answer to this waiter's offer, as an event.
+    fn handed(&self, handed: Handed) -> Event {
+        match handed {
+            Handed::Granted { revision, epoch } => match mint(&epoch, revision, self.class) {
+                Ok(g) => Event::HandedOn(g),
+                Err(e) => Event::Refused(e),
+            },
+            Handed::SessionGone => Event::HandedSessionGone,
+            Handed::NotNow => Event::NotHandedOn,
         }
+    }
+
+    /// Debug builds only (`Bug::GrantOnWatchEvent`): a watch event taken for a grant, the
+    /// bug ADR-15 forbids; the gate must catch it.
+    async fn grant_on_watch_event(&self, revision: i64) -> Result<Grant, ArbiterError> {
+        let sealed = Box::pin(self.granter.store.sealed()).await?;
+        self.ticket.saw_held(revision);
+        mint(sealed.epoch(), revision, self.class)
+    }
+}
+
+/// A grant transaction's result, as an event.
+fn attempted(result: Result<Attempt, ArbiterError>) -> Event {
+    match result {
+        Ok(Attempt::Granted(g)) => Event::Granted(g),
+        Ok(Attempt::Held { revision }) => Event::Held { revision },
+        Err(e) => Event::Refused(e),
     }
 }

@@ -38,6 +38,7 @@ pub mod sessions;
 pub mod shard_map;
 pub mod store;
 pub mod wait_end;
+pub mod waiter;
 pub mod watch_hub;
 
 pub use engine::Engine;

@@ -1,0 +1,413 @@
+//! A waiter's life as one pure transition function (ADR-14, 15): `step(state, event)`
+//! returns the next state, the effects on the key's queue, and what to do next. The async
+//! drivers (`fifo.rs` for in-memory FIFO waits, `durable.rs` for the ending of durable
+//! waits) only perform what it says and turn what happened into the next [`Event`]; no
+//! decision is made at the rim.
+//!
+//! The life of a FIFO waiter, in the states below:
+//!
+//! ```text
+//!  Queued --became head--> Head --attempt--> Attempting --granted--> answered (grant)
+//!                           ^  \                |   \--held--> Head (watch from there)
+//!                           |   \--watch--------+    \--refused--> Ending
+//!                           |      release seen / watch broken / offer not handed on
+//!  Queued, Head --end--> Ending --withdrawn--> answered (the refusal)
+//!                           \--offer taken--> Offered --answer--> answered
+//!                                               \--answer lost--> Unsure --read back--> answered
+//! ```
+//!
+//! Three rules the table at the bottom pins down, each a bug the release gate found:
+//! - A wait ends only at a waiting point, never while a grant transaction is in flight: an
+//!   end that comes during an attempt is remembered and the transaction's result decides
+//!   (a drain that cut a transaction off told a waiter DRAINING while a holder record
+//!   named it).
+//! - A refusal is never answered while a release may have taken the waiter's offer: the
+//!   offer is withdrawn first, and a taken one's answer decides (a head refused LEAKED_HOLD
+//!   while a release handed it the key left the key held with nobody told).
+//! - A release that took the offer and could not say what its handoff did leaves the
+//!   outcome unknown: the holder record is read back, and "not yet ours" is NO_QUORUM, never
+//!   a definite refusal a late commit could contradict (HELD_DEADLINE was answered and the
+//!   handoff committed 2.5 s later).
+
+use crate::error::ArbiterError;
+use crate::grant::Grant;
+use crate::wait_end::Ended;
+
+/// Where a waiter is.
+#[derive(Debug)]
+pub enum State {
+    /// In the key's queue behind others; its offer stands.
+    Queued,
+    /// First in the queue, between transactions. `held_at`: the revision the key was last
+    /// seen held at (watch for the release after it), None: look with a grant transaction.
+    /// `broken`: watches that broke in a row (past one, poll instead of re-watching).
+    Head { held_at: Option<i64>, broken: u32 },
+    /// Its grant transaction is in flight; an end that came meanwhile waits for its result.
+    Attempting { ended: Option<Ended> },
+    /// The wait is over with `refusal`, unless a release has taken the offer: withdrawing.
+    Ending { refusal: ArbiterError },
+    /// A release took the offer: its answer decides, `refusal` if it did not hand on.
+    Offered { refusal: ArbiterError },
+    /// Whether a handoff committed is unknown: the holder record decides; not this
+    /// session's means `otherwise`.
+    Unsure { otherwise: ArbiterError },
+    /// Answered; nothing more happens.
+    Answered,
+}
+
+/// What happened, as the driver reports it.
+#[derive(Debug)]
+pub enum Event {
+    /// The waiter reached the head of its queue; the queue last saw the key held at
+    /// `held_at` (another head's observation).
+    BecameHead { held_at: Option<i64> },
+    /// Looked at the offer without waiting: no answer yet.
+    NoAnswer,
+    /// Its own grant transaction committed.
+    Granted(Grant),
+    /// Its own grant transaction found the key held, seen at `revision`.
+    Held { revision: i64 },
+    /// Its own grant transaction (or a read) was refused: LEAKED_HOLD, NO_QUORUM, MOVING,
+    /// SESSION_EXPIRED, SEALED...
+    Refused(ArbiterError),
+    /// The key's release was seen (the watch's delete, or this arbiter's own release).
+    ReleaseSeen,
+    /// The watch could not be made, broke, or was compacted.
+    WatchBroken,
+    /// A poll's pause is over.
+    Paused,
+    /// The caller's deadline passed, or the arbiter started draining.
+    Ended(Ended),
+    /// The offer was taken back: no release had taken it.
+    Withdrawn,
+    /// The offer could not be taken back: a release has it and will answer.
+    OfferTaken,
+    /// The waiter left in a way no later handoff can pick (a durable entry deleted), but
+    /// one may have come before: only the holder record can say.
+    Fenced,
+    /// A release handed the key on to this waiter: its grant.
+    HandedOn(Grant),
+    /// A release took the offer but could not hand on: this waiter's session had ended.
+    HandedSessionGone,
+    /// A release took the offer but did not hand on (its token was stale, the epoch moved).
+    NotHandedOn,
+    /// A release took the offer and dropped it unanswered, or its answer did not come in
+    /// time: its transaction's outcome is unknown.
+    AnswerLost,
+    /// The holder record read back: this session's grant, or None.
+    ReadBack(Option<Grant>),
+}
+
+/// A change to the key's queue, made before the next thing is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Stand a fresh offer (the last one was taken and answered, or lost).
+    Stand,
+    /// The key was seen held at this revision: the queue remembers it for the next head.
+    SawHeld(i64),
+    /// The key was seen released: the next look is a transaction.
+    SawReleased,
+}
+
+/// What the driver does next; each produces the next event (but `Answer`).
+#[derive(Debug)]
+pub enum Then {
+    /// Wait to be head (bounded by the end) -> BecameHead | Ended.
+    UntilHead,
+    /// Look at the offer without waiting -> HandedOn | HandedSessionGone | NotHandedOn |
+    /// AnswerLost | NoAnswer.
+    CheckAnswer,
+    /// Run the grant transaction -> Granted | Held | Refused; an end that comes while it
+    /// is in flight is reported (Ended), never cuts it short.
+    Attempt,
+    /// Keep awaiting the transaction already in flight -> Granted | Held | Refused.
+    AwaitAttempt,
+    /// Watch for the release after `from`, racing the offer's answer and the end ->
+    /// ReleaseSeen | WatchBroken | Ended | HandedOn | HandedSessionGone | NotHandedOn |
+    /// AnswerLost.
+    Watch { from: i64 },
+    /// Pause before polling (bounded by the end) -> Paused | Ended.
+    Pause,
+    /// Take the offer back -> Withdrawn | OfferTaken (a durable wait: delete its entry
+    /// -> Fenced).
+    Withdraw,
+    /// Wait (bounded) for the answer of the release that took the offer -> HandedOn |
+    /// HandedSessionGone | NotHandedOn | AnswerLost.
+    AwaitAnswer,
+    /// Read the holder record back -> ReadBack | Refused.
+    ReadBack,
+    /// Answer the caller.
+    Answer(Result<Grant, ArbiterError>),
+}
+
+/// One transition.
+#[derive(Debug)]
+pub struct Transition {
+    pub state: State,
+    pub effects: Effects,
+    pub then: Then,
+}
+
+/// At most one offer stood and one observation shared per transition.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Effects {
+    pub stand: bool,
+    pub seen: Option<Seen>,
+}
+
+/// What the queue is told about the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    Held(i64),
+    Released,
+}
+
+impl Effects {
+    const NONE: Effects = Effects {
+        stand: false,
+        seen: None,
+    };
+
+    fn held(revision: i64) -> Self {
+        Self {
+            stand: false,
+            seen: Some(Seen::Held(revision)),
+        }
+    }
+
+    fn released() -> Self {
+        Self {
+            stand: false,
+            seen: Some(Seen::Released),
+        }
+    }
+
+    fn restand() -> Self {
+        Self {
+            stand: true,
+            seen: Some(Seen::Released),
+        }
+    }
+
+    /// In the order they apply.
+    pub fn list(self) -> impl Iterator<Item = Effect> {
+        let stand = self.stand.then_some(Effect::Stand);
+        let seen = self.seen.map(|s| match s {
+            Seen::Held(r) => Effect::SawHeld(r),
+            Seen::Released => Effect::SawReleased,
+        });
+        stand.into_iter().chain(seen)
+    }
+}
+
+fn go(state: State, effects: Effects, then: Then) -> Transition {
+    Transition {
+        state,
+        effects,
+        then,
+    }
+}
+
+/// Answered with a grant (the queue remembers the key held at its revision, so the next
+/// head watches rather than spend a transaction on a taken key).
+fn granted(grant: Grant) -> Transition {
+    go(
+        State::Answered,
+        Effects::held(grant.revision),
+        Then::Answer(Ok(grant)),
+    )
+}
+
+fn answer(result: Result<Grant, ArbiterError>) -> Transition {
+    go(State::Answered, Effects::NONE, Then::Answer(result))
+}
+
+/// The head's next look, once it has checked its offer: a transaction when the key's
+/// state is unknown, else the watch.
+fn look(held_at: Option<i64>, broken: u32) -> Transition {
+    match held_at {
+        None => go(
+            State::Attempting { ended: None },
+            Effects::NONE,
+            Then::Attempt,
+        ),
+        Some(h) => go(
+            State::Head {
+                held_at: Some(h),
+                broken,
+            },
+            Effects::NONE,
+            Then::Watch { from: h + 1 },
+        ),
+    }
+}
+
+/// Back to the head's first question (was the key handed on?), the key's state unknown.
+fn recheck(broken: u32, effects: Effects) -> Transition {
+    go(
+        State::Head {
+            held_at: None,
+            broken,
+        },
+        effects,
+        Then::CheckAnswer,
+    )
+}
+
+/// The wait is over with `refusal`: first take the offer back.
+fn ending(refusal: ArbiterError) -> Transition {
+    go(State::Ending { refusal }, Effects::NONE, Then::Withdraw)
+}
+
+/// The start of a FIFO wait: queued, its offer standing from the moment it joins (a release
+/// that comes before it wakes as head still hands on to it).
+pub fn start() -> Transition {
+    go(
+        State::Queued,
+        Effects {
+            stand: true,
+            seen: None,
+        },
+        Then::UntilHead,
+    )
+}
+
+/// The start of a wait's end decided outside the queue (a durable wait): withdrawing.
+pub fn end_with(refusal: ArbiterError) -> Transition {
+    ending(refusal)
+}
+
+/// The transition function. Pairs that cannot happen (the driver never produces that
+/// event in that state) end the wait with an internal error rather than panic.
+pub fn step(state: State, event: Event) -> Transition {
+    use Event as E;
+    use State as S;
+    match (state, event) {
+        // ---- queued ----
+        (S::Queued, E::BecameHead { held_at }) => go(
+            S::Head { held_at, broken: 0 },
+            Effects::NONE,
+            Then::CheckAnswer,
+        ),
+        (S::Queued, E::Ended(e)) => ending(e.refusal()),
+
+        // ---- the head, between transactions ----
+        (S::Head { held_at, broken }, E::NoAnswer) => look(held_at, broken),
+        (S::Head { .. }, E::HandedOn(g)) => granted(g),
+        (S::Head { .. }, E::HandedSessionGone) => answer(Err(ArbiterError::SessionNotFound)),
+        // Not handed on, or the release's outcome unknown: a fresh offer, and the next
+        // look is the head's own transaction, which reads back a handoff that committed.
+        (S::Head { .. }, E::NotHandedOn | E::AnswerLost) => recheck(0, Effects::restand()),
+        (S::Head { .. }, E::ReleaseSeen) => recheck(0, Effects::released()),
+        // A broken watch: a transaction and a new watch at once; if it keeps breaking,
+        // poll every second or so (ADR-15).
+        (S::Head { broken: 0, .. }, E::WatchBroken) => recheck(1, Effects::released()),
+        (S::Head { held_at, broken }, E::WatchBroken) => go(
+            S::Head {
+                held_at,
+                broken: broken + 1,
+            },
+            Effects::NONE,
+            Then::Pause,
+        ),
+        (S::Head { broken, .. }, E::Paused) => recheck(broken, Effects::released()),
+        (S::Head { .. }, E::Ended(e)) => ending(e.refusal()),
+
+        // ---- the head's transaction in flight: only its result decides ----
+        (S::Attempting { .. }, E::Granted(g)) => granted(g),
+        (S::Attempting { ended: None }, E::Held { revision }) => go(
+            S::Head {
+                held_at: Some(revision),
+                broken: 0,
+            },
+            Effects::held(revision),
+            Then::Watch { from: revision + 1 },
+        ),
+        // An end that came while the transaction was in flight is looked at now.
+        (S::Attempting { ended: Some(e) }, E::Held { revision }) => Transition {
+            effects: Effects::held(revision),
+            ..ending(e.refusal())
+        },
+        (S::Attempting { .. }, E::Ended(e)) => go(
+            S::Attempting { ended: Some(e) },
+            Effects::NONE,
+            Then::AwaitAttempt,
+        ),
+        // A refusal while a release may have taken the offer: that answer decides.
+        (S::Attempting { .. }, E::Refused(e)) => ending(e),
+
+        // ---- the wait is over: withdrawing, or awaiting a taken offer's answer ----
+        (S::Ending { refusal }, E::Withdrawn) => answer(Err(refusal)),
+        (S::Ending { refusal }, E::OfferTaken) => {
+            go(S::Offered { refusal }, Effects::NONE, Then::AwaitAnswer)
+        }
+        (S::Ending { refusal }, E::Fenced) => go(
+            S::Unsure { otherwise: refusal },
+            Effects::NONE,
+            Then::ReadBack,
+        ),
+        (S::Ending { .. }, E::Refused(e)) => answer(Err(e)),
+        (S::Offered { .. }, E::HandedOn(g)) => granted(g),
+        (S::Offered { .. }, E::HandedSessionGone) => answer(Err(ArbiterError::SessionNotFound)),
+        (S::Offered { refusal }, E::NotHandedOn) => answer(Err(refusal)),
+        // The release's transaction may still commit after its bound: not yet this
+        // session's is an unknown outcome, never the wait's definite refusal.
+        (S::Offered { .. }, E::AnswerLost) => go(
+            S::Unsure {
+                otherwise: ArbiterError::NoQuorum,
+            },
+            Effects::NONE,
+            Then::ReadBack,
+        ),
+        (S::Unsure { .. }, E::ReadBack(Some(g))) => answer(Ok(g)),
+        (S::Unsure { otherwise }, E::ReadBack(None)) => answer(Err(otherwise)),
+        (S::Unsure { .. }, E::Refused(e)) => answer(Err(e)),
+
+        (state, event) => answer(Err(ArbiterError::Store(format!(
+            "waiter: no transition from {} on {}",
+            state.name(),
+            event.name()
+        )))),
+    }
+}
+
+impl State {
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Queued => "queued",
+            State::Head { .. } => "head",
+            State::Attempting { .. } => "attempting",
+            State::Ending { .. } => "ending",
+            State::Offered { .. } => "offered",
+            State::Unsure { .. } => "unsure",
+            State::Answered => "answered",
+        }
+    }
+}
+
+impl Event {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::BecameHead { .. } => "became-head",
+            Event::NoAnswer => "no-answer",
+            Event::Granted(_) => "granted",
+            Event::Held { .. } => "held",
+            Event::Refused(_) => "refused",
+            Event::ReleaseSeen => "release-seen",
+            Event::WatchBroken => "watch-broken",
+            Event::Paused => "paused",
+            Event::Ended(_) => "ended",
+            Event::Withdrawn => "withdrawn",
+            Event::OfferTaken => "offer-taken",
+            Event::Fenced => "fenced",
+            Event::HandedOn(_) => "handed-on",
+            Event::HandedSessionGone => "handed-session-gone",
+            Event::NotHandedOn => "not-handed-on",
+            Event::AnswerLost => "answer-lost",
+            Event::ReadBack(_) => "read-back",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
