@@ -108,6 +108,38 @@ impl Stack {
         Ok((stack, reg))
     }
 
+    /// A stack on the test registry with two entity shards whose homes are whole keys
+    /// (tiers and shards), and under `prefix` one key the map puts on each, `[e1, e2]`.
+    pub async fn with_two_shards(
+        prefix: &str,
+    ) -> anyhow::Result<(Self, tempfile::TempDir, [String; 2])> {
+        let reg = tempfile::tempdir()?;
+        let registry = crate::registry::write_test_registry(reg.path())?;
+        let stack = Self::start(StackOptions {
+            registry,
+            entity_shards: 2,
+            shard_depth: 2,
+            ..Default::default()
+        })
+        .await?;
+        let mut etcd = stack.etcd_client().await?;
+        let r = etcd.get("/sys/shards", None).await?;
+        let doc: lock_config::shards::ShardsDoc = serde_json::from_slice(
+            r.kvs()
+                .first()
+                .context("no shard map on the coord cluster")?
+                .value(),
+        )?;
+        let on = |shard: &str| {
+            (0..200)
+                .map(|i| format!("{prefix}-{i}"))
+                .find(|k| doc.current.shard_of(k) == shard)
+                .with_context(|| format!("no key of 200 under {prefix} on {shard}"))
+        };
+        let keys = [on("e1")?, on("e2")?];
+        Ok((stack, reg, keys))
+    }
+
     /// The operator's `lockctl epoch advance --from FROM` on this stack's etcd. Its output,
     /// for a caller that tells outcomes apart (exit 3: unreachable, outcome unknown).
     pub fn epoch_advance(&self, from: u16) -> anyhow::Result<Output> {

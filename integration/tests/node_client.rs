@@ -114,30 +114,11 @@ async fn the_node_client_fences_before_the_lease_expires_when_the_edge_dies() {
 /// Tiers and shards: two keys the map puts on different shards.
 #[tokio::test]
 async fn the_node_client_opens_a_session_where_each_key_lives() {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(lock_integration::StackOptions {
-        registry,
-        entity_shards: 2,
-        shard_depth: 2,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut etcd = stack.etcd_client().await.unwrap();
-    let r = etcd.get("/sys/shards", None).await.unwrap();
-    let doc: lock_config::shards::ShardsDoc = serde_json::from_slice(r.kvs()[0].value()).unwrap();
-    let on = |shard: &str| {
-        (0..200)
-            .map(|i| format!("{FAST_PREFIX}/node-shard-{i}"))
-            .find(|k| doc.current.shard_of(k) == shard)
-            .unwrap()
-    };
+    let (stack, _reg, [e1, e2]) = Stack::with_two_shards(&format!("{FAST_PREFIX}/node-shard"))
+        .await
+        .unwrap();
     let mut env = stack_env(&stack);
-    env.push((
-        "LOCK_SHARD_KEYS".into(),
-        format!("{},{}", on("e1"), on("e2")),
-    ));
+    env.push(("LOCK_SHARD_KEYS".into(), format!("{e1},{e2}")));
     let out = node_test("test/shards.test.mjs", &env);
     eprintln!("{out}");
 }

@@ -99,26 +99,10 @@ async fn the_python_client_fences_before_the_lease_expires_when_the_edge_dies() 
 /// map puts on different shards; the client opens a session on each cluster.
 #[tokio::test]
 async fn the_python_client_opens_a_session_where_each_key_lives() {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(lock_integration::StackOptions {
-        registry,
-        entity_shards: 2,
-        shard_depth: 2,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut etcd = stack.etcd_client().await.unwrap();
-    let r = etcd.get("/sys/shards", None).await.unwrap();
-    let doc: lock_config::shards::ShardsDoc = serde_json::from_slice(r.kvs()[0].value()).unwrap();
-    let on = |shard: &str| {
-        (0..200)
-            .map(|i| format!("{FAST_PREFIX}/py-shard-{i}"))
-            .find(|k| doc.current.shard_of(k) == shard)
-            .unwrap()
-    };
-    let keys = format!("{},{}", on("e1"), on("e2"));
+    let (stack, _reg, [e1, e2]) = Stack::with_two_shards(&format!("{FAST_PREFIX}/py-shard"))
+        .await
+        .unwrap();
+    let keys = format!("{e1},{e2}");
     let out = pytest_with(&stack, None, "shards", &[("LOCK_SHARD_KEYS", keys)]);
     eprintln!("{out}");
 }
