@@ -9,12 +9,14 @@ use crate::error::ArbiterError;
 use crate::etcd::Etcd;
 use crate::layout::{EPOCH_KEY, EpochRecord, decode, encode};
 use etcd_client::{Compare, CompareOp, ResponseHeader, Txn, TxnOp};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// The epoch as last read, with the mod revision grants compare against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Epoch {
-    pub record: EpochRecord,
+    /// Shared: every store view of a request carries the epoch, and the record holds
+    /// strings (issue 33: a clone per view allocated).
+    pub record: Arc<EpochRecord>,
     pub mod_revision: i64,
     /// The highest revision this arbiter had seen in this epoch when the operation began.
     /// A linearizable response to a request sent afterwards cannot be older; responses of
@@ -41,10 +43,13 @@ pub fn cluster_id_verdict(
     record: &EpochRecord,
     header_cluster: Option<u64>,
 ) -> Result<(), ArbiterError> {
-    let id = header_cluster.map(EpochRecord::cluster_id_hex);
-    if id.as_deref() == Some(record.cluster_id.as_str()) {
+    // Compared as numbers: this runs on every etcd response, and formatting the header's
+    // ID to compare strings allocated each time.
+    let recorded = u64::from_str_radix(&record.cluster_id, 16).ok();
+    if header_cluster.is_some() && header_cluster == recorded {
         Ok(())
     } else {
+        let id = header_cluster.map(EpochRecord::cluster_id_hex);
         Err(ArbiterError::Sealed(format!(
             "store cluster ID {} differs from the epoch record's {}; an epoch advance is required",
             id.unwrap_or_default(),
@@ -162,16 +167,18 @@ impl EpochCache {
         let floors = self.high_water.lock().map_or((0, 0), |hw| *hw);
         let resp = store.get(EPOCH_KEY).await?;
         let epoch = resp.kvs().first().and_then(|kv| {
-            decode::<EpochRecord>(kv.value()).map(|record| Epoch {
-                floor: if floors.0 == record.epoch {
-                    floors.1
-                } else {
-                    0
-                },
-                record,
-                mod_revision: kv.mod_revision(),
-                skip_cluster_id: self.bugs.has(Bug::SealWithoutClusterId),
-            })
+            decode::<EpochRecord>(kv.value())
+                .map(Arc::new)
+                .map(|record| Epoch {
+                    floor: if floors.0 == record.epoch {
+                        floors.1
+                    } else {
+                        0
+                    },
+                    record,
+                    mod_revision: kv.mod_revision(),
+                    skip_cluster_id: self.bugs.has(Bug::SealWithoutClusterId),
+                })
         });
         self.set(epoch.clone());
         let epoch = epoch.ok_or_else(|| {

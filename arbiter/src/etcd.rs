@@ -15,12 +15,22 @@ use etcd_client::{
     LeaseGrantResponse, LeaseRevokeResponse, Txn, TxnResponse, WatchClient,
 };
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
 
+/// Cheap to clone (one `Arc`): every store view and request holds one, and etcd-client's
+/// `Client` is a dozen gRPC clients whose clones each take a channel sender and a URI
+/// (the arbiter's profile had them among its top costs, issue 33).
 #[derive(Clone)]
 pub struct Etcd {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     client: Client,
+    /// The KV client every call clones (one sender), not the whole `Client`.
+    kv: KvClient,
     timeout: Duration,
     /// The one LeaseKeepAlive stream every session is renewed on.
     renewals: Renewals,
@@ -51,32 +61,35 @@ impl Etcd {
         let client = bounded(timeout, Client::connect(endpoints, Some(opts))).await?;
         let renewals = Renewals::start(endpoints, timeout, tls)?;
         Ok(Self {
-            client,
-            timeout,
-            renewals,
+            inner: Arc::new(Inner {
+                kv: client.kv_client(),
+                client,
+                timeout,
+                renewals,
+            }),
         })
     }
 
     pub fn kv(&self) -> KvClient {
-        self.client.kv_client()
+        self.inner.kv.clone()
     }
 
     /// Users and roles (`lockctl roles`, `etcd_roles.rs`).
     pub fn auth_client(&self) -> etcd_client::AuthClient {
-        self.client.auth_client()
+        self.inner.client.auth_client()
     }
 
     pub fn lease(&self) -> LeaseClient {
-        self.client.lease_client()
+        self.inner.client.lease_client()
     }
 
     /// The shared renewal stream (`renewals.rs`).
     pub fn renewals(&self) -> &Renewals {
-        &self.renewals
+        &self.inner.renewals
     }
 
     pub fn watch_client(&self) -> WatchClient {
-        self.client.watch_client()
+        self.inner.client.watch_client()
     }
 
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, ArbiterError> {
@@ -105,7 +118,7 @@ impl Etcd {
         let options = LeaseGrantOptions::new().with_id(id);
         let call = async {
             match tokio::time::timeout(
-                self.timeout,
+                self.inner.timeout,
                 leases.grant(i64::from(ttl_seconds), Some(options)),
             )
             .await
@@ -128,7 +141,7 @@ impl Etcd {
     pub async fn revoke(&self, lease: i64) -> Result<Option<LeaseRevokeResponse>, ArbiterError> {
         let mut leases = self.lease();
         let call = async {
-            match tokio::time::timeout(self.timeout, leases.revoke(lease)).await {
+            match tokio::time::timeout(self.inner.timeout, leases.revoke(lease)).await {
                 Err(_) => Err(ArbiterError::NoQuorum),
                 Ok(Ok(r)) => Ok(Some(r)),
                 Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::NotFound => {
@@ -144,7 +157,7 @@ impl Etcd {
         &self,
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, ArbiterError> {
-        bounded(self.timeout, fut).await
+        bounded(self.inner.timeout, fut).await
     }
 }
 
