@@ -66,7 +66,7 @@ pub async fn measure(
                 let c = remote::connect(&url, &s, "localhost").await?;
                 ops.push(Op::arbiter(c, key, route).await?);
             }
-            let cell = measure_ops(ops, cell).await?;
+            let cell = measure_ops(ops, cell, &[]).await?;
             if filtered {
                 with.push(cell);
             } else {

@@ -5,6 +5,8 @@
 //! and so grant attempts per handoff).
 
 use crate::env::Env;
+use crate::observe::{CpuPerOp, Watched, cpu_by_role};
+use crate::ops::System;
 use anyhow::Context as _;
 use etcd_client::LockOptions;
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
@@ -49,6 +51,8 @@ pub struct HotCell {
     /// gRPC Txn calls per handoff (the arbiter's grant and release transactions).
     pub txns: Option<f64>,
     pub releases: usize,
+    /// CPU µs per handoff of each process on the path.
+    pub cpu: CpuPerOp,
 }
 
 impl HotCell {
@@ -79,12 +83,15 @@ pub async fn measure(
         let waiter = Waiter::new(env, sys, w, &key).await?;
         tasks.push(tokio::spawn(waiter.run(start_at, stop_at)));
     }
+    let watched = path_of(env, sys);
     tokio::time::sleep_until(start_at.into()).await;
+    let cpu0 = cpu_by_role(&watched);
     let (p0, t0) = (
         etcd.metric("etcd_server_proposals_committed_total")?,
         etcd.rpc_count("Txn")?,
     );
     tokio::time::sleep_until(stop_at.into()).await;
+    let cpu1 = cpu_by_role(&watched);
     let (p1, t1) = (
         etcd.metric("etcd_server_proposals_committed_total")?,
         etcd.rpc_count("Txn")?,
@@ -115,6 +122,17 @@ pub async fn measure(
         proposals: on_etcd.then(|| per(p1.saturating_sub(p0))),
         txns: arbiter.then(|| per(t1.saturating_sub(t0))),
         releases: handoffs,
+        cpu: CpuPerOp::between(&cpu0, &cpu1, handoffs),
+    })
+}
+
+/// The processes on a hot-key system's path (the uncontended system of the same shape).
+fn path_of(env: &Env, sys: HotSystem) -> Vec<Watched> {
+    env.path_of(match sys {
+        HotSystem::V3Lock => System::V3Lock,
+        HotSystem::ArbiterDirect => System::ArbiterDirect,
+        HotSystem::FullPath => System::FullPath,
+        HotSystem::Postgres => System::Postgres,
     })
 }
 
@@ -327,6 +345,20 @@ fn render(rows: &[(HotSystem, HotCell)], waiters: usize) -> String {
             opt(c.txns),
             opt(c.attempts()),
             opt(v3.map(|v| rate / v.max(f64::MIN_POSITIVE))),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n| CPU µs per handoff, one hot key, {waiters} waiters | handoffs/s | {} |\n|---|---:|---:|---:|---:|---:|---:|---:|",
+        CpuPerOp::HEADER
+    );
+    for (sys, c) in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} |{}",
+            sys.name(),
+            c.handoffs as f64 / c.secs,
+            c.cpu.cells()
         );
     }
     out

@@ -38,6 +38,134 @@ pub fn sample(pid: u32) -> anyhow::Result<ProcSample> {
     })
 }
 
+/// A process on a measured path, by what it is (CPU per operation is reported per role).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Envoy,
+    Arbiter,
+    Etcd,
+    /// Redis or PostgreSQL (its postmaster and every backend).
+    Server,
+    /// The load generator: this process.
+    Client,
+}
+
+impl Role {
+    pub const ALL: [Role; 5] = [
+        Role::Envoy,
+        Role::Arbiter,
+        Role::Etcd,
+        Role::Server,
+        Role::Client,
+    ];
+}
+
+/// One process whose CPU a cell reads: its role, pid, and whether its children count too
+/// (PostgreSQL's backends are children of the postmaster).
+#[derive(Debug, Clone, Copy)]
+pub struct Watched {
+    pub role: Role,
+    pub pid: u32,
+    pub children: bool,
+}
+
+impl Watched {
+    pub fn new(role: Role, pid: u32) -> Self {
+        Self {
+            role,
+            pid,
+            children: false,
+        }
+    }
+
+    /// The load generator itself.
+    pub fn client() -> Self {
+        Self::new(Role::Client, std::process::id())
+    }
+}
+
+/// CPU time (user + system) of `pid`, from /proc/PID/stat (every thread counts).
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    Ok(sample(pid)?.cpu)
+}
+
+/// The pids whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1.split_whitespace().nth(1)?.to_owned();
+                    rest.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// CPU time by role of `watched`, now (a process that is gone counts nothing).
+pub fn cpu_by_role(watched: &[Watched]) -> Vec<(Role, Duration)> {
+    watched
+        .iter()
+        .map(|w| {
+            let mut cpu = cpu_time(w.pid).unwrap_or_default();
+            if w.children {
+                cpu += children_of(w.pid)
+                    .into_iter()
+                    .filter_map(|c| cpu_time(c).ok())
+                    .sum::<Duration>();
+            }
+            (w.role, cpu)
+        })
+        .collect()
+}
+
+/// CPU µs per operation of each role, between two readings over `ops` operations.
+#[derive(Debug, Clone, Default)]
+pub struct CpuPerOp(pub Vec<(Role, f64)>);
+
+impl CpuPerOp {
+    pub fn between(before: &[(Role, Duration)], after: &[(Role, Duration)], ops: usize) -> Self {
+        let mut out: Vec<(Role, f64)> = Vec::new();
+        for ((role, a), (_, b)) in before.iter().zip(after) {
+            let us = b.saturating_sub(*a).as_secs_f64() * 1e6 / ops.max(1) as f64;
+            match out.iter_mut().find(|(r, _)| r == role) {
+                Some((_, v)) => *v += us,
+                None => out.push((*role, us)),
+            }
+        }
+        Self(out)
+    }
+
+    pub fn of(&self, role: Role) -> Option<f64> {
+        self.0.iter().find(|(r, _)| *r == role).map(|(_, v)| *v)
+    }
+
+    pub fn total(&self) -> f64 {
+        self.0.iter().map(|(_, v)| v).sum()
+    }
+
+    /// `Envoy / arbiter / etcd / server / client` cells and the total, `–` for a process
+    /// not on the path.
+    pub fn cells(&self) -> String {
+        let mut out = String::new();
+        for role in Role::ALL {
+            match self.of(role) {
+                Some(v) => out.push_str(&format!(" {v:.0} |")),
+                None => out.push_str(" – |"),
+            }
+        }
+        out.push_str(&format!(" {:.0} |", self.total()));
+        out
+    }
+
+    pub const HEADER: &str = "Envoy | arbiter | etcd | Redis/PostgreSQL | client | total";
+}
+
 /// Percent of one core used between two samples.
 pub fn cpu_percent(a: &ProcSample, b: &ProcSample) -> f64 {
     let wall = b.at.duration_since(a.at).as_secs_f64().max(1e-9);

@@ -3,6 +3,7 @@
 
 use crate::chart;
 use crate::env::Env;
+use crate::observe::{CpuPerOp, Watched, cpu_by_role};
 use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
@@ -64,6 +65,8 @@ pub struct Cell {
     /// etcd raft proposals committed per operation (None: not an etcd system). An
     /// acquire+release is two writes; fewer means writes were shared (group commit).
     pub proposals: Option<f64>,
+    /// CPU µs per operation of each watched process over the cell's window.
+    pub cpu: CpuPerOp,
 }
 
 /// The floor's grant: put `key` with `lease` if it does not exist, as the arbiter's grant
@@ -85,19 +88,30 @@ pub fn percentile(lat: &[u64], p: f64) -> u64 {
         .unwrap_or(0)
 }
 
-pub async fn measure_ops(ops: Vec<Op>, length: Duration) -> anyhow::Result<Cell> {
+/// The CPU of each `watched` process is read at the window's start and end (on this
+/// machine every process shares two cores, so throughput is CPU per operation).
+pub async fn measure_ops(
+    ops: Vec<Op>,
+    length: Duration,
+    watched: &[Watched],
+) -> anyhow::Result<Cell> {
     let mut tasks = Vec::new();
     let start_at = Instant::now() + Duration::from_millis(500);
     let stop_at = start_at + length;
     for op in ops {
         tasks.push(tokio::spawn(async move { op.run(start_at, stop_at).await }));
     }
+    tokio::time::sleep_until(start_at.into()).await;
+    let cpu_before = cpu_by_role(watched);
+    tokio::time::sleep_until(stop_at.into()).await;
+    let cpu_after = cpu_by_role(watched);
     let mut lat = Vec::new();
     for t in tasks {
         lat.extend(t.await??);
     }
     lat.sort_unstable();
     Ok(Cell {
+        cpu: CpuPerOp::between(&cpu_before, &cpu_after, lat.len()),
         ops: lat.len(),
         secs: length.as_secs_f64(),
         p50_us: percentile(&lat, 0.50),

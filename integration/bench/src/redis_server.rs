@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 pub struct Redis {
-    /// Kept for its drop: the server stops with the bench.
-    _proc: Proc,
+    /// The server (it stops with the bench when this is dropped).
+    pub proc: Proc,
     pub addr: SocketAddr,
 }
 
@@ -32,7 +32,7 @@ impl Redis {
         let mut proc = Proc::spawn("redis", cmd, dir)?;
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
         proc.wait_for_port(addr, patience())?;
-        Ok(Self { _proc: proc, addr })
+        Ok(Self { proc, addr })
     }
 
     pub fn url(&self) -> String {

@@ -46,7 +46,7 @@ pub async fn measure(
         .iter()
         .map(|c| proposals(c))
         .collect::<anyhow::Result<Vec<u64>>>()?;
-    let cell = measure_ops(ops, length).await?;
+    let cell = measure_ops(ops, length, &[]).await?;
     let mut writes_per_sec = Vec::new();
     for (c, b) in clusters.iter().zip(before) {
         let name = if shards == 0 {

@@ -4,6 +4,7 @@
 
 use crate::chart;
 use crate::env::Env;
+use crate::observe::CpuPerOp;
 use crate::ops::{Cell, Op, System, measure_ops};
 use anyhow::Context as _;
 use std::fmt::Write as _;
@@ -64,7 +65,7 @@ async fn measure(env: &Env, sys: System, workers: usize, length: Duration) -> an
             .metric("etcd_server_proposals_committed_total")
     };
     let before = if on_etcd { proposals()? } else { 0 };
-    let mut cell = measure_ops(ops, length).await?;
+    let mut cell = measure_ops(ops, length, &env.path_of(sys)).await?;
     if on_etcd {
         let during = proposals()?.saturating_sub(before);
         cell.proposals = Some(during as f64 / cell.ops.max(1) as f64);
@@ -100,6 +101,26 @@ fn render(results: &[(System, usize, Cell)]) -> String {
             floor.map_or(0.0, |f| cell.p50_us as f64 / f.p50_us.max(1) as f64),
             v3.map_or(0.0, |v| tput(cell) / tput(v)),
             cell.proposals.map_or("–".to_owned(), |p| format!("{p:.2}")),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n| CPU µs per acquire+release, read from each process over the cell | concurrency | ops/s | {} | total ÷ v3lock's |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        CpuPerOp::HEADER
+    );
+    for (sys, c, cell) in results {
+        let v3 = results
+            .iter()
+            .find(|(x, y, _)| *x == System::V3Lock && y == c)
+            .map(|r| r.2.cpu.total());
+        let _ = writeln!(
+            out,
+            "| {} | {c} | {:.0} |{} {} |",
+            sys.name(),
+            cell.ops as f64 / cell.secs,
+            cell.cpu.cells(),
+            v3.filter(|v| *v > 0.0)
+                .map_or("–".to_owned(), |v| format!("{:.2}", cell.cpu.total() / v)),
         );
     }
     out
