@@ -7,7 +7,7 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench heap-profile fuzz docs docs-screenshots clean
+.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench profile heap-profile fuzz docs docs-screenshots clean
 
 # `make soak`: minutes of gate rounds.
 SOAK_MINUTES ?= 60
@@ -76,9 +76,15 @@ soak: build ## The gate for SOAK_MINUTES (60), round after round; one line per r
 	target/debug/gate soak --minutes $(SOAK_MINUTES) --log soak.log
 
 bench: deps ## Side-by-side benchmark (release build): writes bench-results/latest.md
-	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
+	$(CARGO) build --release -p lock-filter -p lock-noop-filter --target wasm32-wasip1
 	$(CARGO) build --release --workspace
 	target/release/bench --out bench-results
+
+profile: deps ## The arbiter's CPU by function during a bench cell (perf, the release build with line tables): bench-results/profile/
+	@bash integration/scripts/install-deps.sh perf
+	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
+	$(CARGO) build --profile profiling -p lock-arbiter -p lock-bench -p lockctl -p lock-integration
+	bash integration/scripts/profile-arbiter.sh
 
 heap-profile: deps ## The arbiter's heap by allocation site with HEAP_WAITERS queued (2000), all heads and ten per key (dhat)
 	$(CARGO) build --release -p lock-filter --target wasm32-wasip1

@@ -28,6 +28,7 @@
 #   chromium      Debian chromium (the approval page's browser test, driven by playwright-core)
 #   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
 #                 `install-deps.sh fuzz`)
+#   perf          Debian linux-perf (`make profile` only: `install-deps.sh perf`)
 #
 # Every step checks first and does nothing when its result is already present.
 set -euo pipefail
@@ -289,6 +290,12 @@ install_fuzz() {
 
 if [ "${1:-}" = "fuzz" ]; then
   install_fuzz
+  exit 0
+fi
+
+if [ "${1:-}" = "perf" ]; then
+  # `make profile` only: Debian's perf (linux-perf), for cpu-clock profiles of the arbiter.
+  command -v perf >/dev/null 2>&1 || system_apt_install linux-perf
   exit 0
 fi
 

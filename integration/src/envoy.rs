@@ -22,6 +22,23 @@ pub struct EnvoyConfig {
     /// The Envoy binary's name in `.deps/bin` (`envoy`: 1.40; `envoy-<version>`: another
     /// release, for the compatibility tests).
     pub binary: String,
+    /// Worker threads (`--concurrency`); None: `LOCK_ENVOY_CONCURRENCY`, else 2.
+    pub workers: Option<usize>,
+    /// Measurement variants (`bench --only edge`); the defaults are the shipped edge.
+    pub tweaks: Tweaks,
+}
+
+/// Changes to the rendered edge that the benchmark measures one at a time. None of them is
+/// how the edge ships (the defaults are): they price what each piece costs.
+#[derive(Debug, Clone, Default)]
+pub struct Tweaks {
+    /// No XFCC header (`forward_client_cert_details` left at SANITIZE): the lock filter
+    /// needs it to count URI SANs, so only for runs without it.
+    pub no_xfcc: bool,
+    /// Reject every stat (`stats_config.stats_matcher.reject_all`).
+    pub no_stats: bool,
+    /// Runtime flags as a static layer, e.g. `envoy.reloadable_features.http2_use_oghttp2`.
+    pub runtime: Vec<(String, bool)>,
 }
 
 impl EnvoyConfig {
@@ -39,6 +56,8 @@ impl EnvoyConfig {
             wasm: filter_wasm()?,
             without_filter: false,
             binary: "envoy".into(),
+            workers: None,
+            tweaks: Tweaks::default(),
         })
     }
 
@@ -92,6 +111,7 @@ impl EnvoyConfig {
             ),
             _ => out,
         };
+        let out = self.tweaks.apply(out)?;
         if let Some(i) = out.find("${") {
             bail!(
                 "unrendered placeholder near: {}",
@@ -116,8 +136,11 @@ impl Envoy {
         std::fs::write(&config_path, config.render()?)?;
         let mut cmd = Command::new(dep(&config.binary)?);
         // Two workers, as tests of state shared across workers need; `LOCK_ENVOY_CONCURRENCY`
-        // overrides it for measurements.
-        let workers = std::env::var("LOCK_ENVOY_CONCURRENCY").unwrap_or_else(|_| "2".into());
+        // or the configuration override it for measurements.
+        let workers = match config.workers {
+            Some(n) => n.to_string(),
+            None => std::env::var("LOCK_ENVOY_CONCURRENCY").unwrap_or_else(|_| "2".into()),
+        };
         cmd.arg("-c").arg(&config_path).args([
             "--disable-hot-restart",
             "--concurrency",
@@ -184,6 +207,29 @@ impl Envoy {
             .lines()
             .find_map(|l| l.strip_prefix(&format!("{name}: ")))
             .and_then(|v| v.trim().parse().ok()))
+    }
+}
+
+impl Tweaks {
+    /// The rendered bootstrap with these changes.
+    fn apply(&self, mut yaml: String) -> anyhow::Result<String> {
+        if self.no_xfcc {
+            let xfcc = "          forward_client_cert_details: SANITIZE_SET\n          set_current_client_cert_details: {uri: true}\n";
+            if !yaml.contains(xfcc) {
+                bail!("the template's XFCC lines were not found");
+            }
+            yaml = yaml.replacen(xfcc, "", 1);
+        }
+        if self.no_stats {
+            yaml.push_str("stats_config:\n  stats_matcher: {reject_all: true}\n");
+        }
+        if !self.runtime.is_empty() {
+            yaml.push_str("layered_runtime:\n  layers:\n  - name: bench\n    static_layer:\n");
+            for (flag, on) in &self.runtime {
+                yaml.push_str(&format!("      {flag}: {on}\n"));
+            }
+        }
+        Ok(yaml)
     }
 }
 

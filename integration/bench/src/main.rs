@@ -7,14 +7,21 @@
 //! Reports throughput, p50 and p99, and ratios to the floor and to v3lock. etcd runs with
 //! fsync on (the service as shipped); Redis with its default no-fsync; PostgreSQL default.
 //!
+//! Every uncontended and hot-key row also gets the CPU time per operation of each process
+//! on its path (Envoy, arbiter, etcd, Redis/PostgreSQL, the load generator), read from the
+//! processes over the cell's window: on a shared 2-core machine throughput is CPU per
+//! operation, and a gain must be told from noise.
+//!
 //! Also: one hot key with 64 waiters (handoffs, handoff latency, etcd writes and grant
-//! attempts per handoff), renewal cost with 1 and 500 holds per session, the filter's own
+//! attempts per handoff), where Envoy's CPU goes (`edge.rs`: the same calls through Envoys
+//! that differ in one thing each), renewal cost with 1 and 500 holds per session, the filter's own
 //! cost (the same Envoy with and without it), the authoriser with 100,000 grants (natively
 //! and in wasm under V8), the arbiter's and etcd's memory with 100,000 held keys and 10,000
 //! queued waiters, the design's scale point driven up in steps (`scale.rs`), and SVG charts.
 
 mod authoriser;
 mod chart;
+mod edge;
 mod env;
 mod filter_cost;
 mod hot_key;
@@ -35,7 +42,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Every workload, in the order they run.
-const WORKLOADS: &str = "uncontended,hot,renewal,filter,memory,scale,scale-tmpfs,shards";
+const WORKLOADS: &str = "uncontended,hot,edge,renewal,filter,memory,scale,scale-tmpfs,shards";
 
 #[derive(Parser)]
 struct Args {
@@ -98,6 +105,10 @@ async fn main() -> anyhow::Result<()> {
     let mut table = format!("{uncontended}\n| measurement | | |\n|---|---|---|\n{authoriser}");
     if run("hot") {
         table.push_str(&hot_key::run(&env, args.waiters, length, &args.out).await?);
+    }
+    if run("edge") {
+        // Envoy variants at the concurrencies the goals name (16 and 64), three rounds.
+        table.push_str(&edge::run(&env, &[16, 64], 3, length).await?);
     }
     if run("renewal") {
         table.push_str(&renewal::run(&env).await?);
