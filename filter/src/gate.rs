@@ -126,15 +126,22 @@ impl RequestGate {
 
     fn check_headers(&mut self, host: &mut impl Host, eos: bool) -> Result<Step, EdgeError> {
         let config = self.config.clone().ok_or(EdgeError::Unconfigured)?;
-        let path = host.request_header(":path").unwrap_or_default();
-        let method = Method::from_path(&path)?;
-        let grpc = host
-            .request_header("content-type")
-            .is_some_and(|ct| ct.starts_with("application/grpc"));
+        // Read once; a header's first value counts, as Envoy's single-header read gives.
+        let headers = host.request_headers();
+        let raw = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_slice())
+        };
+        // A value that is not UTF-8 reads as absent: every header here is then refused.
+        let header = |name: &str| raw(name).and_then(|v| std::str::from_utf8(v).ok());
+        let method = Method::from_path(header(":path").unwrap_or_default())?;
+        let grpc = header("content-type").is_some_and(|ct| ct.starts_with("application/grpc"));
         if !grpc {
             return Err(EdgeError::NotGrpc);
         }
-        let identity = peer_identity(host, &config, self.switches())?;
+        let identity = peer_identity(host, header(XFCC_HEADER), &config, self.switches())?;
         host.set_request_header(XFCC_HEADER, None);
         host.set_request_header(KEY_HEADER, None);
         host.set_request_header(IDENTITY_HEADER, Some(identity.as_str()));
@@ -147,7 +154,7 @@ impl RequestGate {
         if let Some(budget) = config.rates.get(grant).copied().flatten() {
             rate_limit(host, identity.as_str(), budget)?;
         }
-        let metadata_key = host.request_header(METADATA_KEY_HEADER);
+        let metadata_key = raw(METADATA_KEY_HEADER);
         match method {
             Method::Session => {
                 host.count("lock_edge.allowed.sessions");
@@ -160,9 +167,9 @@ impl RequestGate {
             // key is the arbiter's to match against `x-lock-key` (it refuses any other,
             // before etcd), so a granted metadata key cannot carry an ungranted body key.
             Method::Keyed(_) if metadata_key.is_some() => {
-                let value = metadata_key.unwrap_or_default();
+                let value = metadata_key.unwrap_or_default().to_owned();
                 host.set_request_header(METADATA_KEY_HEADER, None);
-                let key = decode_key(value.as_bytes()).ok_or(EdgeError::Undecodable)?;
+                let key = decode_key(&value).ok_or(EdgeError::Undecodable)?;
                 let key = LockKey::parse(&key).map_err(EdgeError::InvalidKey)?;
                 host.count("lock_edge.fast_path");
                 self.admit(host, &config, identity.as_str(), &key)
@@ -289,6 +296,7 @@ fn rate_limit(
 
 fn peer_identity(
     host: &impl Host,
+    xfcc: Option<&str>,
     config: &CompiledFilterConfig,
     switches: EdgeTestSwitches,
 ) -> Result<SpiffeId, EdgeError> {
@@ -303,10 +311,9 @@ fn peer_identity(
         .ok_or(EdgeError::InvalidSpiffeId)?;
     // An X.509-SVID has exactly one URI SAN; the attribute above is only the first.
     if !switches.first_uri_san {
-        let uris = host
-            .request_header(XFCC_HEADER)
+        let uris = xfcc
             .ok_or(EdgeError::InvalidSpiffeId)
-            .and_then(|h| uri_sans(&h).map_err(|_| EdgeError::InvalidSpiffeId))?;
+            .and_then(|h| uri_sans(h).map_err(|_| EdgeError::InvalidSpiffeId))?;
         if uris.len() != 1 || uris[0] != san {
             return Err(EdgeError::InvalidSpiffeId);
         }

@@ -129,10 +129,11 @@ impl Host for WasmHost {
         hostcalls::get_property(path.to_vec()).ok().flatten()
     }
 
-    fn request_header(&self, name: &str) -> Option<String> {
-        hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
-            .ok()
-            .flatten()
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+        // get_map_bytes, not get_map: proxy-wasm's get_map (and get_map_value) unwrap each
+        // value as UTF-8, which a client's header value need not be. Names are tokens
+        // (Envoy's codec checks them), so their UTF-8 is given.
+        hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
     }
 
     fn set_request_header(&mut self, name: &str, value: Option<&str>) {

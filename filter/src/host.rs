@@ -6,7 +6,12 @@ use lock_config::GrpcCode;
 pub trait Host {
     /// An Envoy attribute, e.g. `["connection", "mtls"]`. Booleans come back as one byte.
     fn property(&self, path: &[&str]) -> Option<Vec<u8>>;
-    fn request_header(&self, name: &str) -> Option<String>;
+    /// Every request header as Envoy holds them (names lower-case), in one host call: each
+    /// call that returns data crosses into the VM twice (the answer is allocated in it), so
+    /// the four headers the gate reads cost one crossing instead of four (issue 33).
+    /// Values are bytes: HTTP/2 allows any octet but NUL, CR and LF in a value, and a
+    /// client's non-UTF-8 value must be refused, not panic the filter.
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)>;
     /// Sets (Some) or removes (None) a request header.
     fn set_request_header(&mut self, name: &str, value: Option<&str>);
     /// Names of the request trailers (None if the host cannot list them).

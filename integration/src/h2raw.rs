@@ -121,6 +121,18 @@ impl H2Client {
         headers: &[(&str, &str)],
         parts: &[Part],
     ) -> anyhow::Result<Reply> {
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        self.call_bytes(method, &headers, parts).await
+    }
+
+    /// As [`H2Client::call`], with header values as raw octets (HTTP/2 allows any but NUL,
+    /// CR and LF: not necessarily UTF-8).
+    pub async fn call_bytes(
+        &mut self,
+        method: &str,
+        headers: &[(&str, &[u8])],
+        parts: &[Part],
+    ) -> anyhow::Result<Reply> {
         tokio::time::timeout(EXCHANGE, self.exchange(method, headers, parts))
             .await
             .context("exchange timed out")?
@@ -129,7 +141,7 @@ impl H2Client {
     async fn exchange(
         &mut self,
         method: &str,
-        headers: &[(&str, &str)],
+        headers: &[(&str, &[u8])],
         parts: &[Part],
     ) -> anyhow::Result<Reply> {
         let mut req = http::Request::builder()
@@ -138,7 +150,7 @@ impl H2Client {
             .header("content-type", "application/grpc")
             .header("te", "trailers");
         for (k, v) in headers {
-            req = req.header(*k, *v);
+            req = req.header(*k, http::HeaderValue::from_bytes(v)?);
         }
         let req = req.body(())?;
         let mut send = self.send.clone().ready().await?;

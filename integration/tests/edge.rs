@@ -402,3 +402,67 @@ async fn waiters_from_several_identities_queue_at_the_key_owner() {
         w.abort();
     }
 }
+
+/// HTTP/2 lets a header value carry any octet but NUL, CR and LF, so a client can send one
+/// that is not UTF-8. proxy-wasm's string readers unwrap values as UTF-8 (a panic in the
+/// VM); the filter reads raw octets and refuses such a request like any malformed one, and
+/// keeps serving. Seen failing with the filter of before (it read headers one by one as
+/// strings): the request got no gRPC status and the filter's VM failed.
+#[tokio::test]
+async fn header_values_that_are_not_utf8_are_refused_and_the_edge_keeps_serving() {
+    use lock_integration::h2raw::{H2Client, Part, grpc_frame};
+    use prost::Message as _;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let svid = stack.pki.svid("utf8-prober", &waiter_id(2)).unwrap();
+    let key = format!("{FAST_PREFIX}/utf8");
+    let body = grpc_frame(&OpenSessionRequest { key: key.clone() }.encode_to_vec());
+    let hostile: [(&str, &[u8]); 3] = [
+        ("lock-key", b"pay/\xff\xfe"),
+        ("content-type", b"application/grpc\xff"),
+        ("x-lock-identity", b"spiffe://dev.lock.local/\xc3"),
+    ];
+    for (name, value) in hostile {
+        let mut h2 = H2Client::connect(stack.envoy.listen, Some(&svid), &svid.ca, "localhost")
+            .await
+            .unwrap();
+        let reply = h2
+            .call_bytes(
+                "OpenSession",
+                &[(name, value)],
+                &[Part::Data(body.clone()), Part::End],
+            )
+            .await
+            .unwrap();
+        // Answered, never a broken exchange: refused with its reason (a content type that
+        // is not gRPC's gets Envoy's HTTP form of the local reply, still with the reason),
+        // or, for a value the edge does not read, served.
+        assert!(
+            reply.failed.is_none() && (reply.grpc_status.is_some() || reply.reason.is_some()),
+            "{name}: no answer: {reply:?}"
+        );
+        if name == "lock-key" || name == "content-type" {
+            assert!(
+                reply.reason.is_some() && reply.grpc_status != Some(0),
+                "{name}: admitted: {reply:?}"
+            );
+        }
+    }
+    // The filter still decides: a well-formed call is admitted, an ungranted one refused.
+    let mut ok = stack.workload(&waiter_id(2)).await.unwrap();
+    let opened = ok
+        .open_session(lock_integration::routed(
+            OpenSessionRequest { key: key.clone() },
+            &key,
+            None,
+        ))
+        .await;
+    assert!(opened.is_ok(), "{opened:?}");
+    let crashed = stack
+        .envoy
+        .stats_matching(r"^wasm\..*(crash|fail).*")
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect::<Vec<_>>();
+    assert!(crashed.is_empty(), "the filter's VM failed: {crashed:?}");
+}

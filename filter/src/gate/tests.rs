@@ -39,8 +39,11 @@ impl Host for FakeHost {
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
         self.props.get(&path.join(".")).cloned()
     }
-    fn request_header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).cloned()
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+        self.headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+            .collect()
     }
     fn set_request_header(&mut self, name: &str, value: Option<&str>) {
         match value {
