@@ -363,49 +363,10 @@ pub fn step(state: State, event: Event) -> Transition {
         (S::Unsure { otherwise }, E::ReadBack(None)) => answer(Err(otherwise)),
         (S::Unsure { .. }, E::Refused(e)) => answer(Err(e)),
 
+        // Debug forms only: a grant's token prints redacted (`FencingToken`'s Debug).
         (state, event) => answer(Err(ArbiterError::Store(format!(
-            "waiter: no transition from {} on {}",
-            state.name(),
-            event.name()
+            "waiter: no transition from {state:?} on {event:?}"
         )))),
-    }
-}
-
-impl State {
-    pub fn name(&self) -> &'static str {
-        match self {
-            State::Queued => "queued",
-            State::Head { .. } => "head",
-            State::Attempting { .. } => "attempting",
-            State::Ending { .. } => "ending",
-            State::Offered { .. } => "offered",
-            State::Unsure { .. } => "unsure",
-            State::Answered => "answered",
-        }
-    }
-}
-
-impl Event {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Event::BecameHead { .. } => "became-head",
-            Event::NoAnswer => "no-answer",
-            Event::Granted(_) => "granted",
-            Event::Held { .. } => "held",
-            Event::Refused(_) => "refused",
-            Event::ReleaseSeen => "release-seen",
-            Event::WatchBroken => "watch-broken",
-            Event::Paused => "paused",
-            Event::Ended(_) => "ended",
-            Event::Withdrawn => "withdrawn",
-            Event::OfferTaken => "offer-taken",
-            Event::Fenced => "fenced",
-            Event::HandedOn(_) => "handed-on",
-            Event::HandedSessionGone => "handed-session-gone",
-            Event::NotHandedOn => "not-handed-on",
-            Event::AnswerLost => "answer-lost",
-            Event::ReadBack(_) => "read-back",
-        }
     }
 }
 
