@@ -80,6 +80,10 @@ pub fn write_test_registry(dir: &Path) -> anyhow::Result<PathBuf> {
         }
     }
     let today = lock_arbiter::registry_files::today();
+    // Valid for the year the records allow, not only today: a run that crosses midnight
+    // (a long bench, a slow CI) restarts stacks on this registry after it (found when
+    // `make bench`'s tmpfs stack, started at 00:07, refused the fixture dated the day before).
+    let expires = today.plus_one_year();
     let mut text = format!(
         "apiVersion: lock.dev/v1alpha1
 kind: LockClass
@@ -99,7 +103,7 @@ spec:
   resource: integration-test-fixture
   schemaVersion: \"0\"
   passedAt: \"{today}\"
-  expires: \"{today}\"
+  expires: \"{expires}\"
 ---
 apiVersion: lock.dev/v1alpha1
 kind: LockClass
@@ -120,7 +124,7 @@ spec:
   resource: integration-test-fixture
   schemaVersion: \"0\"
   passedAt: \"{today}\"
-  expires: \"{today}\"
+  expires: \"{expires}\"
 "
     );
     for i in 0..WAITERS {
@@ -183,7 +187,7 @@ spec:
   resource: integration-test-fixture
   schemaVersion: \"0\"
   passedAt: \"{today}\"
-  expires: \"{today}\"
+  expires: \"{expires}\"
 "
         ));
     }

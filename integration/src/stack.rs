@@ -45,6 +45,9 @@ pub struct StackOptions {
     pub entity_shards: usize,
     /// The shard map's home depth (`lockctl shards init --depth`).
     pub shard_depth: u8,
+    /// Envoy's worker threads (None: the harness's two, which tests of state shared across
+    /// workers need; the bench runs the shipped edge's one).
+    pub envoy_workers: Option<usize>,
 }
 
 impl Default for StackOptions {
@@ -64,6 +67,7 @@ impl Default for StackOptions {
             envoy_version: None,
             entity_shards: 0,
             shard_depth: 1,
+            envoy_workers: None,
         }
     }
 }
@@ -254,6 +258,7 @@ impl Stack {
         if let Some(v) = &opts.envoy_version {
             config.binary = format!("envoy-{v}");
         }
+        config.workers = opts.envoy_workers;
         if let Some((listen, admin)) = opts.envoy_ports {
             config.listen_port = listen;
             config.admin_port = admin;

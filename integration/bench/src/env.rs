@@ -8,6 +8,9 @@ use lock_integration::postgres::Postgres;
 use lock_integration::{Stack, StackOptions};
 use std::path::PathBuf;
 
+/// Envoy's workers as the edge ships (deploy/kubernetes/edge.yaml's `--concurrency`).
+pub const SHIPPED_ENVOY_WORKERS: usize = 1;
+
 pub struct Env {
     pub stack: Stack,
     /// A second arbiter on the same etcd, plaintext: the TLS cost's baseline.
@@ -23,6 +26,9 @@ pub async fn start(registry: &std::path::Path, dir: Option<PathBuf>) -> anyhow::
         arbiters: 1,
         registry: registry.to_path_buf(),
         keep_dir: dir,
+        // As the edge ships (deploy/kubernetes/edge.yaml): one worker per Envoy, scaled by
+        // replicas; `bench --only edge` measures two beside it.
+        envoy_workers: Some(SHIPPED_ENVOY_WORKERS),
         ..Default::default()
     })
     .await?;
