@@ -4,7 +4,7 @@
 //! alternate between the variants round after round, so drift on a shared machine falls on
 //! all of them; the median cell of each variant is reported.
 
-use crate::env::Env;
+use crate::env::{Env, SHIPPED_ENVOY_WORKERS};
 use crate::observe::{Role, Watched};
 use crate::ops::{Cell, Op, Route, measure_ops};
 use lock_client::stub::{self as remote, Svid};
@@ -45,56 +45,49 @@ fn variants() -> Vec<Variant> {
         runtime: vec![(flag.to_owned(), on)],
         ..Tweaks::default()
     };
+    let no_stats = Tweaks {
+        no_stats: true,
+        ..Tweaks::default()
+    };
+    let no_xfcc = Tweaks {
+        no_xfcc: true,
+        ..Tweaks::default()
+    };
+    let bare = Tweaks {
+        no_xfcc: true,
+        ..no_stats.clone()
+    };
+    let shipped = SHIPPED_ENVOY_WORKERS;
     vec![
         v(
-            "as shipped: lock filter, XFCC, 2 workers",
+            "as shipped: lock filter, XFCC",
             Wasm::Lock,
-            2,
+            shipped,
             Tweaks::default(),
         ),
-        v("lock filter, 1 worker", Wasm::Lock, 1, Tweaks::default()),
+        v("lock filter, 2 workers", Wasm::Lock, 2, Tweaks::default()),
         v(
             "lock filter, nghttp2 codec",
             Wasm::Lock,
-            2,
+            shipped,
             runtime(OGHTTP2, false),
         ),
         v(
             "lock filter, oghttp2 codec",
             Wasm::Lock,
-            2,
+            shipped,
             runtime(OGHTTP2, true),
         ),
+        v("lock filter, no stats", Wasm::Lock, shipped, no_stats),
         v(
-            "lock filter, no stats",
-            Wasm::Lock,
-            2,
-            Tweaks {
-                no_stats: true,
-                ..Tweaks::default()
-            },
+            "no-op wasm filter, XFCC",
+            Wasm::Noop,
+            shipped,
+            Tweaks::default(),
         ),
-        v("no-op wasm filter, XFCC", Wasm::Noop, 2, Tweaks::default()),
-        v("no filter, XFCC", Wasm::None, 2, Tweaks::default()),
-        v(
-            "no filter, no XFCC",
-            Wasm::None,
-            2,
-            Tweaks {
-                no_xfcc: true,
-                ..Tweaks::default()
-            },
-        ),
-        v(
-            "no filter, no XFCC, no stats, 1 worker",
-            Wasm::None,
-            1,
-            Tweaks {
-                no_xfcc: true,
-                no_stats: true,
-                ..Tweaks::default()
-            },
-        ),
+        v("no filter, XFCC", Wasm::None, shipped, Tweaks::default()),
+        v("no filter, no XFCC", Wasm::None, shipped, no_xfcc),
+        v("no filter, no XFCC, no stats", Wasm::None, shipped, bare),
     ]
 }
 
