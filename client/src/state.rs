@@ -38,6 +38,9 @@ pub(crate) struct Inner {
     /// keepalive task. A session lives on one etcd cluster; with tiers and shards the
     /// service tags its id with the cluster's tag (`lock_config::shards::tag_of`).
     pub(crate) sessions: Mutex<HashMap<(u32, u8), Running>>,
+    /// Held while a session is opened: acquires racing on a client without a session wait
+    /// and share it (`LockClient::session_or_open`).
+    pub(crate) opening: tokio::sync::Mutex<()>,
     /// Key -> cluster tag, as last learned (bounded: [`MAX_PLACES`]).
     pub(crate) places: Mutex<HashMap<String, u8>>,
     /// Re-entrancy: outermost holds by key.
@@ -55,6 +58,7 @@ impl Inner {
             config,
             rpc: Mutex::new((rpc, stamp)),
             sessions: Mutex::new(HashMap::new()),
+            opening: tokio::sync::Mutex::new(()),
             places: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
             next_hold: AtomicU64::new(1),

@@ -69,6 +69,40 @@ async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
     }
 }
 
+/// Acquires racing on a client that has no session yet share the one session the first of
+/// them opens (ADR-10: one session per TTL per client). Seen failing before the client
+/// serialised opening: 25 concurrent first acquires opened 23 sessions, each renewed.
+#[tokio::test]
+async fn concurrent_first_acquires_on_a_fresh_client_open_one_session() {
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let client = stack.lock_client(&waiter_id(0)).unwrap();
+    let tasks: Vec<_> = (0..25)
+        .map(|i| {
+            let c = client.clone();
+            let key = format!("{FAST_PREFIX}/first{i}");
+            tokio::spawn(async move { c.acquire(&key, Duration::ZERO, || {}).await })
+        })
+        .collect();
+    let mut holds = Vec::new();
+    for t in tasks {
+        holds.push(t.await.unwrap().unwrap());
+    }
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let held = etcd
+        .get(
+            format!("/l/{FAST_PREFIX}/first"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held.kvs().len(), 25);
+    let leases: HashSet<i64> = held.kvs().iter().map(|kv| kv.lease()).collect();
+    assert_eq!(leases.len(), 1, "{} sessions for 25 holds", leases.len());
+    for h in holds {
+        h.release().await.unwrap();
+    }
+}
+
 /// Issue 18: renewals of every session go out on one etcd LeaseKeepAlive stream per
 /// arbiter, not one per session (40,000 streams at the records' scale point).
 #[tokio::test]

@@ -336,6 +336,8 @@ export class LockClient {
   private readonly sessions = new Map<string, Session>();
   private readonly places = new Map<string, number>();
   private readonly clusterTags = new Map<string, number>();
+  /** Settles when the session being opened is open (`sessionOrOpen`). */
+  private opening: Promise<void> = Promise.resolve();
   private readonly holds = new Map<string, Reentry>();
   private nextHold = 1;
 
@@ -378,13 +380,16 @@ export class LockClient {
     }
     const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
     let session = this.sessionForKey(key);
+    // The session the service asked for, once it has said (by TTL or by cluster).
+    let wanted: (() => Session | null) | null = null;
+    let opened: ((s: Session) => void) | undefined;
     let backoff = 50;
     let err: LockError = new Unavailable("gave up after repeated retries");
     for (let i = 0; i < MAX_TRIES; i++) {
       let s = session;
       session = null;
       try {
-        s ??= await this.openSession(key);
+        s ??= await this.sessionOrOpen(key, wanted, opened);
         const left = Math.max(deadline - now(), 0);
         const r = await unary<{ token: string }>(
           this.stub(),
@@ -403,16 +408,19 @@ export class LockClient {
       }
       if (err instanceof WrongSessionTtl) {
         const ttlMs = err.ttlSeconds * 1000;
-        session = this.sessionFor((tl) => tl === ttlMs);
+        wanted = () => this.sessionFor((tl) => tl === ttlMs);
+        session = wanted();
         continue;
       }
       if (err instanceof WrongSessionPlace) {
-        const tag = this.clusterTags.get(err.cluster);
-        session = tag === undefined ? null : this.sessionFor((_, t) => t === tag);
-        if (session === null) {
-          session = await this.openSession(key);
-          this.clusterTags.set(err.cluster, tagOf(session.id));
-        }
+        const cluster = err.cluster;
+        wanted = () => {
+          const tag = this.clusterTags.get(cluster);
+          return tag === undefined ? null : this.sessionFor((_, t) => t === tag);
+        };
+        // The session opened next (for this key) is that cluster's: remember its tag.
+        opened = (o) => this.clusterTags.set(cluster, tagOf(o.id));
+        session = wanted();
         continue;
       }
       if (err instanceof SessionExpired) {
@@ -492,6 +500,32 @@ export class LockClient {
     this.holds.delete(key);
     if (s.fenced) throw new Fenced("the hold was fenced before its release");
     await unary(this.stub(), "release", { key, token: token.toString(), sessionId: s.id }, keyed(key), CALL_SLACK_MS);
+  }
+
+  /**
+   * The session to use when none was at hand: one another acquire opened meanwhile, or a
+   * new one. Opening is serialised per client, so acquires racing on a client without a
+   * session share the one opened first (ADR-10: one session per TTL per client, however
+   * many holds; `Promise.all` of first acquires otherwise opened one session each).
+   */
+  private async sessionOrOpen(
+    key: string,
+    wanted: (() => Session | null) | null,
+    opened?: (s: Session) => void,
+  ): Promise<Session> {
+    const before = this.opening;
+    let done = (): void => undefined;
+    this.opening = new Promise<void>((r) => (done = r));
+    try {
+      await before;
+      const found = wanted ? wanted() : this.sessionForKey(key);
+      if (found) return found;
+      const s = await this.openSession(key);
+      opened?.(s);
+      return s;
+    } finally {
+      done();
+    }
   }
 
   /** Opens the session for `key`'s class (its TTL) and starts renewing it. */

@@ -77,6 +77,15 @@ test("many holds share one session", async () => {
   for (const h of holds) await h.release();
 });
 
+test("first acquires racing on a fresh client share one session", async () => {
+  const fresher = client("LOCK");
+  made.push(fresher);
+  const holds = await Promise.all(Array.from({ length: 10 }, () => fresher.acquire(fresh())));
+  assert.equal(new Set(holds.map((h) => h.sessionId)).size, 1);
+  assert.equal(fresher.sessionIds().length, 1);
+  for (const h of holds) await h.release();
+});
+
 async function fastPathCount() {
   const r = await fetch(`http://${env("LOCK_ENVOY_ADMIN")}/stats?filter=^wasmcustom.lock_edge.fast_path$`);
   return (await r.text()).split("\n").filter((l) => l.includes(":")).reduce((n, l) => n + Number(l.split(":").pop()), 0);

@@ -1,5 +1,6 @@
 """The Python client against the real stack (Envoy with the filter, arbiters, etcd)."""
 
+import concurrent.futures
 import subprocess
 import json
 import os
@@ -172,6 +173,15 @@ def test_many_holds_share_one_session(locks, stack_env):
     # Renewed past two TTLs: one KeepAlive stream keeps all of them.
     time.sleep(stack_env["ttl"] * 2)
     assert all(h.can_start() and not h.fenced for h in holds)
+    for h in holds:
+        h.release()
+
+
+def test_first_acquires_racing_on_a_fresh_client_share_one_session(locks, stack_env):
+    # `locks` is a fresh client: none of the ten threads finds a session open.
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        holds = list(pool.map(lambda _: locks.acquire(fresh(stack_env["prefix"])), range(10)))
+    assert len({h._session.id for h in holds}) == 1
     for h in holds:
         h.release()
 

@@ -398,6 +398,8 @@ class LockClient:
         self._endpoint = endpoint
         self._credentials = credentials
         self._lock = threading.Lock()
+        # Held while a session is opened (`_session_or_open`).
+        self._opening = threading.Lock()
         self._channel = _channel(endpoint, credentials)
         self._stamp = _stamp(credentials)
         # One session per (TTL, cluster tag): a session lives on one etcd cluster, and with
@@ -428,13 +430,16 @@ class LockClient:
                 return Hold(self, key, hold_id, entry.token, entry.session)
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
         session = self._session_for_key(key)
+        # The session the service asked for, once it has said (by TTL or by cluster).
+        wanted: Optional[Callable[[], Optional[_Session]]] = None
+        opened: Optional[Callable[[_Session], None]] = None
         backoff = 0.05
         for _ in range(MAX_TRIES):
             s: Optional[_Session] = session
             session = None
             try:
                 if s is None:
-                    s = self._open_session(key)
+                    s = self._session_or_open(key, wanted, opened)
                 left = max(deadline - time.monotonic(), 0.0)
                 req = lock_pb2.AcquireRequest(key=key, session_id=s.id,
                                               wait_millis=int(left * 1000))
@@ -448,15 +453,16 @@ class LockClient:
             except errors.LockError as err_:
                 err = err_
             if isinstance(err, errors.WrongSessionTtl):
-                session = self._session_for(err.ttl_seconds)
+                ttl = err.ttl_seconds
+                wanted = lambda: self._session_for(ttl)  # noqa: E731
+                session = wanted()
                 continue
             if isinstance(err, errors.WrongSessionPlace):
-                tag = self._cluster_tags.get(err.cluster)
-                session = None if tag is None else self._session_with_tag(tag)
-                if session is None:
-                    session = self._open_session(key)
-                    with self._lock:
-                        self._cluster_tags[err.cluster] = _tag_of(session.id)
+                cluster = err.cluster
+                wanted = lambda: self._session_on_cluster(cluster)  # noqa: E731
+                # The session opened next (for this key) is that cluster's: remember its tag.
+                opened = lambda o: self._learn_cluster(cluster, o)  # noqa: E731
+                session = wanted()
                 continue
             if isinstance(err, errors.SessionExpired):
                 if s is not None:
@@ -577,6 +583,31 @@ class LockClient:
         with self._lock:
             for k in [k for k, x in self._sessions.items() if x is s]:
                 del self._sessions[k]
+
+    def _session_on_cluster(self, cluster: str) -> Optional[_Session]:
+        with self._lock:
+            tag = self._cluster_tags.get(cluster)
+        return None if tag is None else self._session_with_tag(tag)
+
+    def _learn_cluster(self, cluster: str, s: _Session) -> None:
+        with self._lock:
+            self._cluster_tags[cluster] = _tag_of(s.id)
+
+    def _session_or_open(self, key: str,
+                         wanted: Optional[Callable[[], Optional[_Session]]],
+                         opened: Optional[Callable[[_Session], None]]) -> _Session:
+        """The session to use when none was at hand: one another thread's acquire opened
+        meanwhile, or a new one. Opening is serialised per client, so threads racing on a
+        client without a session share the one opened first (ADR-10: one session per TTL
+        per client, however many holds)."""
+        with self._opening:
+            found = wanted() if wanted is not None else self._session_for_key(key)
+            if found is not None:
+                return found
+            s = self._open_session(key)
+            if opened is not None:
+                opened(s)
+            return s
 
     def _open_session(self, key: str) -> _Session:
         """Opens the session for `key`'s class (its TTL) and starts renewing it."""
