@@ -80,7 +80,7 @@ bench: deps ## Side-by-side benchmark (release build): writes bench-results/late
 	$(CARGO) build --release --workspace
 	target/release/bench --out bench-results
 
-profile: deps ## The arbiter's CPU by function during a bench cell (perf, the release build with line tables): bench-results/profile/
+profile: deps ## The arbiter's CPU by function and context switches per RPC during a bench cell (perf; PROFILE_CONCURRENCY=64): bench-results/profile/
 	@bash integration/scripts/install-deps.sh perf
 	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
 	$(CARGO) build --profile profiling -p lock-arbiter -p lock-bench -p lockctl -p lock-integration
