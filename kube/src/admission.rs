@@ -4,7 +4,7 @@
 //! The judge is the registry's one validation (`lock_config::registry::Registry::load`),
 //! so the webhook refuses exactly what `lockctl registry check`, the arbiters and
 //! `grants push` refuse — a fenced class without an unexpired PauseTestResult, a
-//! correctness class declaring `onQuorumLoss: open`, a TTL outside 5–300 s (30 s at least
+//! class declaring `onQuorumLoss: open` (not built), a TTL outside 5–300 s (30 s at least
 //! for advisory), an advisory correctness class without `riskOwner` and `waiverExpires`,
 //! unknown fields, grants to namespaces that do not exist — including across documents: a
 //! delete is refused if what is left breaks (the PauseTestResult a fenced class relies on).
@@ -263,6 +263,17 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     ),
                 ),
                 Err("onQuorumLoss"),
+            ),
+            (
+                "open on quorum loss is not built, even for an efficiency, advisory class",
+                req(
+                    "CREATE",
+                    "LockClass",
+                    &class(
+                        "{namespace: pay, prefixes: [pay/cache], purpose: efficiency, enforcement: advisory, ttlSeconds: 30, onQuorumLoss: open}",
+                    ),
+                ),
+                Err("not built"),
             ),
             (
                 "a fenced class without a pause test",

@@ -381,11 +381,8 @@ spec:
                 BASE.replace("ttlSeconds: 60", "ttlSeconds: 120"),
                 vec![("~ class     pay-ledger: ttlSeconds 60 -> 120".into(), false)],
             ),
-            (
-                "open on quorum loss",
-                BASE.replace("ttlSeconds: 60", "ttlSeconds: 60\n  onQuorumLoss: open"),
-                vec![("~ class     pay-ledger: onQuorumLoss closed -> open".into(), true)],
-            ),
+            // No "closed -> open on quorum loss" case: validation refuses `open` until ADR-04's
+            // open mode exists (validate/classes.rs), so no loaded registry holds it.
             (
                 "durable fairness and coord tier",
                 BASE.replace("ttlSeconds: 60", "ttlSeconds: 60\n  fairness: durable\n  tier: coord"),

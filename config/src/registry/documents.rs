@@ -138,6 +138,8 @@ pub struct LockClassSpec {
     pub waiver_expires: Option<String>,
     #[serde(default)]
     pub ttl_seconds: Option<u32>,
+    /// `closed` (the default): no grant and no renewal while etcd has no quorum. `open`
+    /// (ADR-04, efficiency classes only) is not built and is refused by validation.
     #[serde(default)]
     pub on_quorum_loss: QuorumPosture,
     #[serde(default)]

@@ -91,15 +91,19 @@ impl Validator {
                 Some(Some(_)) => {}
             }
         }
-        if spec.on_quorum_loss == QuorumPosture::Open
-            && (spec.purpose == Purpose::Correctness || spec.enforcement == Enforcement::Fenced)
-        {
-            self.err(
-                source,
-                id,
-                "spec.onQuorumLoss",
-                "open is allowed only for efficiency, advisory classes",
-            );
+        // ADR-04 allows `open` (keep granting from a local spool while etcd has no quorum)
+        // for efficiency, advisory classes only. That mode and its spool are not built: a
+        // class declaring it would run closed without saying so, so it is refused until it
+        // exists rather than accepted with no effect.
+        if spec.on_quorum_loss == QuorumPosture::Open {
+            let why = if spec.purpose == Purpose::Correctness
+                || spec.enforcement == Enforcement::Fenced
+            {
+                "open is allowed only for efficiency, advisory classes (ADR-04), and is not built: remove the field (closed is the default)"
+            } else {
+                "open is not built (ADR-04's open mode and its spool do not exist): this class would run closed without saying so; remove the field (closed is the default)"
+            };
+            self.err(source, id, "spec.onQuorumLoss", why);
         }
         if spec.enforcement == Enforcement::Fenced {
             let valid = results.iter().any(|(_, _, r)| {

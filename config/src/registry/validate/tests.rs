@@ -85,6 +85,10 @@ fn each_invalid_class_is_refused_naming_it() {
             "spec.onQuorumLoss",
         ),
         (
+            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n  onQuorumLoss: open\n",
+            "spec.onQuorumLoss",
+        ),
+        (
             "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n  waiverExpires: \"2027-01-01\"\n  onQuorumLoss: open\n",
             "spec.onQuorumLoss",
         ),
