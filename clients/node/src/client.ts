@@ -307,8 +307,12 @@ export class Hold {
 export interface AcquireOptions {
   /** How long to wait for a held key, in milliseconds (0: refuse at once). */
   waitMs?: number;
-  /** Runs if the hold is lost (its session could not be renewed in time): stop writing. */
-  onFence?: FenceFn;
+  /**
+   * Required (ADR-12): runs if the hold is lost (its session could not be renewed in time)
+   * and must stop the work the hold guards. Code that truly has nothing to stop says so
+   * with `() => {}`, visibly, rather than by leaving it out.
+   */
+  onFence: FenceFn;
 }
 
 export interface ClientOptions {
@@ -369,7 +373,13 @@ export class LockClient {
   }
 
   /** Takes `key`, waiting up to `waitMs` for it. */
-  async acquire(key: string, opts: AcquireOptions = {}): Promise<Hold> {
+  async acquire(key: string, opts: AcquireOptions): Promise<Hold> {
+    // JavaScript callers have no compiler to tell them: refuse before anything is sent.
+    if (typeof opts?.onFence !== "function") {
+      throw new TypeError(
+        "acquire: opts.onFence is required (ADR-12): the function that stops your work if the hold is fenced",
+      );
+    }
     const holdId = this.nextHold++;
     const entry = this.holds.get(key);
     if (entry && entry.session.fenced) this.holds.delete(key);
@@ -441,7 +451,7 @@ export class LockClient {
   }
 
   /**
-   * `await client.withHold(key, {waitMs: 5000}, async (hold) => ...)`: the key is released
+   * `await client.withHold(key, {waitMs: 5000, onFence: stopWork}, async (hold) => ...)`: the key is released
    * when `fn` settles. If the hold did not cover the whole of `fn` (fenced, or past its
    * deadline when it ended), rejects with Fenced: its work may not have been exclusive.
    */

@@ -14,6 +14,8 @@ export const prefix = () => env("LOCK_TEST_PREFIX");
 export const ttlMs = () => Number(env("LOCK_TEST_TTL")) * 1000;
 export const fresh = () => `${prefix()}/node-${randomBytes(5).toString("hex")}`;
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// The fence callback of tests whose holds guard no work (onFence is required: ADR-12).
+export const unfenced = () => undefined;
 
 /** A client of the test identity (`LOCK`) or the other one (`LOCK_OTHER`). */
 export function client(who = "LOCK", options = {}) {

@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { Held, InvalidRequest, LeakedHold, LockClient, meshSidecar, NotGranted } from "../dist/index.js";
-import { client, env, fresh, sleep, ttlMs } from "./env.mjs";
+import { client, env, fresh, sleep, ttlMs, unfenced } from "./env.mjs";
 
 const locks = client("LOCK");
 const other = client("LOCK_OTHER");
@@ -22,10 +22,10 @@ after(async () => {
 
 test("a hold gives a token and a later grant a greater one", async () => {
   const key = fresh();
-  const first = await locks.acquire(key);
+  const first = await locks.acquire(key, { onFence: unfenced });
   assert.ok(first.canStart() && first.token > 0n);
   await first.release();
-  const second = await locks.acquire(key);
+  const second = await locks.acquire(key, { onFence: unfenced });
   assert.ok(second.token > first.token);
   await second.release();
 });
@@ -33,21 +33,21 @@ test("a hold gives a token and a later grant a greater one", async () => {
 test("withHold holds for the block and releases after", async () => {
   const key = fresh();
   let token;
-  await locks.withHold(key, {}, async (h) => {
+  await locks.withHold(key, { onFence: unfenced }, async (h) => {
     assert.ok(h.canStart());
     token = h.token;
-    await assert.rejects(other.acquire(key, { waitMs: 0 }), Held);
+    await assert.rejects(other.acquire(key, { waitMs: 0, onFence: unfenced }), Held);
   });
-  const taken = await other.acquire(key, { waitMs: 2000 });
+  const taken = await other.acquire(key, { waitMs: 2000, onFence: unfenced });
   assert.ok(taken.token > token);
   await taken.release();
 });
 
 test("a waiter is granted when the holder releases", async () => {
   const key = fresh();
-  const holder = await locks.acquire(key);
+  const holder = await locks.acquire(key, { onFence: unfenced });
   let granted = null;
-  const waiting = other.acquire(key, { waitMs: 10_000 }).then((h) => (granted = h));
+  const waiting = other.acquire(key, { waitMs: 10_000, onFence: unfenced }).then((h) => (granted = h));
   await sleep(500);
   assert.equal(granted, null, "granted while held");
   await holder.release();
@@ -58,18 +58,18 @@ test("a waiter is granted when the holder releases", async () => {
 
 test("nested acquires count locally and the last release calls", async () => {
   const key = fresh();
-  const outer = await locks.acquire(key);
-  const inner = await locks.acquire(key);
+  const outer = await locks.acquire(key, { onFence: unfenced });
+  const inner = await locks.acquire(key, { onFence: unfenced });
   assert.equal(inner.token, outer.token);
   await inner.release();
-  await assert.rejects(other.acquire(key, { waitMs: 0 }), Held);
+  await assert.rejects(other.acquire(key, { waitMs: 0, onFence: unfenced }), Held);
   await outer.release();
-  await (await other.acquire(key, { waitMs: 2000 })).release();
+  await (await other.acquire(key, { waitMs: 2000, onFence: unfenced })).release();
 });
 
 test("many holds share one session", async () => {
   const holds = [];
-  for (let i = 0; i < 20; i++) holds.push(await locks.acquire(fresh()));
+  for (let i = 0; i < 20; i++) holds.push(await locks.acquire(fresh(), { onFence: unfenced }));
   assert.equal(new Set(holds.map((h) => h.sessionId)).size, 1);
   // Renewed past two TTLs: one KeepAlive stream keeps all of them.
   await sleep(ttlMs() * 2);
@@ -80,7 +80,7 @@ test("many holds share one session", async () => {
 test("first acquires racing on a fresh client share one session", async () => {
   const fresher = client("LOCK");
   made.push(fresher);
-  const holds = await Promise.all(Array.from({ length: 10 }, () => fresher.acquire(fresh())));
+  const holds = await Promise.all(Array.from({ length: 10 }, () => fresher.acquire(fresh(), { onFence: unfenced })));
   assert.equal(new Set(holds.map((h) => h.sessionId)).size, 1);
   assert.equal(fresher.sessionIds().length, 1);
   for (const h of holds) await h.release();
@@ -97,20 +97,20 @@ test("keyed calls take the edge's fast path", async () => {
   const before = await fastPathCount();
   // OpenSession (a fresh client has none), Acquire, Release: three keyed calls, each decided
   // on its lock-key header without waiting for the body.
-  await (await fresher.acquire(fresh())).release();
+  await (await fresher.acquire(fresh(), { onFence: unfenced })).release();
   assert.ok((await fastPathCount()) - before >= 3);
 });
 
 test("refusals are typed", async () => {
-  await assert.rejects(locks.acquire("archive/node"), NotGranted);
-  await assert.rejects(locks.acquire(`${env("LOCK_TEST_PREFIX")}//bad`), InvalidRequest);
+  await assert.rejects(locks.acquire("archive/node", { onFence: unfenced }), NotGranted);
+  await assert.rejects(locks.acquire(`${env("LOCK_TEST_PREFIX")}//bad`, { onFence: unfenced }), InvalidRequest);
 });
 
 test("through the mesh sidecar", async () => {
   const meshed = new LockClient(env("LOCK_SIDECAR_ENDPOINT"), meshSidecar());
   try {
-    await meshed.withHold(fresh(), {}, async (h) => assert.ok(h.canStart()));
-    await assert.rejects(meshed.acquire("archive/node"), NotGranted);
+    await meshed.withHold(fresh(), { onFence: unfenced }, async (h) => assert.ok(h.canStart()));
+    await assert.rejects(meshed.acquire("archive/node", { onFence: unfenced }), NotGranted);
   } finally {
     await meshed.shutdown();
   }
@@ -124,7 +124,7 @@ test("replicas of one identity take turns", async () => {
   const sections = [];
   await Promise.all(pods.map(async (c, who) => {
     for (let round = 0; round < 3; round++) {
-      await c.withHold(key, { waitMs: 20_000 }, async (h) => {
+      await c.withHold(key, { waitMs: 20_000, onFence: unfenced }, async (h) => {
         sections.push({ token: h.token, who });
         await sleep(50);
       });
@@ -142,17 +142,17 @@ test("a reused instance is still a leak", async () => {
   const name = `pod-${randomBytes(4).toString("hex")}`;
   const first = replica(name);
   const again = replica(name);
-  const h = await first.acquire(key);
-  await assert.rejects(again.acquire(key, { waitMs: 0 }), LeakedHold);
-  await assert.rejects(again.acquire(key, { waitMs: 2000 }), LeakedHold);
+  const h = await first.acquire(key, { onFence: unfenced });
+  await assert.rejects(again.acquire(key, { waitMs: 0, onFence: unfenced }), LeakedHold);
+  await assert.rejects(again.acquire(key, { waitMs: 2000, onFence: unfenced }), LeakedHold);
   await h.release();
-  await (await again.acquire(key)).release();
+  await (await again.acquire(key, { onFence: unfenced })).release();
 });
 
 const FROZEN_CHILD = `
-import { client } from ${JSON.stringify(new URL("./env.mjs", import.meta.url).href)};
+import { client, unfenced } from ${JSON.stringify(new URL("./env.mjs", import.meta.url).href)};
 const c = client("LOCK");
-const h = await c.acquire(process.argv[1]);
+const h = await c.acquire(process.argv[1], { onFence: unfenced });
 console.log("held");
 process.stdin.once("data", async () => {
   const lapse = h.lapse();

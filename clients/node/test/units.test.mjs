@@ -7,7 +7,7 @@ import protobuf from "protobufjs";
 import {
   checkEndpoint, encodeKey, fromParts, Held, InvalidRequest, LeakedHold, Liveness, NotGranted,
   processInstance, RateLimited, RegionRedirect, Unavailable, OtherError, validInstance,
-  WrongSessionTtl, Draining, Hold,
+  WrongSessionTtl, Draining, Hold, LockClient, meshSidecar,
 } from "../dist/index.js";
 
 const S = 1000;
@@ -135,5 +135,19 @@ test("the shipped proto is the repository's lock.v1", () => {
       readFileSync(new URL(f, repo), "utf8"),
       `clients/node/proto/${f} differs from config/proto/${f}: copy it again`,
     );
+  }
+});
+
+test("an acquire without onFence is refused before anything is sent (ADR-12)", async () => {
+  // Port 1 on loopback: nothing listens, so a call that went out would fail UNAVAILABLE,
+  // not with this TypeError.
+  const c = new LockClient("http://127.0.0.1:1", meshSidecar());
+  try {
+    for (const opts of [undefined, {}, { waitMs: 5 }, { onFence: null }, { onFence: "stop" }]) {
+      await assert.rejects(c.acquire("pay/x", opts), (e) => e instanceof TypeError && /onFence is required/.test(e.message), JSON.stringify(opts));
+      await assert.rejects(c.withHold("pay/x", opts, async () => undefined), TypeError);
+    }
+  } finally {
+    await c.shutdown();
   }
 });

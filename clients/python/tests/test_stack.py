@@ -26,38 +26,42 @@ from lock_client import (
 pytestmark = pytest.mark.stack
 
 
+def unfenced() -> None:
+    """The fence callback of tests whose holds guard no work (on_fence is required: ADR-12)."""
+
+
 def fresh(prefix: str) -> str:
     return f"{prefix}/py-{uuid.uuid4().hex[:10]}"
 
 
 def test_a_hold_gives_a_token_and_a_later_grant_a_greater_one(locks, stack_env):
     key = fresh(stack_env["prefix"])
-    first = locks.acquire(key)
+    first = locks.acquire(key, on_fence=unfenced)
     assert first.can_start() and first.token > 0
     first.release()
-    second = locks.acquire(key)
+    second = locks.acquire(key, on_fence=unfenced)
     assert second.token > first.token
     second.release()
 
 
 def test_the_context_manager_holds_for_the_block_and_releases_after(locks, other_locks, stack_env):
     key = fresh(stack_env["prefix"])
-    with locks.hold(key) as h:
+    with locks.hold(key, on_fence=unfenced) as h:
         assert h.can_start()
         with pytest.raises(Held):
-            other_locks.acquire(key, wait=0)
-    taken = other_locks.acquire(key, wait=2)
+            other_locks.acquire(key, wait=0, on_fence=unfenced)
+    taken = other_locks.acquire(key, wait=2, on_fence=unfenced)
     assert taken.token > h.token
     taken.release()
 
 
 def test_a_waiter_is_granted_when_the_holder_releases(locks, other_locks, stack_env):
     key = fresh(stack_env["prefix"])
-    holder = locks.acquire(key)
+    holder = locks.acquire(key, on_fence=unfenced)
     got = {}
 
     def wait():
-        got["hold"] = other_locks.acquire(key, wait=10)
+        got["hold"] = other_locks.acquire(key, wait=10, on_fence=unfenced)
 
     t = threading.Thread(target=wait)
     t.start()
@@ -71,14 +75,14 @@ def test_a_waiter_is_granted_when_the_holder_releases(locks, other_locks, stack_
 
 def test_nested_acquires_count_locally_and_the_last_release_calls(locks, other_locks, stack_env):
     key = fresh(stack_env["prefix"])
-    outer = locks.acquire(key)
-    inner = locks.acquire(key)
+    outer = locks.acquire(key, on_fence=unfenced)
+    inner = locks.acquire(key, on_fence=unfenced)
     assert inner.token == outer.token
     inner.release()
     with pytest.raises(Held):
-        other_locks.acquire(key, wait=0)
+        other_locks.acquire(key, wait=0, on_fence=unfenced)
     outer.release()
-    other_locks.acquire(key, wait=2).release()
+    other_locks.acquire(key, wait=2, on_fence=unfenced).release()
 
 
 def test_replicas_of_one_identity_take_turns(replica, stack_env):
@@ -91,7 +95,7 @@ def test_replicas_of_one_identity_take_turns(replica, stack_env):
     def run(c: LockClient) -> None:
         for _ in range(3):
             try:
-                with c.hold(key, wait=20) as h:
+                with c.hold(key, wait=20, on_fence=unfenced) as h:
                     with lock:
                         tokens.append((h.token, id(c)))
                     time.sleep(0.05)
@@ -117,13 +121,13 @@ def test_a_reused_instance_is_still_a_leak(replica, stack_env):
     key = fresh(stack_env["prefix"])
     name = f"pod-{uuid.uuid4().hex[:8]}"
     first, again = replica(name), replica(name)
-    h = first.acquire(key)
+    h = first.acquire(key, on_fence=unfenced)
     with pytest.raises(LeakedHold):
-        again.acquire(key, wait=0)
+        again.acquire(key, wait=0, on_fence=unfenced)
     with pytest.raises(LeakedHold):
-        again.acquire(key, wait=2)
+        again.acquire(key, wait=2, on_fence=unfenced)
     h.release()
-    again.acquire(key).release()
+    again.acquire(key, on_fence=unfenced).release()
 
 
 _FROZEN_CHILD = """
@@ -131,7 +135,7 @@ import os, sys, time
 from lock_client import LockClient, SvidFiles
 c = LockClient(os.environ["LOCK_ENDPOINT"],
                SvidFiles(os.environ["LOCK_SVID"], os.environ["LOCK_SVID_KEY"], os.environ["LOCK_CA"]))
-h = c.acquire(sys.argv[1])
+h = c.acquire(sys.argv[1], on_fence=lambda: None)
 print("held", flush=True)
 sys.stdin.readline()        # the parent freezes this process, then wakes it and writes
 print("continuous" if h.was_continuous() else f"lapsed: {h.lapse()}", flush=True)
@@ -168,7 +172,7 @@ def test_a_hold_frozen_past_its_ttl_is_not_continuous(stack_env):
 
 
 def test_many_holds_share_one_session(locks, stack_env):
-    holds = [locks.acquire(fresh(stack_env["prefix"])) for _ in range(20)]
+    holds = [locks.acquire(fresh(stack_env["prefix"]), on_fence=unfenced) for _ in range(20)]
     assert len({h._session.id for h in holds}) == 1
     # Renewed past two TTLs: one KeepAlive stream keeps all of them.
     time.sleep(stack_env["ttl"] * 2)
@@ -180,7 +184,8 @@ def test_many_holds_share_one_session(locks, stack_env):
 def test_first_acquires_racing_on_a_fresh_client_share_one_session(locks, stack_env):
     # `locks` is a fresh client: none of the ten threads finds a session open.
     with concurrent.futures.ThreadPoolExecutor(10) as pool:
-        holds = list(pool.map(lambda _: locks.acquire(fresh(stack_env["prefix"])), range(10)))
+        holds = list(pool.map(
+            lambda _: locks.acquire(fresh(stack_env["prefix"]), on_fence=unfenced), range(10)))
     assert len({h._session.id for h in holds}) == 1
     for h in holds:
         h.release()
@@ -200,15 +205,15 @@ def test_keyed_calls_take_the_edges_fast_path(locks, stack_env):
     before = _fast_path_count()
     # OpenSession (a fresh client has none), Acquire, Release: three keyed calls, each
     # decided on its lock-key header without waiting for the body.
-    locks.acquire(fresh(stack_env["prefix"])).release()
+    locks.acquire(fresh(stack_env["prefix"]), on_fence=unfenced).release()
     assert _fast_path_count() - before >= 3
 
 
 def test_refusals_are_typed(locks, stack_env):
     with pytest.raises(NotGranted):
-        locks.acquire("archive/py")
+        locks.acquire("archive/py", on_fence=unfenced)
     with pytest.raises(InvalidRequest):
-        locks.acquire(stack_env["prefix"] + "//bad")
+        locks.acquire(stack_env["prefix"] + "//bad", on_fence=unfenced)
 
 
 def test_through_the_mesh_sidecar(stack_env):
@@ -216,10 +221,10 @@ def test_through_the_mesh_sidecar(stack_env):
     if not endpoint:
         pytest.skip("LOCK_SIDECAR_ENDPOINT is not set")
     with LockClient(endpoint, MeshSidecar()) as meshed:
-        with meshed.hold(fresh(stack_env["prefix"])) as h:
+        with meshed.hold(fresh(stack_env["prefix"]), on_fence=unfenced) as h:
             assert h.can_start()
         with pytest.raises(NotGranted):
-            meshed.acquire("archive/py")
+            meshed.acquire("archive/py", on_fence=unfenced)
 
 
 def _etcd_has(etcd: dict, key: str) -> bool:
@@ -276,7 +281,7 @@ def test_keys_on_different_clusters_get_a_session_each(locks):
     keys = [k for k in os.environ.get("LOCK_SHARD_KEYS", "").split(",") if k]
     if len(keys) < 2:
         pytest.skip("LOCK_SHARD_KEYS is not set: run through integration/tests/python_client.rs")
-    holds = [locks.acquire(k) for k in keys]
+    holds = [locks.acquire(k, on_fence=unfenced) for k in keys]
     assert all(h.can_start() for h in holds)
     # One session per cluster, each id carrying its own cluster's tag.
     tags = {(s.id >> 55) & 0xFF for s in locks._sessions.values()}
@@ -284,7 +289,7 @@ def test_keys_on_different_clusters_get_a_session_each(locks):
     for h in holds:
         h.release()
     # Remembered: the same keys again open no new session.
-    again = [locks.acquire(k) for k in keys]
+    again = [locks.acquire(k, on_fence=unfenced) for k in keys]
     assert len(locks._sessions) == len(keys)
     for h in again:
         h.release()

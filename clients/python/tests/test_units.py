@@ -172,3 +172,19 @@ def test_the_committed_stubs_are_generated_from_the_proto(tmp_path):
         assert (tmp_path / rel).read_text() == (committed / rel).read_text(), (
             f"{rel} is stale: run `python clients/python/generate.py`"
         )
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"wait": 5}, {"on_fence": None}, {"on_fence": "stop"}])
+def test_an_acquire_without_on_fence_is_refused_before_anything_is_sent(kwargs):
+    # Port 1 on loopback: nothing listens, so a call that went out would fail UNAVAILABLE,
+    # not with this TypeError (ADR-12: on_fence is required).
+    from lock_client import LockClient, MeshSidecar
+    c = LockClient("http://127.0.0.1:1", MeshSidecar())
+    try:
+        with pytest.raises(TypeError, match="on_fence"):
+            c.acquire("pay/x", **kwargs)
+        with pytest.raises(TypeError, match="on_fence"):
+            with c.hold("pay/x", **kwargs):
+                pass
+    finally:
+        c.shutdown()

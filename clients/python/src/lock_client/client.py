@@ -413,10 +413,14 @@ class LockClient:
         self._next_hold = 1
 
     # -- public API --------------------------------------------------------------------
-    def acquire(self, key: str, wait: float = 0.0,
-                on_fence: Optional[FenceFn] = None) -> Hold:
-        """Takes `key`, waiting up to `wait` seconds for it. `on_fence` runs (on the
-        session's thread) if the hold is lost: stop touching the resource."""
+    def acquire(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> Hold:
+        """Takes `key`, waiting up to `wait` seconds for it. `on_fence` (required, ADR-12)
+        runs on the session's thread if the hold is lost: stop touching the resource. Code
+        with nothing to stop says so, visibly, with `on_fence=lambda: None`."""
+        if not callable(on_fence):
+            # Refused before anything is sent.
+            raise TypeError("acquire: on_fence is required (ADR-12): the function that stops "
+                            "your work if the hold is fenced")
         with self._lock:
             hold_id = self._next_hold
             self._next_hold += 1
@@ -482,13 +486,12 @@ class LockClient:
         raise errors.Unavailable("gave up after repeated retries")
 
     @contextlib.contextmanager
-    def hold(self, key: str, wait: float = 0.0,
-             on_fence: Optional[FenceFn] = None) -> Iterator[Hold]:
-        """`with client.hold("pay/ledger/42", wait=5) as h:` ... the key is released when
+    def hold(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> Iterator[Hold]:
+        """`with client.hold("pay/ledger/42", wait=5, on_fence=stop) as h:` ... the key is released when
         the block ends. If the hold did not cover the whole block (fenced, or past its
         deadline when the block ended), leaving it raises Fenced (unless the block raised
         already): its work may not have been exclusive."""
-        h = self.acquire(key, wait, on_fence)
+        h = self.acquire(key, wait, on_fence=on_fence)
         try:
             yield h
         except BaseException:
