@@ -92,6 +92,7 @@ spec:
   namespace: pay
   prefixes: [{FAST_PREFIX}]
   purpose: correctness
+  tier: entity
   enforcement: fenced
   ttlSeconds: {FAST_TTL}
 ---
@@ -112,6 +113,7 @@ spec:
   namespace: pay
   prefixes: [{FAIR_PREFIX}]
   purpose: correctness
+  tier: entity
   enforcement: fenced
   ttlSeconds: {FAST_TTL}
   fairness: durable
@@ -175,6 +177,7 @@ spec:
   namespace: pay
   prefixes: [{prefix}]
   purpose: correctness
+  tier: entity
   enforcement: fenced
   ttlSeconds: {ttl}
   fairness: {fairness}

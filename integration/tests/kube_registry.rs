@@ -328,7 +328,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
     let pause = std::fs::read_to_string(registry.join("pause-tests.yaml")).unwrap();
     let good_advisory = class(
         "pay-batch",
-        "{namespace: pay, prefixes: [pay/batch], purpose: efficiency, enforcement: advisory, ttlSeconds: 30}",
+        "{namespace: pay, prefixes: [pay/batch], purpose: efficiency, tier: entity, enforcement: advisory, ttlSeconds: 30}",
     );
     let cases: Vec<(&str, Value, Result<(), &str>)> = vec![
         (
@@ -343,7 +343,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
                 "LockClass",
                 &class(
                     "pay-jobs",
-                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, enforcement: fenced}",
+                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: fenced}",
                 ),
             ),
             Err("PauseTestResult"),
@@ -355,7 +355,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
                 "LockClass",
                 &class(
                     "pay-jobs",
-                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, enforcement: advisory, riskOwner: a, waiverExpires: '2099-01-01', ttlSeconds: 30, onQuorumLoss: open}",
+                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: advisory, riskOwner: a, waiverExpires: '2099-01-01', ttlSeconds: 30, onQuorumLoss: open}",
                 ),
             ),
             Err("onQuorumLoss"),
@@ -367,7 +367,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
                 "LockClass",
                 &class(
                     "pay-ledger",
-                    "{namespace: pay, prefixes: [pay/ledger], purpose: correctness, enforcement: fenced, ttlSeconds: 3}",
+                    "{namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, ttlSeconds: 3}",
                 ),
             ),
             Err("outside 5..=300"),
@@ -379,7 +379,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
                 "LockClass",
                 &class(
                     "pay-jobs",
-                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, enforcement: advisory, ttlSeconds: 30}",
+                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: advisory, ttlSeconds: 30}",
                 ),
             ),
             Err("risk owner"),
@@ -415,7 +415,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
                 "LockClass",
                 &class(
                     "pay-reports",
-                    "{namespace: pay, prefixes: [pay/reports], purpose: correctness, enforcement: advisory, riskOwner: a, waiverExpires: '2099-06-30', ttlSeconds: 30}",
+                    "{namespace: pay, prefixes: [pay/reports], purpose: correctness, tier: entity, enforcement: advisory, riskOwner: a, waiverExpires: '2099-06-30', ttlSeconds: 30}",
                 ),
             ),
             Ok(()),

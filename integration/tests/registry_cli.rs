@@ -33,47 +33,47 @@ fn each_invalid_class_is_rejected_by_name() {
     let cases = [
         (
             "ttl-low",
-            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 4",
+            "purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 4",
             "spec.ttlSeconds",
         ),
         (
             "ttl-high",
-            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 301",
+            "purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 301",
             "spec.ttlSeconds",
         ),
         (
             "advisory-floor",
-            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 15",
+            "purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 15",
             "spec.ttlSeconds",
         ),
         (
             "no-owner",
-            "purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  waiverExpires: \"2027-01-01\"",
+            "purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  waiverExpires: \"2027-01-01\"",
             "spec.riskOwner",
         ),
         (
             "no-waiver",
-            "purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a@b",
+            "purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a@b",
             "spec.waiverExpires",
         ),
         (
             "open-correctness",
-            "purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a@b\n  waiverExpires: \"2027-01-01\"\n  onQuorumLoss: open",
+            "purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a@b\n  waiverExpires: \"2027-01-01\"\n  onQuorumLoss: open",
             "spec.onQuorumLoss",
         ),
         (
             "open-fenced",
-            "purpose: efficiency\n  enforcement: fenced\n  onQuorumLoss: open",
+            "purpose: efficiency\n  tier: entity\n  enforcement: fenced\n  onQuorumLoss: open",
             "spec.onQuorumLoss",
         ),
         (
             "fenced-untested",
-            "purpose: correctness\n  enforcement: fenced",
+            "purpose: correctness\n  tier: entity\n  enforcement: fenced",
             "spec.enforcement",
         ),
         (
             "bad-fairness",
-            "purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes",
+            "purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes",
             "spec",
         ),
         (
@@ -83,7 +83,7 @@ fn each_invalid_class_is_rejected_by_name() {
         ),
         (
             "typo",
-            "purpose: efficiency\n  enforcement: advisory\n  ttlSecond: 30",
+            "purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSecond: 30",
             "spec",
         ),
     ];
@@ -112,7 +112,7 @@ async fn register_lists_advisory_classes_flags_expired_waivers_and_counts_holds(
     }
     std::fs::write(
         dir.path().join("old.yaml"),
-        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-old}\nspec:\n  namespace: pay\n  prefixes: [pay/old]\n  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: legacy@example.com\n  waiverExpires: \"2020-01-31\"\n",
+        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-old}\nspec:\n  namespace: pay\n  prefixes: [pay/old]\n  purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: legacy@example.com\n  waiverExpires: \"2020-01-31\"\n",
     )
     .unwrap();
     // The dev registry's own waiver has a fixed date; the test's copy moves it a year past

@@ -211,7 +211,7 @@ spec: {region: eu}
 apiVersion: lock.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger}
-spec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, enforcement: fenced, ttlSeconds: 15}
+spec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, ttlSeconds: 15}
 ---
 apiVersion: lock.dev/v1alpha1
 kind: PauseTestResult
@@ -259,7 +259,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/cache], purpose: efficiency, enforcement: fenced, onQuorumLoss: open}",
+                        "{namespace: pay, prefixes: [pay/cache], purpose: efficiency, tier: entity, enforcement: fenced, onQuorumLoss: open}",
                     ),
                 ),
                 Err("onQuorumLoss"),
@@ -270,10 +270,21 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/cache], purpose: efficiency, enforcement: advisory, ttlSeconds: 30, onQuorumLoss: open}",
+                        "{namespace: pay, prefixes: [pay/cache], purpose: efficiency, tier: entity, enforcement: advisory, ttlSeconds: 30, onQuorumLoss: open}",
                     ),
                 ),
                 Err("not built"),
+            ),
+            (
+                "a class without its tier (ADR-07: no default)",
+                req(
+                    "CREATE",
+                    "LockClass",
+                    &class(
+                        "{namespace: pay, prefixes: [pay/cache], purpose: efficiency, enforcement: advisory, ttlSeconds: 30}",
+                    ),
+                ),
+                Err("tier"),
             ),
             (
                 "a fenced class without a pause test",
@@ -281,7 +292,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, enforcement: fenced}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: fenced}",
                     ),
                 ),
                 Err("PauseTestResult"),
@@ -292,7 +303,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSeconds: 30, onQuorumLoss: open}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSeconds: 30, onQuorumLoss: open}",
                     ),
                 ),
                 Err("open"),
@@ -302,7 +313,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                 req(
                     "UPDATE",
                     "LockClass",
-                    "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: ledger}\nspec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, enforcement: fenced, ttlSeconds: 3}\n",
+                    "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: ledger}\nspec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, ttlSeconds: 3}\n",
                 ),
                 Err("ttl"),
             ),
@@ -312,7 +323,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, enforcement: advisory, waiverExpires: '2027-01-01', ttlSeconds: 30}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: advisory, waiverExpires: '2027-01-01', ttlSeconds: 30}",
                     ),
                 ),
                 Err("riskOwner"),
@@ -323,7 +334,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, enforcement: advisory, riskOwner: a, ttlSeconds: 30}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: advisory, riskOwner: a, ttlSeconds: 30}",
                     ),
                 ),
                 Err("waiverExpires"),
@@ -334,7 +345,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: efficiency, enforcement: advisory, ttlSeconds: 15}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: efficiency, tier: entity, enforcement: advisory, ttlSeconds: 15}",
                     ),
                 ),
                 Err("at least 30"),
@@ -345,7 +356,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: efficiency, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSeconds: 30}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: efficiency, tier: entity, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSeconds: 30}",
                     ),
                 ),
                 Ok(()),
@@ -356,7 +367,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: efficiency, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSecond: 30}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: efficiency, tier: entity, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSecond: 30}",
                     ),
                 ),
                 Err("unknown field"),
@@ -367,7 +378,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: nope, prefixes: [nope/x], purpose: efficiency, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSeconds: 30}",
+                        "{namespace: nope, prefixes: [nope/x], purpose: efficiency, tier: entity, enforcement: advisory, riskOwner: a, waiverExpires: '2027-01-01', ttlSeconds: 30}",
                     ),
                 ),
                 Err("nope"),

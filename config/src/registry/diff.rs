@@ -318,6 +318,7 @@ spec:
   namespace: pay
   prefixes: [pay/ledger]
   purpose: efficiency
+  tier: entity
   enforcement: advisory
   ttlSeconds: 60
 ---
@@ -385,7 +386,8 @@ spec:
             // open mode exists (validate/classes.rs), so no loaded registry holds it.
             (
                 "durable fairness and coord tier",
-                BASE.replace("ttlSeconds: 60", "ttlSeconds: 60\n  fairness: durable\n  tier: coord"),
+                BASE.replace("tier: entity", "tier: coord")
+                    .replace("ttlSeconds: 60", "ttlSeconds: 60\n  fairness: durable"),
                 vec![
                     ("~ class     pay-ledger: fairness memory -> durable".into(), false),
                     ("~ class     pay-ledger: tier entity -> coord".into(), false),
@@ -434,7 +436,7 @@ spec:
     #[test]
     fn classes_and_namespaces_come_and_go() {
         let more = format!(
-            "{BASE}---\napiVersion: lock.dev/v1alpha1\nkind: Namespace\nmetadata: {{name: orders}}\nspec: {{region: eu-west}}\n---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {{name: orders-default}}\nspec:\n  namespace: orders\n  prefixes: [orders]\n  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 45\n"
+            "{BASE}---\napiVersion: lock.dev/v1alpha1\nkind: Namespace\nmetadata: {{name: orders}}\nspec: {{region: eu-west}}\n---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {{name: orders-default}}\nspec:\n  namespace: orders\n  prefixes: [orders]\n  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 45\n"
         );
         let (base, more) = (load(BASE), load(&more));
         let added: Vec<String> = diff(&base, &more).iter().map(ToString::to_string).collect();

@@ -144,7 +144,9 @@ pub struct LockClassSpec {
     pub on_quorum_loss: QuorumPosture,
     #[serde(default)]
     pub fairness: Fairness,
-    #[serde(default)]
+    /// Required (ADR-07: routing is decided once, by the owner, in review): `coord` for
+    /// the few long-held, highly available locks such as leader election; `entity` for the
+    /// many short, high-churn locks on business entities (sharded clusters).
     pub tier: Tier,
 }
 

@@ -111,7 +111,7 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
     }
     std::fs::write(
         reg.path().join("pg.yaml"),
-        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-pg}\nspec:\n  namespace: pay\n  prefixes: [pay/pg]\n  purpose: correctness\n  enforcement: fenced\n  ttlSeconds: 10\n",
+        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-pg}\nspec:\n  namespace: pay\n  prefixes: [pay/pg]\n  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  ttlSeconds: 10\n",
     )
     .unwrap();
     let check = || lockctl(&["registry", "check", reg.path().to_str().unwrap()], &[]).unwrap();

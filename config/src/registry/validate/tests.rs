@@ -57,51 +57,55 @@ fn dev_registry_loads() {
 fn each_invalid_class_is_refused_naming_it() {
     let cases = [
         (
-            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 4\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 4\n",
             "spec.ttlSeconds",
         ),
         (
-            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 301\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 301\n",
             "spec.ttlSeconds",
         ),
         (
-            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 20\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 20\n",
             "spec.ttlSeconds",
         ),
         (
-            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  waiverExpires: \"2027-01-01\"\n",
+            "  purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  waiverExpires: \"2027-01-01\"\n",
             "spec.riskOwner",
         ),
         (
-            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n",
+            "  purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n",
             "spec.waiverExpires",
         ),
         (
-            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n  waiverExpires: soon\n",
+            "  purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n  waiverExpires: soon\n",
             "spec.waiverExpires",
         ),
         (
-            "  purpose: efficiency\n  enforcement: fenced\n  onQuorumLoss: open\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: fenced\n  onQuorumLoss: open\n",
             "spec.onQuorumLoss",
         ),
         (
-            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n  onQuorumLoss: open\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  onQuorumLoss: open\n",
             "spec.onQuorumLoss",
         ),
         (
-            "  purpose: correctness\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n  waiverExpires: \"2027-01-01\"\n  onQuorumLoss: open\n",
+            "  purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  riskOwner: a\n  waiverExpires: \"2027-01-01\"\n  onQuorumLoss: open\n",
             "spec.onQuorumLoss",
         ),
         (
-            "  purpose: efficiency\n  enforcement: fenced\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: fenced\n",
             "spec.enforcement",
         ),
         (
-            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes\n",
             "spec",
         ),
         (
-            "  purpose: efficiency\n  enforcement: advisory\n  ttlSecond: 30\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSecond: 30\n",
+            "spec",
+        ), // ADR-07: the tier is required (no default to entity).
+        (
+            "  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n",
             "spec",
         ),
     ];
@@ -118,7 +122,8 @@ fn each_invalid_class_is_refused_naming_it() {
 
 #[test]
 fn fenced_needs_an_unexpired_pause_test_result() {
-    let fenced = class("  purpose: correctness\n  enforcement: fenced\n  ttlSeconds: 10\n");
+    let fenced =
+        class("  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  ttlSeconds: 10\n");
     let result = |passed: &str, expires: &str| {
         format!(
             "{fenced}---\napiVersion: lock.dev/v1alpha1\nkind: PauseTestResult\nmetadata: {{name: r1}}\nspec:\n  class: c1\n  resource: pg/ledger\n  schemaVersion: \"3\"\n  passedAt: \"{passed}\"\n  expires: \"{expires}\"\n"
@@ -158,8 +163,8 @@ fn grants_and_namespaces_are_checked() {
 #[test]
 fn overlapping_class_prefixes_are_refused_and_nested_resolve_longest() {
     let two = format!(
-        "{}---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {{name: c2}}\nspec:\n  namespace: pay\n  prefixes: [pay/ledger]\n  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n",
-        class("  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n")
+        "{}---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {{name: c2}}\nspec:\n  namespace: pay\n  prefixes: [pay/ledger]\n  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n",
+        class("  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n")
     );
     let errs = errors(&two);
     assert!(errs[0].problem.contains("already claimed"), "{errs:?}");
@@ -203,7 +208,7 @@ mod fuzz {
             cut in 0usize..400,
         ) {
             let _ = Registry::load(&src(&text), TODAY);
-            let good = class("  purpose: efficiency\n  enforcement: advisory\n  ttlSeconds: 30\n");
+            let good = class("  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n");
             let mangled: String = good.chars().take(cut).chain(text.chars().take(20)).collect();
             let _ = Registry::load(&src(&mangled), TODAY);
         }
