@@ -409,6 +409,9 @@ impl Etcd {
             .arg("--peer-key-file")
             .arg(self.pki.key("member"))
             .args(["--log-level", "warn"])
+            // As deploy/kubernetes/etcd.yaml runs it (ADR-05/10): lease checkpoints on.
+            .arg("--experimental-enable-lease-checkpoint")
+            .arg("--experimental-enable-lease-checkpoint-persist")
             .args(&self.extra);
         self.proc = Proc::spawn(&self.name, cmd, &self.log_dir)?;
         self.data_dir = data_dir.to_path_buf();
@@ -459,6 +462,11 @@ impl Etcd {
     /// Streams started for `method` (e.g. "LeaseKeepAlive": one per etcd keepalive stream).
     pub fn streams_started(&self, method: &str) -> anyhow::Result<u64> {
         self.metric_sum("grpc_server_started_total", method)
+    }
+
+    /// This member's whole Prometheus exposition (`/metrics`).
+    pub fn metrics_text(&self) -> anyhow::Result<String> {
+        crate::admin_get(self.metrics_addr, "/metrics")
     }
 
     /// A metric without labels (or the sum over its labels), e.g.

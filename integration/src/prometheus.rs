@@ -119,6 +119,15 @@ pub fn names_used(text: &str, prefix: &str) -> Vec<(String, String)> {
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect();
+        // Only where a name starts: `etcd_` is not a prefix of `lock_arbiter_etcd_...`.
+        let inside = rest[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if inside {
+            rest = &rest[i + name.len()..];
+            continue;
+        }
         let base = name
             .trim_end_matches("_total")
             .trim_end_matches("_bucket")

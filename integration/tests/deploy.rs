@@ -116,3 +116,34 @@ fn the_mesh_examples_carry_a_filter_configuration_the_filter_accepts() {
         assert!(parsed.is_ok(), "{file}: {parsed:?}");
     }
 }
+
+/// Every flag the etcd StatefulSet passes is one the etcd this project tests against
+/// (`.deps/bin/etcd`, the Debian 3.5 build) knows: a misspelt or removed flag would stop
+/// every member at start, which no schema check can see.
+#[test]
+fn the_etcd_manifest_passes_only_flags_etcd_knows() {
+    let manifest =
+        std::fs::read_to_string(workspace_root().join("deploy/kubernetes/etcd.yaml")).unwrap();
+    let flags: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- --"))
+        .map(|f| f.split(['=', ' ']).next().unwrap_or(f))
+        .collect();
+    assert!(
+        flags.contains(&"experimental-enable-lease-checkpoint"),
+        "{flags:?}"
+    );
+    let etcd = lock_integration::paths::dep("etcd").unwrap();
+    let out = Command::new(etcd).arg("--help").output().unwrap();
+    let help = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for flag in flags {
+        assert!(
+            help.contains(&format!("--{flag} ")) || help.contains(&format!("--{flag}\n")),
+            "etcd.yaml passes --{flag}, which etcd --help does not list"
+        );
+    }
+}

@@ -645,4 +645,15 @@ async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_ser
             );
         }
     }
+    // The etcd alerts read etcd's own series: the real member must export each of them.
+    let etcd_exported = stack.etcd.metrics_text().unwrap();
+    let alerts = std::fs::read_to_string(root.join("prometheus/alerts.yaml")).unwrap();
+    let used = lock_integration::prometheus::names_used(&alerts, "etcd_");
+    assert!(!used.is_empty());
+    for (name, base) in used {
+        assert!(
+            etcd_exported.contains(&format!("# TYPE {base} ")),
+            "alerts.yaml uses {name}, which etcd does not export"
+        );
+    }
 }
