@@ -9,6 +9,7 @@
 
 mod audit;
 mod conn;
+mod defrag;
 mod force;
 mod grants;
 mod refusal;
@@ -109,6 +110,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: force::ForceCmd,
     },
+    /// etcd maintenance: defragmentation one member at a time, the leader last (ADR-05/10;
+    /// root's certificate).
+    Etcd {
+        #[command(subcommand)]
+        cmd: defrag::EtcdCmd,
+    },
     /// etcd users and roles: the arbiter may read /sys/ and write /l/ /s/ /q/, the operator
     /// also /sys/ (run with the root user's client certificate).
     Roles {
@@ -152,6 +159,7 @@ async fn main() -> ExitCode {
         Cmd::Validate { key, token, conn } => remote::validate(&conn, &key, token).await.map(done),
         Cmd::Epoch { cmd } => store::epoch(cmd).await.map(done),
         Cmd::Roles { cmd } => store::roles(cmd).await.map(done),
+        Cmd::Etcd { cmd } => defrag::run(cmd).await.map(done),
         Cmd::Restore(args) => store::restore(&args).map(done),
         Cmd::Audit(args) => audit::audit(args).await.map(done),
         Cmd::Register(args) => register::register(args).await.map(done),
