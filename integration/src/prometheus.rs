@@ -139,3 +139,45 @@ pub fn names_used(text: &str, prefix: &str) -> Vec<(String, String)> {
     }
     out
 }
+
+/// The label names used by the samples of a Prometheus text exposition (`name{a="x",b="y"} 1`).
+pub fn label_names(exposition: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+        let Some(open) = line.find('{') else { continue };
+        let Some(close) = line.rfind('}') else {
+            continue;
+        };
+        let mut rest = &line[open + 1..close];
+        // name="value" pairs; a value may hold commas and escaped quotes.
+        while let Some(eq) = rest.find("=\"") {
+            names.insert(rest[..eq].trim_start_matches(',').trim().to_owned());
+            let value = &rest[eq + 2..];
+            let mut end = 0;
+            let mut escaped = false;
+            for (i, c) in value.char_indices() {
+                match (escaped, c) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            rest = &value[(end + 1).min(value.len())..];
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod label_tests {
+    #[test]
+    fn label_names_of_an_exposition() {
+        let text = "# HELP x y\n# TYPE a counter\na_total{class=\"pay,ledger\",reason=\"say \\\"hi\\\"\"} 1\nb 2\nc_bucket{le=\"0.1\"} 3\n";
+        let names: Vec<String> = super::label_names(text).into_iter().collect();
+        assert_eq!(names, ["class", "le", "reason"]);
+    }
+}

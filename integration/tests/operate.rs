@@ -608,6 +608,19 @@ async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_ser
     .await
     .unwrap();
     let exported = stack.arbiters[0].metrics().unwrap();
+    // ADR-22: every label is bounded by the registry or the code, never a key, token,
+    // session, instance or identity. After one of everything, each label name the arbiter
+    // exports is one of these; a new label fails here until it is reviewed and added.
+    const LABELS: [&str; 5] = ["class", "reason", "operation", "outcome", "le"];
+    let labels = lock_integration::prometheus::label_names(&exported);
+    assert!(labels.contains("class"), "{labels:?}");
+    for label in &labels {
+        assert!(
+            LABELS.contains(&label.as_str()),
+            "the arbiter exports a metric labelled {label:?}: labels must be bounded (class, \
+             reason, operation, outcome), never a key, token, session or identity (ADR-22)"
+        );
+    }
     // `lockctl register --metrics` sums the arbiters' grants per advisory class.
     let admins: Vec<String> = stack.arbiters.iter().map(|a| a.admin.to_string()).collect();
     let dev = lock_integration::paths::dev_registry();
