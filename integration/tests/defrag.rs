@@ -32,10 +32,12 @@ async fn settled(members: &[Etcd]) -> String {
             }
         }
         let leader = seen.first().map(|s| s.2).unwrap_or(0);
-        if seen.len() == members.len() && leader != 0 && seen.iter().all(|s| s.2 == leader) {
-            if let Some(s) = seen.iter().find(|s| s.1 == leader) {
-                return s.0.clone();
-            }
+        if seen.len() == members.len()
+            && leader != 0
+            && seen.iter().all(|s| s.2 == leader)
+            && let Some(s) = seen.iter().find(|s| s.1 == leader)
+        {
+            return s.0.clone();
         }
         assert!(
             Instant::now() < until,
