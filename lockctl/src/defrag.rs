@@ -235,6 +235,11 @@ async fn survey(
             state,
         });
     }
+    // Alarms are read through Raft: with a member down or no agreed leader the call can
+    // only time out. The caller's plan refuses on the members' health first.
+    if plan(&seen, &[]).is_err() {
+        return Ok((seen, Vec::new(), Vec::new()));
+    }
     let alarms = cluster
         .alarm(AlarmAction::Get, AlarmType::None, None)
         .await
