@@ -94,6 +94,8 @@ spec:
   purpose: correctness
   tier: entity
   enforcement: fenced
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
   ttlSeconds: {FAST_TTL}
 ---
 apiVersion: lock.dev/v1alpha1
@@ -115,6 +117,8 @@ spec:
   purpose: correctness
   tier: entity
   enforcement: fenced
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
   ttlSeconds: {FAST_TTL}
   fairness: durable
 ---
@@ -179,6 +183,8 @@ spec:
   purpose: correctness
   tier: entity
   enforcement: fenced
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
   ttlSeconds: {ttl}
   fairness: {fairness}
 ---

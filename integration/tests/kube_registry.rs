@@ -343,7 +343,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
                 "LockClass",
                 &class(
                     "pay-jobs",
-                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: fenced}",
+                    "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: fenced, resource: pg/jobs, schemaVersion: '1'}",
                 ),
             ),
             Err("PauseTestResult"),
@@ -367,7 +367,7 @@ async fn the_webhook_judges_admission_reviews_over_https() {
                 "LockClass",
                 &class(
                     "pay-ledger",
-                    "{namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, ttlSeconds: 3}",
+                    "{namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, resource: postgres://ledger-db/ledger, schemaVersion: '2026-11', ttlSeconds: 3}",
                 ),
             ),
             Err("outside 5..=300"),

@@ -68,7 +68,7 @@ fn each_invalid_class_is_rejected_by_name() {
         ),
         (
             "fenced-untested",
-            "purpose: correctness\n  tier: entity\n  enforcement: fenced",
+            "purpose: correctness\n  tier: entity\n  enforcement: fenced\n  resource: pg/x\n  schemaVersion: \"1\"",
             "spec.enforcement",
         ),
         (

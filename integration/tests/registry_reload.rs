@@ -11,7 +11,7 @@ use lock_integration::{Client, Stack, inspect};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const SLOW_CLASS: &str = "  prefixes: [pay/slow]\n  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  ttlSeconds: ";
+const SLOW_CLASS: &str = "  prefixes: [pay/slow]\n  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  resource: integration-test-fixture\n  schemaVersion: \"0\"\n  ttlSeconds: ";
 
 /// Rewrites the test registry's pay-slow TTL (temp file + rename, as a ConfigMap swaps).
 fn set_slow_ttl(dir: &Path, from: u32, to: u32) -> u64 {

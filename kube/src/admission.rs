@@ -211,7 +211,7 @@ spec: {region: eu}
 apiVersion: lock.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger}
-spec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, ttlSeconds: 15}
+spec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, resource: pg, schemaVersion: "1", ttlSeconds: 15}
 ---
 apiVersion: lock.dev/v1alpha1
 kind: PauseTestResult
@@ -292,7 +292,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                     "CREATE",
                     "LockClass",
                     &class(
-                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: fenced}",
+                        "{namespace: pay, prefixes: [pay/jobs], purpose: correctness, tier: entity, enforcement: fenced, resource: pg/jobs, schemaVersion: '1'}",
                     ),
                 ),
                 Err("PauseTestResult"),
@@ -313,7 +313,7 @@ spec: {class: ledger, resource: pg, schemaVersion: "1", passedAt: "2026-11-01", 
                 req(
                     "UPDATE",
                     "LockClass",
-                    "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: ledger}\nspec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, ttlSeconds: 3}\n",
+                    "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: ledger}\nspec: {namespace: pay, prefixes: [pay/ledger], purpose: correctness, tier: entity, enforcement: fenced, resource: pg, schemaVersion: '1', ttlSeconds: 3}\n",
                 ),
                 Err("ttl"),
             ),

@@ -138,6 +138,16 @@ pub struct LockClassSpec {
     pub waiver_expires: Option<String>,
     #[serde(default)]
     pub ttl_seconds: Option<u32>,
+    /// The resource this class's tokens are checked by, as its PauseTestResult names it
+    /// (e.g. `postgres://ledger-db/ledger`). Required for a fenced class (ADR-01, 17):
+    /// fenced means this resource.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// That resource's schema-version label, as its PauseTestResult names it. Required for
+    /// a fenced class: a result counts only for the version it ran against, so a changed
+    /// write path (a new version) needs a new pause test.
+    #[serde(default)]
+    pub schema_version: Option<String>,
     /// `closed` (the default): no grant and no renewal while etcd has no quorum. `open`
     /// (ADR-04, efficiency classes only) is not built and is refused by validation.
     #[serde(default)]

@@ -111,7 +111,7 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
     }
     std::fs::write(
         reg.path().join("pg.yaml"),
-        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-pg}\nspec:\n  namespace: pay\n  prefixes: [pay/pg]\n  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  ttlSeconds: 10\n",
+        "apiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-pg}\nspec:\n  namespace: pay\n  prefixes: [pay/pg]\n  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  resource: pg/fenced_resource\n  schemaVersion: \"1\"\n  ttlSeconds: 10\n",
     )
     .unwrap();
     let check = || lockctl(&["registry", "check", reg.path().to_str().unwrap()], &[]).unwrap();
@@ -133,5 +133,21 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // The owner changes the write path and bumps the schema version: the result was about
+    // the old one, so the class is no longer fenced until the kit runs again (ADR-17).
+    let pg = reg.path().join("pg.yaml");
+    let class = std::fs::read_to_string(&pg).unwrap();
+    std::fs::write(
+        &pg,
+        class.replace("schemaVersion: \"1\"", "schemaVersion: \"2\""),
+    )
+    .unwrap();
+    let out = check();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("for pg/fenced_resource at schema version 2 (the unexpired one for this class is for pg/fenced_resource at schema version 1)"),
+        "{said}"
     );
 }

@@ -106,21 +106,69 @@ impl Validator {
             self.err(source, id, "spec.onQuorumLoss", why);
         }
         if spec.enforcement == Enforcement::Fenced {
-            let valid = results.iter().any(|(_, _, r)| {
-                r.class == name
-                    && Date::parse(&r.passed_at).is_some_and(|p| {
-                        Date::parse(&r.expires)
-                            .is_some_and(|e| e >= today && p <= today && e <= p.plus_one_year())
-                    })
-            });
-            if !valid {
-                self.err(
-                    source,
-                    id,
-                    "spec.enforcement",
-                    format!("class {name} is fenced but has no unexpired PauseTestResult"),
-                );
-            }
+            self.fenced_by_its_result(source, id, name, spec, results, today);
         }
+    }
+
+    /// ADR-01, 17: a class is fenced only by an unexpired PauseTestResult for this class,
+    /// this resource and this schema version; a result for another resource, or for the
+    /// version before a change of the write path, is evidence about something else.
+    fn fenced_by_its_result(
+        &mut self,
+        source: &str,
+        id: &str,
+        name: &str,
+        spec: &LockClassSpec,
+        results: &[(String, String, PauseTestResultSpec)],
+        today: Date,
+    ) {
+        let (Some(resource), Some(version)) = (&spec.resource, &spec.schema_version) else {
+            let (field, what) = match spec.resource {
+                None => ("spec.resource", "the resource its tokens are checked by"),
+                Some(_) => ("spec.schemaVersion", "that resource's schema version"),
+            };
+            self.err(
+                source,
+                id,
+                field,
+                format!(
+                    "class {name} is fenced: it must name {what}, as its PauseTestResult does (ADR-17)"
+                ),
+            );
+            return;
+        };
+        let current = |r: &PauseTestResultSpec| {
+            Date::parse(&r.passed_at).is_some_and(|p| {
+                Date::parse(&r.expires)
+                    .is_some_and(|e| e >= today && p <= today && e <= p.plus_one_year())
+            })
+        };
+        let mine = || {
+            results
+                .iter()
+                .map(|(_, _, r)| r)
+                .filter(|r| r.class == name)
+        };
+        if mine().any(|r| current(r) && &r.resource == resource && &r.schema_version == version) {
+            return;
+        }
+        // Say what there is instead, so the owner sees a stale or foreign result for what it is.
+        let instead = mine()
+            .find(|r| current(r))
+            .map(|r| {
+                format!(
+                    " (the unexpired one for this class is for {} at schema version {})",
+                    r.resource, r.schema_version
+                )
+            })
+            .unwrap_or_default();
+        self.err(
+            source,
+            id,
+            "spec.enforcement",
+            format!(
+                "class {name} is fenced but has no unexpired PauseTestResult for {resource} at schema version {version}{instead}"
+            ),
+        );
     }
 }

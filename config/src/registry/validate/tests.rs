@@ -93,7 +93,7 @@ fn each_invalid_class_is_refused_naming_it() {
             "spec.onQuorumLoss",
         ),
         (
-            "  purpose: efficiency\n  tier: entity\n  enforcement: fenced\n",
+            "  purpose: efficiency\n  tier: entity\n  enforcement: fenced\n  resource: pg/ledger\n  schemaVersion: \"3\"\n",
             "spec.enforcement",
         ),
         (
@@ -122,8 +122,9 @@ fn each_invalid_class_is_refused_naming_it() {
 
 #[test]
 fn fenced_needs_an_unexpired_pause_test_result() {
-    let fenced =
-        class("  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  ttlSeconds: 10\n");
+    let fenced = class(
+        "  purpose: correctness\n  tier: entity\n  enforcement: fenced\n  resource: pg/ledger\n  schemaVersion: \"3\"\n  ttlSeconds: 10\n",
+    );
     let result = |passed: &str, expires: &str| {
         format!(
             "{fenced}---\napiVersion: lock.dev/v1alpha1\nkind: PauseTestResult\nmetadata: {{name: r1}}\nspec:\n  class: c1\n  resource: pg/ledger\n  schemaVersion: \"3\"\n  passedAt: \"{passed}\"\n  expires: \"{expires}\"\n"
@@ -134,6 +135,72 @@ fn fenced_needs_an_unexpired_pause_test_result() {
     assert!(expired[0].problem.contains("c1"), "{expired:?}");
     // An expiry more than one year after the pass is not accepted as evidence.
     assert!(Registry::load(&src(&result("2026-11-01", "2028-11-01")), TODAY).is_err());
+}
+
+/// ADR-01, 17: fenced means this resource, as it is now. A result counts only for its
+/// class's resource and schema version; the refusal says what the result it found is for.
+#[test]
+fn a_pause_test_result_counts_only_for_its_resource_and_schema_version() {
+    let class_on = |resource: &str, version: &str| {
+        class(&format!(
+            "  purpose: correctness\n  tier: entity\n  enforcement: fenced\n{resource}{version}  ttlSeconds: 10\n"
+        ))
+    };
+    let result = "---\napiVersion: lock.dev/v1alpha1\nkind: PauseTestResult\nmetadata: {name: r1}\nspec:\n  class: c1\n  resource: pg/ledger\n  schemaVersion: \"3\"\n  passedAt: \"2026-11-01\"\n  expires: \"2027-11-01\"\n";
+    let cases = [
+        (
+            "its own resource and version",
+            "  resource: pg/ledger\n",
+            "  schemaVersion: \"3\"\n",
+            None,
+        ),
+        (
+            "another resource",
+            "  resource: pg/payouts\n",
+            "  schemaVersion: \"3\"\n",
+            Some((
+                "spec.enforcement",
+                "for pg/payouts at schema version 3 (the unexpired one for this class is for pg/ledger at schema version 3)",
+            )),
+        ),
+        (
+            "the schema changed since the test",
+            "  resource: pg/ledger\n",
+            "  schemaVersion: \"4\"\n",
+            Some((
+                "spec.enforcement",
+                "for pg/ledger at schema version 4 (the unexpired one",
+            )),
+        ),
+        (
+            "no resource named",
+            "",
+            "  schemaVersion: \"3\"\n",
+            Some(("spec.resource", "must name the resource")),
+        ),
+        (
+            "no schema version named",
+            "  resource: pg/ledger\n",
+            "",
+            Some((
+                "spec.schemaVersion",
+                "must name that resource's schema version",
+            )),
+        ),
+    ];
+    for (name, resource, version, want) in cases {
+        let text = format!("{}{result}", class_on(resource, version));
+        match (Registry::load(&src(&text), TODAY), want) {
+            (Ok(_), None) => {}
+            (Err(errs), Some((field, says))) => assert!(
+                errs.0
+                    .iter()
+                    .any(|e| e.field == field && e.problem.contains(says)),
+                "{name}: {errs:?}"
+            ),
+            (got, want) => panic!("{name}: {:?}, wanted {want:?}", got.map(|_| "accepted")),
+        }
+    }
 }
 
 #[test]
