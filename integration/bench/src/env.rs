@@ -1,8 +1,6 @@
 //! The bench's processes: the stack (etcd, one arbiter, Envoy with the filter), a plaintext
 //! arbiter beside it, Redis and PostgreSQL.
 
-use crate::observe::{Role, Watched};
-use crate::ops::System;
 use crate::redis_server::Redis;
 use lock_integration::postgres::Postgres;
 use lock_integration::{Stack, StackOptions};
@@ -48,35 +46,4 @@ pub async fn start(registry: &std::path::Path, dir: Option<PathBuf>) -> anyhow::
         redis,
         pg,
     })
-}
-
-impl Env {
-    /// The processes on `sys`'s path, and the load generator (CPU per operation).
-    pub fn path_of(&self, sys: System) -> Vec<Watched> {
-        let pid = |p: &lock_integration::process::Proc| p.pid().unwrap_or(0);
-        let etcd = Watched::new(Role::Etcd, pid(&self.stack.etcd.proc));
-        let arbiter = self
-            .stack
-            .arbiters
-            .first()
-            .map(|a| Watched::new(Role::Arbiter, pid(&a.proc)));
-        let envoy = Watched::new(Role::Envoy, pid(&self.stack.envoy.proc));
-        let mut path = match sys {
-            System::RawTxn | System::V3Lock => vec![etcd],
-            System::ArbiterDirect => arbiter.into_iter().chain([etcd]).collect(),
-            System::ArbiterPlaintext => {
-                vec![Watched::new(Role::Arbiter, pid(&self.plaintext.proc)), etcd]
-            }
-            System::FullPath | System::FullPathBody => {
-                [envoy].into_iter().chain(arbiter).chain([etcd]).collect()
-            }
-            System::Redis => vec![Watched::new(Role::Server, pid(&self.redis.proc))],
-            System::Postgres => vec![Watched {
-                children: true,
-                ..Watched::new(Role::Server, pid(&self.pg.proc))
-            }],
-        };
-        path.push(Watched::client());
-        path
-    }
 }

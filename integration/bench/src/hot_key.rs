@@ -128,12 +128,13 @@ pub async fn measure(
 
 /// The processes on a hot-key system's path (the uncontended system of the same shape).
 fn path_of(env: &Env, sys: HotSystem) -> Vec<Watched> {
-    env.path_of(match sys {
+    match sys {
         HotSystem::V3Lock => System::V3Lock,
         HotSystem::ArbiterDirect => System::ArbiterDirect,
         HotSystem::FullPath => System::FullPath,
         HotSystem::Postgres => System::Postgres,
-    })
+    }
+    .watched(env)
 }
 
 enum Waiter {

@@ -3,7 +3,7 @@
 
 use crate::chart;
 use crate::env::Env;
-use crate::observe::{CpuPerOp, Watched, cpu_by_role};
+use crate::observe::{CpuPerOp, Role, Watched, cpu_by_role};
 use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
@@ -29,6 +29,36 @@ pub enum System {
 }
 
 impl System {
+    /// The processes on this system's path in `env`, and the load generator (CPU per
+    /// operation).
+    pub fn watched(self, env: &Env) -> Vec<Watched> {
+        let pid = |p: &lock_integration::process::Proc| p.pid().unwrap_or(0);
+        let etcd = Watched::new(Role::Etcd, pid(&env.stack.etcd.proc));
+        let arbiter = env
+            .stack
+            .arbiters
+            .first()
+            .map(|a| Watched::new(Role::Arbiter, pid(&a.proc)));
+        let envoy = Watched::new(Role::Envoy, pid(&env.stack.envoy.proc));
+        let mut path = match self {
+            System::RawTxn | System::V3Lock => vec![etcd],
+            System::ArbiterDirect => arbiter.into_iter().chain([etcd]).collect(),
+            System::ArbiterPlaintext => {
+                vec![Watched::new(Role::Arbiter, pid(&env.plaintext.proc)), etcd]
+            }
+            System::FullPath | System::FullPathBody => {
+                [envoy].into_iter().chain(arbiter).chain([etcd]).collect()
+            }
+            System::Redis => vec![Watched::new(Role::Server, pid(&env.redis.proc))],
+            System::Postgres => vec![Watched {
+                children: true,
+                ..Watched::new(Role::Server, pid(&env.pg.proc))
+            }],
+        };
+        path.push(Watched::client());
+        path
+    }
+
     pub const ALL: [System; 8] = [
         System::RawTxn,
         System::V3Lock,

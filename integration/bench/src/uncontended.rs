@@ -65,7 +65,7 @@ async fn measure(env: &Env, sys: System, workers: usize, length: Duration) -> an
             .metric("etcd_server_proposals_committed_total")
     };
     let before = if on_etcd { proposals()? } else { 0 };
-    let mut cell = measure_ops(ops, length, &env.path_of(sys)).await?;
+    let mut cell = measure_ops(ops, length, &sys.watched(env)).await?;
     if on_etcd {
         let during = proposals()?.saturating_sub(before);
         cell.proposals = Some(during as f64 / cell.ops.max(1) as f64);
