@@ -111,6 +111,16 @@ fn class_fields(c: &ResolvedClass<'_>) -> Vec<(&'static str, String)> {
         ),
         ("fairness", word(c.spec.fairness)),
         ("tier", word(c.spec.tier)),
+        // What the class's fence evidence is about (ADR-17): validation decides whether a
+        // change still has its PauseTestResult; the diff shows that it changed.
+        (
+            "resource",
+            c.spec.resource.clone().unwrap_or_else(|| "-".into()),
+        ),
+        (
+            "schemaVersion",
+            c.spec.schema_version.clone().unwrap_or_else(|| "-".into()),
+        ),
     ]
 }
 
@@ -391,6 +401,17 @@ spec:
                 vec![
                     ("~ class     pay-ledger: fairness memory -> durable".into(), false),
                     ("~ class     pay-ledger: tier entity -> coord".into(), false),
+                ],
+            ),
+            (
+                "the fence evidence's resource and schema version",
+                BASE.replace(
+                    "tier: entity",
+                    "tier: entity\n  resource: pg/ledger\n  schemaVersion: \"4\"",
+                ),
+                vec![
+                    ("~ class     pay-ledger: resource - -> pg/ledger".into(), false),
+                    ("~ class     pay-ledger: schemaVersion - -> 4".into(), false),
                 ],
             ),
             (
