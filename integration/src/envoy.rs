@@ -130,6 +130,31 @@ pub struct Envoy {
 }
 
 impl Envoy {
+    /// [`Envoy::start`]; when `may_move` and Envoy could not bind (a port picked free was
+    /// taken by another process before Envoy bound it: seen once in `make test`), again on
+    /// fresh ports, at most three times. The ports it ends on are left in `config`.
+    pub fn start_on_free_ports(
+        dir: &Path,
+        config: &mut EnvoyConfig,
+        may_move: bool,
+    ) -> anyhow::Result<Self> {
+        let mut tries = 0;
+        loop {
+            match Self::start(dir, config) {
+                Err(e)
+                    if may_move
+                        && tries < 3
+                        && format!("{e:#}").contains("Address already in use") =>
+                {
+                    tries += 1;
+                    config.listen_port = free_port()?;
+                    config.admin_port = free_port()?;
+                }
+                started => return started,
+            }
+        }
+    }
+
     pub fn start(dir: &Path, config: &EnvoyConfig) -> anyhow::Result<Self> {
         config.write_ecds(&config.filter)?;
         let config_path = dir.join("envoy.yaml");

@@ -259,11 +259,12 @@ impl Stack {
             config.binary = format!("envoy-{v}");
         }
         config.workers = opts.envoy_workers;
+        let chosen = opts.envoy_ports.is_some();
         if let Some((listen, admin)) = opts.envoy_ports {
             config.listen_port = listen;
             config.admin_port = admin;
         }
-        let envoy = Envoy::start(&dir, &config)?;
+        let envoy = Envoy::start_on_free_ports(&dir, &mut config, !chosen)?;
         Ok(Self {
             envoy,
             arbiters,

@@ -466,3 +466,33 @@ async fn header_values_that_are_not_utf8_are_refused_and_the_edge_keeps_serving(
         .collect::<Vec<_>>();
     assert!(crashed.is_empty(), "the filter's VM failed: {crashed:?}");
 }
+
+/// The harness picks Envoy's ports free and Envoy binds them a moment later; once in `make
+/// test` another process took one in between ("Address already in use"). The stack's
+/// Envoy then moves to fresh ports instead of failing the test.
+#[tokio::test]
+async fn the_harness_moves_envoy_off_a_port_taken_before_it_bound() {
+    use lock_integration::envoy::{Envoy, EnvoyConfig};
+    let stack = Stack::start(StackOptions::default()).await.unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().map(|a| (taken, a.port())).unwrap();
+    let config = || {
+        let arbiters = stack.arbiters.iter().map(|a| a.addr).collect();
+        let mut c =
+            EnvoyConfig::new(&stack.pki.dir, stack.envoy_config.filter.clone(), arbiters).unwrap();
+        c.listen_port = taken.1;
+        c
+    };
+    let (first, second) = (stack.dir.join("envoy-b"), stack.dir.join("envoy-c"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    let refused = Envoy::start(&first, &config()).err().unwrap();
+    assert!(
+        format!("{refused:#}").contains("Address already in use"),
+        "{refused:#}"
+    );
+    let mut moved = config();
+    let envoy = Envoy::start_on_free_ports(&second, &mut moved, true).unwrap();
+    assert_ne!(envoy.listen.port(), taken.1);
+    assert_eq!(envoy.listen.port(), moved.listen_port);
+}
