@@ -177,6 +177,17 @@ impl Envoy {
         let listen: SocketAddr = format!("127.0.0.1:{}", config.listen_port).parse()?;
         let admin: SocketAddr = format!("127.0.0.1:{}", config.admin_port).parse()?;
         proc.wait_for_port(admin, patience())?;
+        // The listener's port answering is not enough: another process may hold it, and
+        // then Envoy fails to bind and exits a moment later. /ready says LIVE only once
+        // Envoy's initialisation (its listeners bound) is done.
+        let deadline = std::time::Instant::now() + patience();
+        while !crate::admin_get(admin, "/ready").is_ok_and(|body| body.contains("LIVE")) {
+            proc.check_running()?;
+            if std::time::Instant::now() > deadline {
+                bail!("envoy: not LIVE within {:?}", patience());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         proc.wait_for_port(listen, patience())?;
         Ok(Self {
             proc,
