@@ -13,6 +13,17 @@ fn no_fence() -> impl Fn() + Send + Sync + 'static {
     || {}
 }
 
+/// How many holder records are under `prefix` in etcd, and the leases (sessions) they are on.
+async fn holder_leases(stack: &Stack, prefix: &str) -> (usize, HashSet<i64>) {
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let held = etcd
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let leases = held.kvs().iter().map(|kv| kv.lease()).collect();
+    (held.kvs().len(), leases)
+}
+
 #[tokio::test]
 async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
@@ -37,16 +48,8 @@ async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
         }
     }
     // All 500 holds are attached to one session (one lease).
-    let mut etcd = stack.etcd_client().await.unwrap();
-    let held = etcd
-        .get(
-            format!("/l/{FAST_PREFIX}/h"),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(held.kvs().len(), 500);
-    let leases: HashSet<i64> = held.kvs().iter().map(|kv| kv.lease()).collect();
+    let (held, leases) = holder_leases(&stack, &format!("/l/{FAST_PREFIX}/h")).await;
+    assert_eq!(held, 500);
     assert_eq!(leases.len(), 1, "one session carries every hold");
 
     // Renewals reaching etcd over a window: one per TTL/3, not one per hold.
@@ -87,16 +90,8 @@ async fn concurrent_first_acquires_on_a_fresh_client_open_one_session() {
     for t in tasks {
         holds.push(t.await.unwrap().unwrap());
     }
-    let mut etcd = stack.etcd_client().await.unwrap();
-    let held = etcd
-        .get(
-            format!("/l/{FAST_PREFIX}/first"),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(held.kvs().len(), 25);
-    let leases: HashSet<i64> = held.kvs().iter().map(|kv| kv.lease()).collect();
+    let (held, leases) = holder_leases(&stack, &format!("/l/{FAST_PREFIX}/first")).await;
+    assert_eq!(held, 25);
     assert_eq!(leases.len(), 1, "{} sessions for 25 holds", leases.len());
     for h in holds {
         h.release().await.unwrap();
