@@ -41,6 +41,10 @@ pub enum Bug {
     /// Leak detection by identity alone, ignoring the instance (issue 32): a sibling
     /// replica is refused LEAKED_HOLD instead of waiting. The gate's replica check names it.
     LeakByIdentity,
+    /// A Hold stream's messages are checked against their own key, not the `x-lock-key`
+    /// the edge decided the stream on (issue 33): a stream admitted for one key takes
+    /// another. The hold-stream boundary test names it.
+    HoldKeyFromMessage,
 }
 
 impl FromStr for Bug {
@@ -57,8 +61,9 @@ impl FromStr for Bug {
             "batch-cross-answer" => Ok(Bug::BatchCrossAnswer),
             "shard-fence-off" => Ok(Bug::ShardFenceOff),
             "leak-by-identity" => Ok(Bug::LeakByIdentity),
+            "hold-key-from-message" => Ok(Bug::HoldKeyFromMessage),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message)"
             )),
         }
     }

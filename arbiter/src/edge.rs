@@ -85,6 +85,15 @@ impl EdgeContext {
             .map_err(ArbiterError::BadInstance)
     }
 
+    /// This context with its key replaced by `key`: the debug-only bug
+    /// `hold-key-from-message`, a Hold stream believing each message's own key.
+    pub fn with_key_of(&self, key: &str) -> Self {
+        Self {
+            key_header: Some(lock_config::edge_headers::encode_key(key).into_bytes()),
+            ..self.clone()
+        }
+    }
+
     /// The key of a keyed request. The edge sets `x-lock-key` from the decoded body; a
     /// request whose header and body disagree did not come through an honest edge.
     pub fn keyed(&self, body_key: &str) -> Result<LockKey, ArbiterError> {

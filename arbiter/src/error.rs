@@ -53,6 +53,8 @@ pub enum ArbiterError {
     Moving,
     #[error("the key lives on cluster {cluster}: open a session for this key there")]
     WrongSessionPlace { cluster: String },
+    #[error("a Hold stream carries one acquire, then one release of its grant: {0}")]
+    HoldOutOfOrder(&'static str),
     #[error("store error: {0}")]
     Store(String),
 }
@@ -63,7 +65,8 @@ impl ArbiterError {
             ArbiterError::NoIdentity => Reason::Unauthenticated,
             ArbiterError::KeyHeaderMismatch
             | ArbiterError::MalformedToken
-            | ArbiterError::BadInstance(_) => Reason::MalformedRequest,
+            | ArbiterError::BadInstance(_)
+            | ArbiterError::HoldOutOfOrder(_) => Reason::MalformedRequest,
             ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
             ArbiterError::Held | ArbiterError::Queued { .. } => Reason::Held,
             ArbiterError::HeldDeadline => Reason::HeldDeadline,

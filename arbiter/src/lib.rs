@@ -18,6 +18,7 @@ pub mod etcd_tls;
 pub mod fifo;
 pub mod grant;
 pub mod health;
+pub mod hold;
 pub mod https;
 pub mod keepalive;
 pub mod layout;

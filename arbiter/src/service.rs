@@ -46,6 +46,7 @@ impl LockService {
 }
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<KeepAliveResponse, Status>> + Send>>;
+type HoldStream = Pin<Box<dyn Stream<Item = Result<HoldResponse, Status>> + Send>>;
 
 /// The calls themselves; the trait below times each one (`observed`).
 impl LockService {
@@ -85,27 +86,7 @@ impl LockService {
         req: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
         let edge = self.edge(&req);
-        let who = edge.identity()?;
-        let key = edge.keyed(&req.get_ref().key)?;
-        let wait = std::time::Duration::from_millis(req.get_ref().wait_millis);
-        let result = self
-            .engine
-            .acquire(&who, &key, req.get_ref().session_id, wait)
-            .await;
-        match &result {
-            Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
-            Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
-        }
-        let g = result?;
-        Ok(self.reply(AcquireResponse {
-            token: g.token.as_u64(),
-            parts: Some(TokenParts {
-                epoch: u32::from(g.token.epoch()),
-                revision: g.token.revision(),
-            }),
-            class_name: g.class,
-            ttl_seconds: g.ttl_seconds,
-        }))
+        Ok(self.reply(acquire(&self.engine, &edge, req.get_ref()).await?))
     }
 
     async fn release_call(
@@ -113,16 +94,7 @@ impl LockService {
         req: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
         let edge = self.edge(&req);
-        let who = edge.identity()?;
-        let key = edge.keyed(&req.get_ref().key)?;
-        let token = FencingToken::from_u64(req.get_ref().token)
-            .map_err(|_| ArbiterError::MalformedToken)?;
-        let lease = Some(req.get_ref().session_id).filter(|s| *s != 0);
-        let released_at_revision = self.engine.release(&who, &key, token, lease).await?;
-        tracing::debug!(namespace = key.namespace(), "released");
-        Ok(self.reply(ReleaseResponse {
-            released_at_revision,
-        }))
+        Ok(self.reply(release(&self.engine, &edge, req.get_ref()).await?))
     }
 
     async fn validate_token_call(
@@ -211,6 +183,18 @@ impl Lock for LockService {
 
     type KeepAliveStream = KeepAliveStream;
 
+    type HoldStream = HoldStream;
+
+    async fn hold(
+        &self,
+        req: Request<Streaming<HoldRequest>>,
+    ) -> Result<Response<Self::HoldStream>, Status> {
+        let edge = self.edge(&req);
+        edge.identity()?;
+        let stream = crate::hold::serve(self.engine.clone(), edge, req.into_inner());
+        Ok(self.reply(Box::pin(stream) as HoldStream))
+    }
+
     async fn keep_alive(
         &self,
         req: Request<Streaming<KeepAliveRequest>>,
@@ -221,6 +205,50 @@ impl Lock for LockService {
     }
 }
 
+/// An Acquire, unary or the first message of a Hold stream: the edge's key must be the
+/// message's.
+pub(crate) async fn acquire(
+    engine: &Engine,
+    edge: &EdgeContext,
+    m: &AcquireRequest,
+) -> Result<AcquireResponse, ArbiterError> {
+    let who = edge.identity()?;
+    let key = edge.keyed(&m.key)?;
+    let wait = std::time::Duration::from_millis(m.wait_millis);
+    let result = engine.acquire(&who, &key, m.session_id, wait).await;
+    match &result {
+        Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
+        Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
+    }
+    let g = result?;
+    Ok(AcquireResponse {
+        token: g.token.as_u64(),
+        parts: Some(TokenParts {
+            epoch: u32::from(g.token.epoch()),
+            revision: g.token.revision(),
+        }),
+        class_name: g.class,
+        ttl_seconds: g.ttl_seconds,
+    })
+}
+
+/// A Release, unary or on a Hold stream.
+pub(crate) async fn release(
+    engine: &Engine,
+    edge: &EdgeContext,
+    m: &ReleaseRequest,
+) -> Result<ReleaseResponse, ArbiterError> {
+    let who = edge.identity()?;
+    let key = edge.keyed(&m.key)?;
+    let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
+    let lease = Some(m.session_id).filter(|s| *s != 0);
+    let released_at_revision = engine.release(&who, &key, token, lease).await?;
+    tracing::debug!(namespace = key.namespace(), "released");
+    Ok(ReleaseResponse {
+        released_at_revision,
+    })
+}
+
 /// Records a call's latency by operation and outcome (`ok`, or the refusal's reason read
 /// back from the status it became: one mapping, in `error.rs`).
 fn observed<T>(
@@ -228,12 +256,18 @@ fn observed<T>(
     start: Instant,
     result: Result<Response<T>, Status>,
 ) -> Result<Response<T>, Status> {
-    let outcome = match &result {
+    record(operation, start, &result);
+    result
+}
+
+/// The count and latency of one operation, whatever carried it (a unary call or a message
+/// on a Hold stream).
+pub(crate) fn record<T>(operation: &'static str, start: Instant, result: &Result<T, Status>) {
+    let outcome = match result {
         Ok(_) => Ok(()),
         Err(s) => {
             Err(refusal_of(s.code() as i32, s.details()).map_or(Reason::Internal, |r| r.reason))
         }
     };
     METRICS.request(operation, outcome, start.elapsed());
-    result
 }

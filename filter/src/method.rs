@@ -14,6 +14,9 @@ pub enum Keyed {
     Release,
     ValidateToken,
     Inspect,
+    /// A stream: decided once, on its first message's `acquire` (or its `lock-key`); the
+    /// arbiter refuses any later message naming another key.
+    Hold,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +35,7 @@ impl Method {
             Some("Release") => Ok(Method::Keyed(Keyed::Release)),
             Some("ValidateToken") => Ok(Method::Keyed(Keyed::ValidateToken)),
             Some("Inspect") => Ok(Method::Keyed(Keyed::Inspect)),
+            Some("Hold") => Ok(Method::Keyed(Keyed::Hold)),
             Some("KeepAlive") | Some("CloseSession") => Ok(Method::Session),
             _ => Err(EdgeError::UnknownMethod),
         }
@@ -47,6 +51,14 @@ impl Keyed {
             Keyed::Release => v1::ReleaseRequest::decode(message).map(|m| m.key),
             Keyed::ValidateToken => v1::ValidateTokenRequest::decode(message).map(|m| m.key),
             Keyed::Inspect => v1::InspectRequest::decode(message).map(|m| m.key),
+            // Only an acquire may open a Hold stream.
+            Keyed::Hold => match v1::HoldRequest::decode(message) {
+                Ok(v1::HoldRequest {
+                    step: Some(v1::hold_request::Step::Acquire(a)),
+                }) => Ok(a.key),
+                Ok(_) => return Err(EdgeError::Undecodable),
+                Err(e) => Err(e),
+            },
         };
         key.map_err(|_| EdgeError::Undecodable)
     }
@@ -74,5 +86,29 @@ mod tests {
         ] {
             assert_eq!(Method::from_path(bad), Err(EdgeError::UnknownMethod));
         }
+    }
+
+    /// A Hold stream is decided on its first message, which must be an acquire: a stream
+    /// opened with a release (or nothing) has no key the edge decided.
+    #[test]
+    fn a_hold_stream_is_keyed_by_its_acquire_only() {
+        use v1::hold_request::Step;
+        let encode = |step| v1::HoldRequest { step }.encode_to_vec();
+        let acquire = encode(Some(Step::Acquire(v1::AcquireRequest {
+            key: "pay/a".into(),
+            ..Default::default()
+        })));
+        assert_eq!(Keyed::Hold.key_of(&acquire).unwrap(), "pay/a");
+        let release = encode(Some(Step::Release(v1::ReleaseRequest {
+            key: "pay/a".into(),
+            ..Default::default()
+        })));
+        for bad in [release, encode(None), vec![0xff, 0xff]] {
+            assert_eq!(Keyed::Hold.key_of(&bad), Err(EdgeError::Undecodable));
+        }
+        assert_eq!(
+            Method::from_path("/lock.v1.Lock/Hold").unwrap(),
+            Method::Keyed(Keyed::Hold)
+        );
     }
 }

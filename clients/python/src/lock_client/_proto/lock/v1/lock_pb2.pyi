@@ -105,6 +105,22 @@ class ValidateTokenResponse(_message.Message):
     valid: bool
     def __init__(self, valid: _Optional[bool] = ...) -> None: ...
 
+class HoldRequest(_message.Message):
+    __slots__ = ("acquire", "release")
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    acquire: AcquireRequest
+    release: ReleaseRequest
+    def __init__(self, acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ...) -> None: ...
+
+class HoldResponse(_message.Message):
+    __slots__ = ("acquired", "released")
+    ACQUIRED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    acquired: AcquireResponse
+    released: ReleaseResponse
+    def __init__(self, acquired: _Optional[_Union[AcquireResponse, _Mapping]] = ..., released: _Optional[_Union[ReleaseResponse, _Mapping]] = ...) -> None: ...
+
 class InspectRequest(_message.Message):
     __slots__ = ("key",)
     KEY_FIELD_NUMBER: _ClassVar[int]

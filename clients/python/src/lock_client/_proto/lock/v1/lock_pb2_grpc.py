@@ -72,6 +72,11 @@ class LockStub:
                 request_serializer=lock_dot_v1_dot_lock__pb2.InspectRequest.SerializeToString,
                 response_deserializer=lock_dot_v1_dot_lock__pb2.InspectResponse.FromString,
                 _registered_method=True)
+        self.Hold = channel.stream_stream(
+                '/lock.v1.Lock/Hold',
+                request_serializer=lock_dot_v1_dot_lock__pb2.HoldRequest.SerializeToString,
+                response_deserializer=lock_dot_v1_dot_lock__pb2.HoldResponse.FromString,
+                _registered_method=True)
 
 
 class LockServicer:
@@ -131,6 +136,21 @@ class LockServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Hold(self, request_iterator, context):
+        """One hold of one key as one stream: Acquire, then (on the same stream) its Release.
+        The same two calls as Acquire and Release, for the price of one request at the edge:
+        the edge decides the stream once, on its key, and every message on it must name that
+        key (MALFORMED_REQUEST otherwise). The first message must be `acquire`; its answer is
+        `acquired`, or the stream ends with the refusal Acquire would have returned. Then at
+        most one `release` of that grant, answered `released`, and the stream ends. The hold
+        lives on the session, not on the stream: a stream that ends early (the client
+        half-closes, a proxy's idle timeout, the arbiter restarting) leaves the hold as it
+        was, to be released with Release or ended with the session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LockServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +188,11 @@ def add_LockServicer_to_server(servicer, server):
                     servicer.Inspect,
                     request_deserializer=lock_dot_v1_dot_lock__pb2.InspectRequest.FromString,
                     response_serializer=lock_dot_v1_dot_lock__pb2.InspectResponse.SerializeToString,
+            ),
+            'Hold': grpc.stream_stream_rpc_method_handler(
+                    servicer.Hold,
+                    request_deserializer=lock_dot_v1_dot_lock__pb2.HoldRequest.FromString,
+                    response_serializer=lock_dot_v1_dot_lock__pb2.HoldResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -362,6 +387,33 @@ class Lock:
             '/lock.v1.Lock/Inspect',
             lock_dot_v1_dot_lock__pb2.InspectRequest.SerializeToString,
             lock_dot_v1_dot_lock__pb2.InspectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Hold(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/lock.v1.Lock/Hold',
+            lock_dot_v1_dot_lock__pb2.HoldRequest.SerializeToString,
+            lock_dot_v1_dot_lock__pb2.HoldResponse.FromString,
             options,
             channel_credentials,
             insecure,
