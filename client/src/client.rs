@@ -3,6 +3,7 @@
 use crate::connect::Config;
 use crate::error::LockError;
 use crate::hold::Hold;
+use crate::hold_stream::{self, Link};
 use crate::session::{FenceFn, Session};
 use crate::state::{Inner, Reentry, Running, close_session};
 use lock_config::FencingToken;
@@ -59,6 +60,18 @@ impl LockClient {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// At most `max` holds of this client keep their `Hold` stream open (default
+    /// [`crate::DEFAULT_MAX_HOLD_STREAMS`]); past it acquires use the unary calls. 0: unary
+    /// calls only (a proxy on the way that does not carry bidirectional streams).
+    pub fn limit_hold_streams(&self, max: usize) {
+        self.inner.hold_streams.set_max(max);
+    }
+
+    /// Hold streams open now (holds whose release will travel on their own stream).
+    pub fn open_hold_streams(&self) -> usize {
+        self.inner.hold_streams.open()
+    }
+
     /// Takes `key`, waiting up to `wait` for it. `on_fence` runs if the hold is lost
     /// (the session could not be renewed before its deadline): stop touching the resource.
     /// Nested acquires of a key this client holds count locally and call nothing.
@@ -92,14 +105,12 @@ impl LockClient {
                 session_id: s.id,
                 wait_millis: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
             };
-            let err = match rpc.acquire(crate::stub::keyed(req, key)).await {
-                Ok(r) => {
-                    let token = FencingToken::from_u64(r.into_inner().token)
-                        .map_err(|e| LockError::InvalidRequest(e.to_string()))?;
+            let err = match hold_stream::acquire(&mut rpc, &self.inner.hold_streams, req).await {
+                Ok((token, link)) => {
                     self.learn_place(key, lock_config::shards::tag_of(s.id));
-                    return Ok(self.held(key, id, token, s, on_fence));
+                    return Ok(self.held(key, id, token, s, link, on_fence));
                 }
-                Err(status) => LockError::from_status(&status),
+                Err(e) => e,
             };
             let pause = match &err {
                 LockError::WrongSessionTtl { ttl_seconds, .. } => {
@@ -163,6 +174,7 @@ impl LockClient {
         id: u64,
         token: FencingToken,
         s: Arc<Session>,
+        link: Option<Link>,
         on_fence: FenceFn,
     ) -> Hold {
         s.attach(id, on_fence);
@@ -173,6 +185,7 @@ impl LockClient {
                     count: 1,
                     token,
                     session: s.clone(),
+                    link,
                 },
             );
         }

@@ -116,23 +116,25 @@ async fn finish(
         Ok(mut holds) => match holds.get_mut(key) {
             Some(e) if e.count > 1 => {
                 e.count -= 1;
-                false
+                None
             }
-            Some(_) => {
-                holds.remove(key);
-                true
-            }
-            None => false,
+            Some(_) => holds.remove(key).map(|e| e.link),
+            None => None,
         },
-        Err(_) => true,
+        Err(_) => Some(None),
     };
-    if !last {
+    let Some(link) = last else {
         return Ok(());
-    }
+    };
     if session.is_fenced() {
         // The lease is gone or about to be: nothing to release, and the caller must know
         // its work may not have been exclusive.
         return Err(LockError::Fenced);
+    }
+    if let Some(link) = link
+        && let Some(done) = crate::hold_stream::release(link, key, token, session.id).await
+    {
+        return done;
     }
     client.release_rpc(key, token, session.id).await
 }

@@ -27,6 +27,8 @@ pub(crate) struct Reentry {
     pub count: usize,
     pub token: FencingToken,
     pub session: Arc<Session>,
+    /// The hold's open `Hold` stream, which carries its release (None: unary).
+    pub link: Option<crate::hold_stream::Link>,
 }
 
 pub(crate) struct Inner {
@@ -46,6 +48,8 @@ pub(crate) struct Inner {
     /// Re-entrancy: outermost holds by key.
     pub(crate) holds: Mutex<HashMap<String, Reentry>>,
     pub(crate) next_hold: AtomicU64,
+    /// Open hold streams and their bound (`hold_stream`).
+    pub(crate) hold_streams: crate::hold_stream::Budget,
 }
 
 impl Inner {
@@ -62,6 +66,7 @@ impl Inner {
             places: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
             next_hold: AtomicU64::new(1),
+            hold_streams: crate::hold_stream::Budget::default(),
         })
     }
 
