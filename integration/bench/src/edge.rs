@@ -6,7 +6,7 @@
 
 use crate::env::{Env, SHIPPED_ENVOY_WORKERS};
 use crate::observe::{Role, Watched};
-use crate::ops::{Cell, Op, Route, measure_ops};
+use crate::ops::{Cell, Op, Route, Shape, measure_ops};
 use lock_client::stub::{self as remote, Svid};
 use lock_integration::envoy::{Envoy, EnvoyConfig, Tweaks};
 use lock_integration::pki::OPERATOR;
@@ -30,6 +30,17 @@ struct Variant {
     wasm: Wasm,
     workers: usize,
     tweaks: Tweaks,
+    /// Two unary requests per lock, or one `Hold` stream (issue 33).
+    shape: Shape,
+}
+
+impl Variant {
+    fn requests_per_lock(&self) -> f64 {
+        match self.shape {
+            Shape::Unary => 2.0,
+            Shape::Stream => 1.0,
+        }
+    }
 }
 
 const OGHTTP2: &str = "envoy.reloadable_features.http2_use_oghttp2";
@@ -40,6 +51,11 @@ fn variants() -> Vec<Variant> {
         wasm,
         workers,
         tweaks,
+        shape: Shape::Unary,
+    };
+    let stream = |v: Variant| Variant {
+        shape: Shape::Stream,
+        ..v
     };
     let runtime = |flag: &str, on| Tweaks {
         runtime: vec![(flag.to_owned(), on)],
@@ -59,6 +75,18 @@ fn variants() -> Vec<Variant> {
     };
     let shipped = SHIPPED_ENVOY_WORKERS;
     vec![
+        stream(v(
+            "as shipped, hold stream (lock-client)",
+            Wasm::Lock,
+            shipped,
+            Tweaks::default(),
+        )),
+        stream(v(
+            "no filter, no XFCC, no stats, hold stream",
+            Wasm::None,
+            shipped,
+            bare.clone(),
+        )),
         v(
             "as shipped: lock filter, XFCC",
             Wasm::Lock,
@@ -159,7 +187,7 @@ pub async fn run(
         .first()
         .map(|a| Watched::new(Role::Arbiter, pid(&a.proc)));
     let mut table = String::from(
-        "\n| Envoy variant (same arbiter and etcd) | concurrency | ops/s | Envoy µs / request | arbiter µs / RPC | etcd µs / cycle | client µs / cycle | total µs / cycle |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\n| Envoy variant (same arbiter and etcd) | concurrency | ops/s | Envoy µs / request | arbiter µs / request | etcd µs / lock | client µs / lock | total µs / lock |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for &c in concurrencies {
         let mut cells: Vec<Vec<Cell>> = variants.iter().map(|_| Vec::new()).collect();
@@ -176,7 +204,7 @@ pub async fn run(
                 for w in 0..c {
                     let key = format!("pay/ledger/edge-{i}-{round}-{w}");
                     let client = remote::connect(&url, &s, "localhost").await?;
-                    ops.push(Op::arbiter(client, key, route).await?);
+                    ops.push(Op::arbiter_shaped(client, key, route, v.shape).await?);
                 }
                 let mut watched = vec![Watched::new(Role::Envoy, pid(&envoy.proc))];
                 watched.extend(arbiter);
@@ -187,7 +215,7 @@ pub async fn run(
                     "edge c={c} {:<44} {:>6.0} ops/s  Envoy {:>4.0} us/request",
                     v.name,
                     cell.ops as f64 / cell.secs,
-                    cell.cpu.of(Role::Envoy).unwrap_or(0.0) / 2.0
+                    cell.cpu.of(Role::Envoy).unwrap_or(0.0) / v.requests_per_lock()
                 );
                 cells[i].push(cell);
             }
@@ -198,6 +226,7 @@ pub async fn run(
             let Some(cell) = runs.into_iter().nth(rounds / 2) else {
                 continue;
             };
+            let per_request = v.requests_per_lock();
             let row = Row { name: v.name, cell };
             let cpu = |r: Role| row.cell.cpu.of(r).unwrap_or(0.0);
             let _ = writeln!(
@@ -205,8 +234,8 @@ pub async fn run(
                 "| {} | {c} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
                 row.name,
                 row.cell.ops as f64 / row.cell.secs,
-                cpu(Role::Envoy) / 2.0,
-                cpu(Role::Arbiter) / 2.0,
+                cpu(Role::Envoy) / per_request,
+                cpu(Role::Arbiter) / per_request,
                 cpu(Role::Etcd),
                 cpu(Role::Client),
                 row.cell.cpu.total(),

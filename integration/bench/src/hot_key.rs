@@ -18,15 +18,19 @@ use std::time::{Duration, Instant};
 pub enum HotSystem {
     V3Lock,
     ArbiterDirect,
+    /// lock-client's way: each waiter's lock one `Hold` stream.
     FullPath,
+    /// Two unary calls per lock.
+    FullPathUnary,
     Postgres,
 }
 
 impl HotSystem {
-    pub const ALL: [HotSystem; 4] = [
+    pub const ALL: [HotSystem; 5] = [
         HotSystem::V3Lock,
         HotSystem::ArbiterDirect,
         HotSystem::FullPath,
+        HotSystem::FullPathUnary,
         HotSystem::Postgres,
     ];
 
@@ -34,7 +38,8 @@ impl HotSystem {
         match self {
             HotSystem::V3Lock => "etcd v3lock",
             HotSystem::ArbiterDirect => "arbiter direct",
-            HotSystem::FullPath => "full path (Envoy+filter+arbiter)",
+            HotSystem::FullPath => "full path (Envoy+filter+arbiter), hold stream",
+            HotSystem::FullPathUnary => "full path, unary Acquire + Release",
             HotSystem::Postgres => "PostgreSQL advisory",
         }
     }
@@ -112,7 +117,10 @@ pub async fn measure(
     let handoffs = holds.len();
     let per = |d: u64| d as f64 / handoffs.max(1) as f64;
     let on_etcd = sys != HotSystem::Postgres;
-    let arbiter = matches!(sys, HotSystem::ArbiterDirect | HotSystem::FullPath);
+    let arbiter = matches!(
+        sys,
+        HotSystem::ArbiterDirect | HotSystem::FullPath | HotSystem::FullPathUnary
+    );
     Ok(HotCell {
         handoffs,
         secs: length.as_secs_f64(),
@@ -132,6 +140,7 @@ fn path_of(env: &Env, sys: HotSystem) -> Vec<Watched> {
         HotSystem::V3Lock => System::V3Lock,
         HotSystem::ArbiterDirect => System::ArbiterDirect,
         HotSystem::FullPath => System::FullPath,
+        HotSystem::FullPathUnary => System::FullPathUnary,
         HotSystem::Postgres => System::Postgres,
     }
     .watched(env)
@@ -149,6 +158,8 @@ enum Waiter {
         key: String,
         session: i64,
         identity: Option<String>,
+        /// One `Hold` stream per lock instead of two unary calls.
+        stream: bool,
     },
     Postgres {
         db: tokio_postgres::Client,
@@ -167,7 +178,7 @@ impl Waiter {
                     name: format!("/bench/{key}"),
                 }
             }
-            HotSystem::ArbiterDirect | HotSystem::FullPath => {
+            HotSystem::ArbiterDirect | HotSystem::FullPath | HotSystem::FullPathUnary => {
                 // Each waiter its own identity: one identity's second session is refused
                 // LEAKED_HOLD rather than queued (ADR-13).
                 let id = gate_id(w + 1);
@@ -188,6 +199,7 @@ impl Waiter {
                     key: key.into(),
                     session,
                     identity,
+                    stream: sys == HotSystem::FullPath,
                 }
             }
             HotSystem::Postgres => {
@@ -234,6 +246,28 @@ impl Waiter {
                 key,
                 session,
                 identity,
+                stream: true,
+            } => {
+                let wait_millis = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
+                let acquire = AcquireRequest {
+                    key: key.clone(),
+                    session_id: *session,
+                    wait_millis,
+                };
+                let wrap = |s| request(s, key, identity.as_deref());
+                match crate::ops::hold_cycle(c, acquire, wrap).await? {
+                    Ok(granted) => Ok(Some((granted, granted))),
+                    // The wait ran out at the end of the cell.
+                    Err(s) if s.code() == tonic::Code::DeadlineExceeded => Ok(None),
+                    Err(s) => Err(s).context("hot-key hold stream"),
+                }
+            }
+            Waiter::Arbiter {
+                c,
+                key,
+                session,
+                identity,
+                stream: false,
             } => {
                 let wait_millis = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
                 let req = request(

@@ -6,7 +6,9 @@ use crate::env::Env;
 use crate::observe::{CpuPerOp, Role, Watched, cpu_by_role};
 use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 use lock_client::proto::lock_client::LockClient;
-use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
+use lock_config::proto::v1::{
+    AcquireRequest, HoldRequest, HoldResponse, OpenSessionRequest, ReleaseRequest,
+};
 use lock_integration::pki::OPERATOR;
 use lock_pause_test::connect;
 use std::time::{Duration, Instant};
@@ -20,7 +22,11 @@ pub enum System {
     /// The same arbiter hop without TLS (`--insecure-plaintext`, never deployed): beside
     /// `ArbiterDirect` it prices the mutual TLS every edge-to-arbiter hop pays.
     ArbiterPlaintext,
+    /// lock-client's way: one `Hold` stream per lock (issue 33), `lock-key` metadata.
     FullPath,
+    /// The full path as two unary calls (Acquire, Release) with `lock-key`: what grpcurl
+    /// and the Python and Node clients send, and lock-client before issue 33.
+    FullPathUnary,
     /// The full path for a client that does not send `lock-key` (grpcurl, other stubs):
     /// the edge pauses for the body.
     FullPathBody,
@@ -46,7 +52,7 @@ impl System {
             System::ArbiterPlaintext => {
                 vec![Watched::new(Role::Arbiter, pid(&env.plaintext.proc)), etcd]
             }
-            System::FullPath | System::FullPathBody => {
+            System::FullPath | System::FullPathUnary | System::FullPathBody => {
                 [envoy].into_iter().chain(arbiter).chain([etcd]).collect()
             }
             System::Redis => vec![Watched::new(Role::Server, pid(&env.redis.proc))],
@@ -59,12 +65,13 @@ impl System {
         path
     }
 
-    pub const ALL: [System; 8] = [
+    pub const ALL: [System; 9] = [
         System::RawTxn,
         System::V3Lock,
         System::ArbiterDirect,
         System::ArbiterPlaintext,
         System::FullPath,
+        System::FullPathUnary,
         System::FullPathBody,
         System::Redis,
         System::Postgres,
@@ -76,7 +83,8 @@ impl System {
             System::V3Lock => "etcd v3lock",
             System::ArbiterDirect => "arbiter direct (mTLS)",
             System::ArbiterPlaintext => "arbiter direct, plaintext (unsafe baseline)",
-            System::FullPath => "full path (Envoy+filter+arbiter)",
+            System::FullPath => "full path (Envoy+filter+arbiter), hold stream",
+            System::FullPathUnary => "full path, unary Acquire + Release",
             System::FullPathBody => "full path, key in the body only (no lock-key)",
             System::Redis => "Redis SET NX PX",
             System::Postgres => "PostgreSQL advisory",
@@ -171,6 +179,7 @@ pub enum Op {
         key: String,
         session: i64,
         route: Route,
+        shape: Shape,
     },
     Redis {
         conn: redis::aio::MultiplexedConnection,
@@ -193,6 +202,13 @@ pub enum Route {
     /// With the headers the edge would set: straight to an arbiter, or through an Envoy
     /// without the filter.
     SetHeaders,
+}
+
+/// How one lock travels: two unary calls, or one `Hold` stream (issue 33).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Unary,
+    Stream,
 }
 
 /// Through Envoy the edge sets the headers; straight to the arbiter the bench does.
@@ -228,9 +244,10 @@ impl Op {
             System::ArbiterDirect
             | System::ArbiterPlaintext
             | System::FullPath
+            | System::FullPathUnary
             | System::FullPathBody => {
                 let route = match sys {
-                    System::FullPath => Route::Edge,
+                    System::FullPath | System::FullPathUnary => Route::Edge,
                     System::FullPathBody => Route::EdgeBody,
                     _ => Route::SetHeaders,
                 };
@@ -241,7 +258,11 @@ impl Op {
                     }
                     _ => env.stack.workload(OPERATOR).await?,
                 };
-                Op::arbiter(c, key, route).await?
+                let shape = match sys {
+                    System::FullPath => Shape::Stream,
+                    _ => Shape::Unary,
+                };
+                Op::arbiter_shaped(c, key, route, shape).await?
             }
             System::Redis => {
                 let client = redis::Client::open(env.redis.url())?;
@@ -265,9 +286,19 @@ impl Op {
     /// An arbiter worker over `c`, its requests sent by `route`.
     /// The session's TTL (30 s) outlasts a cell, so no renewals run.
     pub async fn arbiter(
+        c: LockClient<Channel>,
+        key: String,
+        route: Route,
+    ) -> anyhow::Result<Self> {
+        Self::arbiter_shaped(c, key, route, Shape::Unary).await
+    }
+
+    /// As [`Op::arbiter`], each lock taken in `shape`.
+    pub async fn arbiter_shaped(
         mut c: LockClient<Channel>,
         key: String,
         route: Route,
+        shape: Shape,
     ) -> anyhow::Result<Self> {
         let session = c
             .open_session(with_headers(
@@ -283,6 +314,7 @@ impl Op {
             key,
             session,
             route,
+            shape,
         })
     }
 
@@ -326,6 +358,24 @@ impl Op {
                 key,
                 session,
                 route,
+                shape: Shape::Stream,
+            } => {
+                let acquire = AcquireRequest {
+                    key: key.clone(),
+                    session_id: *session,
+                    wait_millis: 0,
+                };
+                let route = *route;
+                hold_cycle(c, acquire, |s| with_headers(s, key, route))
+                    .await?
+                    .map_err(|s| anyhow::anyhow!("hold stream refused: {s}"))?;
+            }
+            Op::Arbiter {
+                c,
+                key,
+                session,
+                route,
+                shape: Shape::Unary,
             } => {
                 let g = c
                     .acquire(with_headers(
@@ -373,5 +423,52 @@ impl Op {
             }
         }
         Ok(())
+    }
+}
+
+/// The requests of one `Hold` stream.
+pub type Asks = tokio_stream::wrappers::ReceiverStream<HoldRequest>;
+
+/// One lock as lock-client takes it (issue 33): a `Hold` stream carrying the acquire and,
+/// once granted, its release. `wrap` adds the route's headers. Ok(Err): the acquire was
+/// refused (a hot key's wait ran out); Ok(Ok): when the grant arrived.
+pub async fn hold_cycle(
+    c: &mut LockClient<Channel>,
+    acquire: AcquireRequest,
+    wrap: impl FnOnce(Asks) -> tonic::Request<Asks>,
+) -> anyhow::Result<Result<Instant, tonic::Status>> {
+    use lock_config::proto::v1::hold_request::Step as Ask;
+    use lock_config::proto::v1::hold_response::Step as Answer;
+    let (key, session_id) = (acquire.key.clone(), acquire.session_id);
+    let (asks, rx) = tokio::sync::mpsc::channel(2);
+    asks.try_send(HoldRequest {
+        step: Some(Ask::Acquire(acquire)),
+    })?;
+    let mut answers = match c.hold(wrap(Asks::new(rx))).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => return Ok(Err(s)),
+    };
+    let token = match answers.message().await {
+        Ok(Some(HoldResponse {
+            step: Some(Answer::Acquired(g)),
+        })) => g.token,
+        Ok(other) => anyhow::bail!("hold stream: {other:?} instead of a grant"),
+        Err(s) => return Ok(Err(s)),
+    };
+    let granted = Instant::now();
+    let release = ReleaseRequest {
+        key,
+        token,
+        session_id,
+    };
+    asks.send(HoldRequest {
+        step: Some(Ask::Release(release)),
+    })
+    .await?;
+    match answers.message().await? {
+        Some(HoldResponse {
+            step: Some(Answer::Released(_)),
+        }) => Ok(Ok(granted)),
+        other => anyhow::bail!("hold stream: {other:?} instead of the release"),
     }
 }
