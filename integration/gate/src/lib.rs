@@ -112,6 +112,8 @@ impl Default for GateOptions {
 pub struct GateReport {
     pub operations: usize,
     pub by_kind: BTreeMap<(Kind, &'static str), usize>,
+    /// Acquires and releases by route (`edge`, `edge-stream`: a `Hold` stream, `direct`).
+    pub by_route: BTreeMap<(Kind, String), usize>,
     pub grants: usize,
     /// Holds ended by a handoff: the release's own transaction granted the key to the
     /// queue head (one write for both).
@@ -169,6 +171,15 @@ impl GateReport {
         for f in &self.faults {
             *per_fault.entry(f.fault.name()).or_default() += 1;
         }
+        let routes: Vec<String> = self
+            .by_route
+            .iter()
+            .map(|((k, route), n)| format!("{k:?} via {route} {n}"))
+            .collect();
+        s.push_str(&format!(
+            "  routes (edge-stream: acquire and release on one Hold stream): {}\n",
+            routes.join(", ")
+        ));
         let list: Vec<String> = per_fault.iter().map(|(k, n)| format!("{k} x{n}")).collect();
         s.push_str(&format!("  faults: {}\n", list.join(", ")));
         s.push_str(&format!(
@@ -502,6 +513,19 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         };
         *by_kind.entry((op.kind, outcome)).or_insert(0) += 1;
     }
+    let mut by_route = BTreeMap::new();
+    for op in ops
+        .iter()
+        .filter(|op| matches!(op.kind, Kind::Acquire | Kind::Release))
+    {
+        let route = match op.via.as_deref() {
+            Some(v) if v.starts_with("direct") => "direct",
+            Some(v) if v.starts_with("attack") => continue,
+            Some(v) => v,
+            None => continue,
+        };
+        *by_route.entry((op.kind, route.to_owned())).or_insert(0) += 1;
+    }
     let mut stale_refused = BTreeMap::new();
     for op in &ops {
         let ended = op
@@ -541,6 +565,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
             .filter(|o| o.kind == Kind::Acquire && o.ok())
             .count(),
         by_kind,
+        by_route,
         faults: Vec::new(),
         violations,
         linearizable: verdicts

@@ -7,6 +7,7 @@ use super::history::{Event, Kind, Phase, Recorder, mono_ns};
 use super::register::RegisterClient;
 
 mod attacker;
+mod hold_stream;
 mod plan;
 mod renewals;
 
@@ -65,6 +66,8 @@ struct Client {
     pg: Option<tokio_postgres::Client>,
     next_op: u64,
     session: Option<Session>,
+    /// The held key's `Hold` stream, when its acquire went on one (its release goes there).
+    link: Option<hold_stream::Link>,
     ops: u64,
     contested: Contested,
 }
@@ -155,6 +158,7 @@ impl Client {
             plan: plan.clone(),
             next_op: 0,
             session: None,
+            link: None,
             ops: 0,
             contested,
         })
@@ -311,22 +315,35 @@ impl Client {
         let Some(session) = self.session.as_ref().map(|s| s.id) else {
             return Outcome::Fail("no session".into());
         };
-        let (mut client, via) = self.route();
+        let (mut client, mut via) = self.route();
+        // Through the edge, half the locks are taken as lock-client takes them: one `Hold`
+        // stream for the acquire and its release.
+        let stream = via == "edge" && self.rng.random_bool(0.5);
+        if stream {
+            via = "edge-stream".into();
+        }
         let op = self.invoke(Kind::Acquire, Some(key), None, Some(via.clone()));
-        let req = self.request(
-            AcquireRequest {
-                key: key.into(),
-                session_id: session,
-                wait_millis: wait_ms,
-            },
-            key,
-            &via,
-        );
-        let r = tokio::time::timeout(
-            CALL_TIMEOUT + Duration::from_millis(wait_ms),
-            client.acquire(req),
-        )
-        .await;
+        let m = AcquireRequest {
+            key: key.into(),
+            session_id: session,
+            wait_millis: wait_ms,
+        };
+        let limit = CALL_TIMEOUT + Duration::from_millis(wait_ms);
+        self.link = None;
+        let r = if stream {
+            let wrap = |s| self.request(s, key, "edge");
+            let call = hold_stream::acquire(&mut client, m, wrap);
+            match tokio::time::timeout(limit, call).await {
+                Ok((answer, link)) => {
+                    self.link = link;
+                    Ok(answer)
+                }
+                Err(elapsed) => Err(elapsed),
+            }
+        } else {
+            let req = self.request(m, key, &via);
+            tokio::time::timeout(limit, client.acquire(req)).await
+        };
         let mut answer = Answer::default();
         let outcome = match classify(r) {
             Outcome::Ok((resp, served)) => {
@@ -343,18 +360,41 @@ impl Client {
 
     async fn release(&mut self, key: &str, token: u64) -> Outcome<()> {
         let session = self.session.as_ref().map(|s| s.id);
-        let (mut client, via) = self.route();
+        // The hold's own stream carries its release; a replayed old release never does.
+        let link = self
+            .link
+            .take()
+            .filter(|l| l.key == key && l.token == token);
+        let (mut client, via) = match link {
+            Some(_) => (self.edge.clone(), "edge-stream".to_owned()),
+            None => self.route(),
+        };
         let op = self.invoke(Kind::Release, Some(key), Some(token), Some(via.clone()));
-        let req = self.request(
-            ReleaseRequest {
-                key: key.into(),
-                token,
-                session_id: session.unwrap_or(0),
-            },
-            key,
-            &via,
-        );
-        let r = tokio::time::timeout(CALL_TIMEOUT, client.release(req)).await;
+        let m = ReleaseRequest {
+            key: key.into(),
+            token,
+            session_id: session.unwrap_or(0),
+        };
+        let on_stream = match link {
+            Some(link) => {
+                let call = hold_stream::release(link, m.clone());
+                match tokio::time::timeout(CALL_TIMEOUT, call).await {
+                    Ok(Some(answer)) => Some(Ok(answer)),
+                    // The stream ended without taking it: the unary call below.
+                    Ok(None) => None,
+                    Err(elapsed) => Some(Err(elapsed)),
+                }
+            }
+            None => None,
+        };
+        let r = match on_stream {
+            Some(r) => r,
+            None => {
+                let via = if via == "edge-stream" { "edge" } else { &via };
+                let req = self.request(m, key, via);
+                tokio::time::timeout(CALL_TIMEOUT, client.release(req)).await
+            }
+        };
         let mut answer = Answer::default();
         let outcome = match classify(r) {
             Outcome::Ok((resp, served)) => {
