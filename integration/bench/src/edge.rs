@@ -152,7 +152,8 @@ fn start(env: &Env, i: usize, v: &Variant) -> anyhow::Result<Envoy> {
         std::os::unix::fs::symlink(&c.cert_dir, &certs)?;
     }
     config.cert_dir = certs;
-    Envoy::start(&dir, &config)
+    // Ports picked free can be taken before Envoy binds them (seen in a full run).
+    Envoy::start_on_free_ports(&dir, &mut config, true)
 }
 
 /// One variant's median cell.
