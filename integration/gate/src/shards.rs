@@ -72,6 +72,14 @@ pub struct ShardGateReport {
     pub sessions_replaced: usize,
     pub violations: Vec<String>,
     pub history: PathBuf,
+    /// The run had `--inject-bug`: meant to fail, its history is not kept.
+    pub inject_bug: bool,
+}
+
+impl ShardGateReport {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.moves_ok
+    }
 }
 
 /// The history, checked per key. Pure: the recorded operations in, the violations out.
@@ -379,6 +387,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     }
     let mut report = ShardGateReport {
         history: history.clone(),
+        inject_bug: opts.inject_bug,
         moves_ok: true,
         ..Default::default()
     };
@@ -467,11 +476,8 @@ pub fn summary(r: &ShardGateReport, history: &Path) -> String {
     for m in &r.moves {
         out.push_str(&format!("  {m}\n"));
     }
-    let kept = if history.exists() {
-        history.display().to_string()
-    } else {
-        "not kept (the run passed; --out keeps it)".to_owned()
-    };
+    let kept = history_line(history.exists(), r.passed(), r.inject_bug);
+    let kept = kept.replace("{}", &history.display().to_string());
     out.push_str(&format!(
         "{} violations{}\nhistory: {kept}\n",
         r.violations.len(),
@@ -484,9 +490,33 @@ pub fn summary(r: &ShardGateReport, history: &Path) -> String {
     out
 }
 
+/// What the summary says of the history: where it is, or truthfully why it is not there
+/// (`{}` stands for its path).
+fn history_line(exists: bool, passed: bool, inject_bug: bool) -> &'static str {
+    match (exists, passed, inject_bug) {
+        (true, _, _) => "{}",
+        (false, true, _) => "not kept (the run passed; --out keeps it)",
+        (false, false, true) => {
+            "not kept (--inject-bug runs are meant to fail; --out keeps their history)"
+        }
+        (false, false, false) => "lost: the run failed and its history folder is gone",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 34: a run with --inject-bug failed with 883 violations and said its history
+    /// was not kept because the run passed.
+    #[test]
+    fn the_history_line_says_why_it_is_missing() {
+        assert_eq!(history_line(true, false, false), "{}");
+        assert!(history_line(false, true, false).contains("passed"));
+        let bug = history_line(false, false, true);
+        assert!(bug.contains("--inject-bug") && !bug.contains("passed"));
+        assert!(history_line(false, false, false).contains("failed"));
+    }
 
     fn op(client: u32, kind: Kind, key: &str, token: u64, invoked: u64, done: u64) -> history::Op {
         history::Op {
