@@ -53,6 +53,9 @@ pub struct FilterGrant {
     pub prefixes: Vec<String>,
     #[serde(default)]
     pub rate: Option<RateBudget>,
+    /// ValidateToken's own bucket (None: `rate`'s numbers, or the default's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validate_rate: Option<RateBudget>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +82,8 @@ pub struct CompiledFilterConfig {
     pub authoriser: Authoriser,
     /// Budget per grant index (None = unlimited).
     pub rates: Vec<Option<RateBudget>>,
+    /// ValidateToken's budget per grant index, drawn from a bucket of its own (ADR-16).
+    pub validate_rates: Vec<Option<RateBudget>>,
     /// Checks to skip; the filter refuses a non-empty set unless built with debug
     /// assertions.
     pub test_switches: EdgeTestSwitches,
@@ -105,6 +110,7 @@ impl FilterConfig {
                     spiffe_id: id.as_str().to_owned(),
                     prefixes: g.prefixes.iter().map(|p| p.as_str().to_owned()).collect(),
                     rate: g.rate,
+                    validate_rate: g.validate_rate,
                 })
                 .collect(),
             default_rate,
@@ -149,6 +155,7 @@ impl FilterConfig {
         let mut seen = HashSet::new();
         let mut compiled = Vec::with_capacity(self.grants.len());
         let mut rates = Vec::with_capacity(self.grants.len());
+        let mut validate_rates = Vec::with_capacity(self.grants.len());
         for (i, g) in self.grants.iter().enumerate() {
             let id = SpiffeId::parse(&g.spiffe_id)
                 .map_err(|e| invalid(format!("grants[{i}].spiffeId"), e.to_string()))?;
@@ -173,12 +180,17 @@ impl FilterConfig {
                 }
                 prefixes.push(prefix);
             }
-            for (field, rate) in [("rate", g.rate), ("defaultRate", self.default_rate)] {
+            for (field, rate) in [
+                ("rate", g.rate),
+                ("validateRate", g.validate_rate),
+                ("defaultRate", self.default_rate),
+            ] {
                 if rate.is_some_and(|r| !r.is_valid()) {
                     return Err(invalid(format!("grants[{i}].{field}"), RateBudget::RULE));
                 }
             }
             rates.push(g.rate.or(self.default_rate));
+            validate_rates.push(g.validate_rate.or(g.rate).or(self.default_rate));
             compiled.push((id, prefixes));
         }
         let mut test_switches = EdgeTestSwitches::default();
@@ -200,6 +212,7 @@ impl FilterConfig {
             namespaces: self.namespaces.clone().into_iter().collect(),
             authoriser: Authoriser::compile(compiled.iter().map(|(i, p)| (i, p.as_slice()))),
             rates,
+            validate_rates,
             test_switches,
         })
     }
@@ -218,6 +231,7 @@ mod tests {
                 spiffe_id: "spiffe://dev.lock.local/w".into(),
                 prefixes: vec!["pay/ledger".into()],
                 rate: None,
+                validate_rate: None,
             }],
             default_rate: None,
             unsafe_test_switches: Vec::new(),

@@ -41,6 +41,7 @@ pub fn measure(grants: usize, lookups: usize) -> Result<AuthoriserCost, CostErro
                 spiffe_id: identity(i),
                 prefixes: vec![format!("pay/p{}/x{i}", i % 1000)],
                 rate: None,
+                validate_rate: None,
             })
             .collect(),
         default_rate: None,

@@ -151,8 +151,16 @@ impl RequestGate {
             .authoriser
             .grant_of(identity.as_str())
             .ok_or(EdgeError::NotGranted)?;
-        if let Some(budget) = config.rates.get(grant).copied().flatten() {
-            rate_limit(host, identity.as_str(), budget)?;
+        // ValidateToken draws from a bucket of its own (ADR-16): a resource reading grants
+        // back cannot starve its identity's grants, nor the reverse.
+        let (budgets, bucket) = match method {
+            Method::Keyed(Keyed::ValidateToken) => {
+                (&config.validate_rates, VALIDATE_RATE_KEY_PREFIX)
+            }
+            _ => (&config.rates, RATE_KEY_PREFIX),
+        };
+        if let Some(budget) = budgets.get(grant).copied().flatten() {
+            rate_limit(host, bucket, identity.as_str(), budget)?;
         }
         let metadata_key = raw(METADATA_KEY_HEADER);
         match method {
@@ -166,13 +174,13 @@ impl RequestGate {
             // so the decision needs no body and the upstream request starts now. The body's
             // key is the arbiter's to match against `x-lock-key` (it refuses any other,
             // before etcd), so a granted metadata key cannot carry an ungranted body key.
-            Method::Keyed(_) if metadata_key.is_some() => {
+            Method::Keyed(method) if metadata_key.is_some() => {
                 let value = metadata_key.unwrap_or_default().to_owned();
                 host.set_request_header(METADATA_KEY_HEADER, None);
                 let key = decode_key(&value).ok_or(EdgeError::Undecodable)?;
                 let key = LockKey::parse(&key).map_err(EdgeError::InvalidKey)?;
                 host.count("lock_edge.fast_path");
-                self.admit(host, &config, identity.as_str(), &key)
+                self.admit(host, &config, identity.as_str(), &key, method)
             }
             Method::Keyed(method) => {
                 self.state = State::Body {
@@ -203,7 +211,7 @@ impl RequestGate {
             return Err(EdgeError::Unconfigured);
         };
         let identity = identity.clone();
-        self.admit(host, &config, &identity, &key)
+        self.admit(host, &config, &identity, &key, method)
     }
 
     /// The key's decision, the same on both paths: grant, then region (so an identity
@@ -215,6 +223,7 @@ impl RequestGate {
         config: &CompiledFilterConfig,
         identity: &str,
         key: &LockKey,
+        method: Keyed,
     ) -> Result<Step, EdgeError> {
         config
             .authoriser
@@ -235,6 +244,11 @@ impl RequestGate {
         }
         host.set_request_header(KEY_HEADER, Some(&encode_key(key.as_str())));
         host.count(&format!("lock_edge.allowed.ns.{}", key.namespace()));
+        if method == Keyed::ValidateToken {
+            // ADR-16 wants teams on conditional writes instead: who still reads grants back
+            // shows per namespace (declared ones only, so the label is bounded).
+            host.count(&format!("lock_edge.validate.ns.{}", key.namespace()));
+        }
         self.state = State::Decided;
         Ok(Step::Continue)
     }
@@ -259,14 +273,17 @@ impl RequestGate {
 const MAX_CAS_ATTEMPTS: usize = 8;
 /// Shared-data key prefix of the per-identity buckets.
 pub const RATE_KEY_PREFIX: &str = "lock-rl/";
+/// Shared-data key prefix of the per-identity ValidateToken buckets.
+pub const VALIDATE_RATE_KEY_PREFIX: &str = "lock-rl-validate/";
 
 /// Takes one token from the identity's bucket, shared by all worker threads.
 fn rate_limit(
     host: &mut impl Host,
+    bucket: &str,
     identity: &str,
     budget: lock_config::registry::RateBudget,
 ) -> Result<(), EdgeError> {
-    let key = format!("{RATE_KEY_PREFIX}{identity}");
+    let key = format!("{bucket}{identity}");
     for _ in 0..MAX_CAS_ATTEMPTS {
         let now = host.now_ns();
         let (data, cas) = host.shared_data(&key);

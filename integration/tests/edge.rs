@@ -89,6 +89,33 @@ async fn rate_limit_holds_across_workers_and_spares_other_identities() {
     );
     assert_eq!(ok + refused, sent);
     assert!(stat(&stack, "wasmcustom.lock_edge.denied.RATE_LIMITED") >= refused);
+
+    // ValidateToken draws from a bucket of its own (ADR-16): with the grant budget spent
+    // (an Inspect refused just now), a ValidateToken still passes, and each admitted one
+    // is counted by namespace.
+    let c = &mut limited[0];
+    let mut spent = false;
+    for _ in 0..10 {
+        if inspect(c, &key).await.is_err() {
+            spent = true;
+            break;
+        }
+    }
+    assert!(spent, "the grant budget was never spent");
+    let validate = ValidateTokenRequest {
+        key: key.clone(),
+        token: 1,
+    };
+    let r = c
+        .validate_token(lock_client::stub::keyed(validate, &key))
+        .await;
+    assert!(
+        r.is_ok(),
+        "ValidateToken with the grant budget spent: {r:?}"
+    );
+    let ns = key.split('/').next().unwrap();
+    let counted = stat(&stack, &format!("wasmcustom.lock_edge.validate.ns.{ns}"));
+    assert_eq!(counted, 1);
 }
 
 #[tokio::test]

@@ -19,6 +19,8 @@ pub enum Change {
     },
     RateChanged {
         identity: String,
+        /// `rate`, or `validateRate` (ValidateToken's own budget).
+        budget: &'static str,
         from: Option<RateBudget>,
         to: Option<RateBudget>,
     },
@@ -124,12 +126,13 @@ fn class_fields(c: &ResolvedClass<'_>) -> Vec<(&'static str, String)> {
     ]
 }
 
-type Grants = BTreeMap<String, (BTreeSet<String>, Option<RateBudget>)>;
+/// Identity -> (prefixes, rate, validateRate).
+type Grants = BTreeMap<String, (BTreeSet<String>, Option<RateBudget>, Option<RateBudget>)>;
 /// A class's effective TTL and its fields as text.
 type ClassFields = (u32, Vec<(&'static str, String)>);
 
 fn grant_changes(before: &Grants, after: &Grants, out: &mut Vec<Change>) {
-    let empty = (BTreeSet::new(), None);
+    let empty = (BTreeSet::new(), None, None);
     let ids: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     for id in ids {
         let (b, a) = (
@@ -148,12 +151,16 @@ fn grant_changes(before: &Grants, after: &Grants, out: &mut Vec<Change>) {
                 prefix: p.clone(),
             });
         }
-        if b.1 != a.1 && !(a.0.is_empty() || b.0.is_empty()) {
-            out.push(Change::RateChanged {
-                identity: id.clone(),
-                from: b.1,
-                to: a.1,
-            });
+        let both = !(a.0.is_empty() || b.0.is_empty());
+        for (budget, from, to) in [("rate", b.1, a.1), ("validateRate", b.2, a.2)] {
+            if from != to && both {
+                out.push(Change::RateChanged {
+                    identity: id.clone(),
+                    budget,
+                    from,
+                    to,
+                });
+            }
         }
     }
 }
@@ -196,6 +203,7 @@ pub fn diff_filter(old: &crate::FilterConfig, new: &crate::FilterConfig) -> Vec<
             let e = m.entry(g.spiffe_id.clone()).or_default();
             e.0.extend(g.prefixes.iter().cloned());
             e.1 = e.1.or(g.rate);
+            e.2 = e.2.or(g.validate_rate);
         }
         m
     };
@@ -213,7 +221,11 @@ pub fn diff(old: &Registry, new: &Registry) -> Vec<Change> {
             .map(|(id, g)| {
                 (
                     id.to_string(),
-                    (g.prefixes.iter().map(|p| p.to_string()).collect(), g.rate),
+                    (
+                        g.prefixes.iter().map(|p| p.to_string()).collect(),
+                        g.rate,
+                        g.validate_rate,
+                    ),
                 )
             })
             .collect()
@@ -281,9 +293,23 @@ impl fmt::Display for Change {
             Change::GrantRemoved { identity, prefix } => {
                 write!(f, "- grant     {identity} may no longer lock {prefix}")
             }
-            Change::RateChanged { identity, from, to } => {
-                write!(f, "~ rate      {identity}: {} -> {}", rate(from), rate(to))
-            }
+            Change::RateChanged {
+                identity,
+                budget: "rate",
+                from,
+                to,
+            } => write!(f, "~ rate      {identity}: {} -> {}", rate(from), rate(to)),
+            Change::RateChanged {
+                identity,
+                budget,
+                from,
+                to,
+            } => write!(
+                f,
+                "~ rate      {identity} ({budget}): {} -> {}",
+                rate(from),
+                rate(to)
+            ),
             Change::NamespaceAdded { name, region } => write!(f, "+ namespace {name} in {region}"),
             Change::NamespaceRemoved { name, region } => {
                 write!(f, "- namespace {name} (was in {region})")
@@ -418,6 +444,14 @@ spec:
                 "a rate budget set",
                 format!("{BASE}  rate: {{perSecond: 5, burst: 10}}\n"),
                 vec![(format!("~ rate      {ledger}: default -> 5/s burst 10"), false)],
+            ),
+            (
+                "ValidateToken's own budget set",
+                format!("{BASE}  validateRate: {{perSecond: 2, burst: 4}}\n"),
+                vec![(
+                    format!("~ rate      {ledger} (validateRate): default -> 2/s burst 4"),
+                    false,
+                )],
             ),
         ];
         for (name, new, want) in cases {

@@ -186,8 +186,15 @@ impl RateBudget {
 pub struct LockGrantSpec {
     pub spiffe_id: String,
     pub prefixes: Vec<String>,
+    /// Budget for this identity's keyed calls (OpenSession, Acquire, Release, Hold,
+    /// Inspect, and the session calls).
     #[serde(default)]
     pub rate: Option<RateBudget>,
+    /// Budget for its ValidateToken calls, a bucket of their own (ADR-16: reading grants
+    /// back must not starve taking them, nor the reverse). Unset: the same numbers as
+    /// `rate`, still a separate bucket.
+    #[serde(default)]
+    pub validate_rate: Option<RateBudget>,
 }
 
 /// Evidence that the pause test passed for a class against a resource (ADR-17).

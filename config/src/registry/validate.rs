@@ -18,6 +18,8 @@ mod grants;
 pub struct MergedGrant {
     pub prefixes: Vec<KeyPrefix>,
     pub rate: Option<RateBudget>,
+    /// ValidateToken's own budget (None: `rate`'s numbers, in a bucket of its own).
+    pub validate_rate: Option<RateBudget>,
 }
 
 /// A validated, frozen registry.

@@ -124,6 +124,7 @@ fn filter_config() -> FilterConfig {
             spiffe_id: LEDGER.into(),
             prefixes: vec!["pay/ledger".into(), "archive".into()],
             rate: None,
+            validate_rate: None,
         }],
         default_rate: None,
         unsafe_test_switches: Vec::new(),
@@ -142,6 +143,7 @@ fn limited_config() -> Rc<CompiledFilterConfig> {
         spiffe_id: OTHER.into(),
         prefixes: vec!["pay/ledger".into()],
         rate: None,
+        validate_rate: None,
     });
     Rc::new(c.compile().unwrap())
 }
@@ -433,6 +435,85 @@ fn rate_limit_is_per_identity_and_shared_across_workers() {
     );
     // Keys are bounded by identities with a budget.
     assert_eq!(shared.borrow().data.len(), 1);
+}
+
+/// One ValidateToken (body path) from `who` on a host sharing `shared`, at `now_ns`.
+fn validate_call(
+    cfg: &Rc<CompiledFilterConfig>,
+    shared: &std::rc::Rc<std::cell::RefCell<Shared>>,
+    who: &str,
+    now_ns: u64,
+) -> FakeHost {
+    let mut h = host("ValidateToken", Some(who));
+    h.shared = shared.clone();
+    h.now_ns = now_ns;
+    let body = frame(
+        &v1::ValidateTokenRequest {
+            key: "pay/ledger/1".into(),
+            token: 5,
+        }
+        .encode_to_vec(),
+    );
+    let mut gate = RequestGate::new(Some(cfg.clone()));
+    if gate.on_request_headers(&mut h, false) == Step::Pause && h.reply.is_none() {
+        h.body = body.clone();
+        gate.on_request_body(&mut h, body.len(), true);
+    }
+    h
+}
+
+/// ADR-16: ValidateToken has a bucket of its own. A resource reading grants back cannot
+/// spend the budget its identity takes grants with, nor the reverse; each admitted call is
+/// counted by namespace, so the teams still reading back show.
+#[test]
+fn validate_token_draws_from_a_budget_of_its_own() {
+    for validate_rate in [
+        None,
+        Some(lock_config::registry::RateBudget {
+            per_second: 1,
+            burst: 1,
+        }),
+    ] {
+        let mut c = filter_config();
+        c.grants[0].rate = Some(lock_config::registry::RateBudget {
+            per_second: 1,
+            burst: 2,
+        });
+        c.grants[0].validate_rate = validate_rate;
+        let cfg = Rc::new(c.compile().unwrap());
+        let burst = validate_rate.map_or(2, |r| r.burst);
+        let shared = std::rc::Rc::new(std::cell::RefCell::new(Shared::default()));
+        for i in 0..burst {
+            let h = validate_call(&cfg, &shared, LEDGER, 0);
+            assert!(
+                h.reply.is_none(),
+                "validate {i} of {burst}: {:?}",
+                reason(&h)
+            );
+            assert_eq!(h.metrics.get("lock_edge.validate.ns.pay"), Some(&1));
+        }
+        let h = validate_call(&cfg, &shared, LEDGER, 0);
+        assert_eq!(reason(&h).unwrap().1, "RATE_LIMITED", "{validate_rate:?}");
+        // The grant budget is whole: its burst of 2 is still there.
+        for i in 0..2 {
+            let h = session_call(&cfg, &shared, LEDGER, 0);
+            assert!(h.reply.is_none(), "grant-budget call {i}: {:?}", reason(&h));
+        }
+        assert_eq!(
+            reason(&session_call(&cfg, &shared, LEDGER, 0)).unwrap().1,
+            "RATE_LIMITED"
+        );
+        // And spent, it leaves ValidateToken's alone: a second later one more each.
+        assert!(
+            validate_call(&cfg, &shared, LEDGER, 1_000_000_000)
+                .reply
+                .is_none()
+        );
+        // A keyed call other than ValidateToken is not counted as one.
+        let mut h = host("Acquire", Some(LEDGER));
+        run(&mut h, acquire_body("pay/ledger/9"), 100);
+        assert_eq!(h.metrics.get("lock_edge.validate.ns.pay"), None);
+    }
 }
 
 #[test]

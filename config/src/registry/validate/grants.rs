@@ -44,23 +44,41 @@ impl Validator {
                     Err(e) => self.err(&source, &id, &field, format!("invalid prefix {p:?}: {e}")),
                 }
             }
-            if spec.rate.is_some_and(|r| !r.is_valid()) {
-                self.err(&source, &id, "spec.rate", RateBudget::RULE);
+            for (field, rate) in [
+                ("spec.rate", spec.rate),
+                ("spec.validateRate", spec.validate_rate),
+            ] {
+                if rate.is_some_and(|r| !r.is_valid()) {
+                    self.err(&source, &id, field, RateBudget::RULE);
+                }
             }
             let entry = grants.entry(spiffe).or_insert(MergedGrant {
                 prefixes: Vec::new(),
                 rate: None,
+                validate_rate: None,
             });
             entry.prefixes.extend(prefixes);
-            match (entry.rate, spec.rate) {
-                (Some(a), Some(b)) if a != b => self.err(
-                    &source,
-                    &id,
-                    "spec.rate",
-                    "another LockGrant for this SPIFFE ID sets a different rate",
+            for (field, merged, set) in [
+                ("spec.rate", &mut entry.rate, spec.rate),
+                (
+                    "spec.validateRate",
+                    &mut entry.validate_rate,
+                    spec.validate_rate,
                 ),
-                (None, Some(b)) => entry.rate = Some(b),
-                _ => {}
+            ] {
+                match (*merged, set) {
+                    (Some(a), Some(b)) if a != b => self.err(
+                        &source,
+                        &id,
+                        field,
+                        format!(
+                            "another LockGrant for this SPIFFE ID sets a different {}",
+                            &field[5..]
+                        ),
+                    ),
+                    (None, Some(b)) => *merged = Some(b),
+                    _ => {}
+                }
             }
         }
         grants
