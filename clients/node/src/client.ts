@@ -107,6 +107,65 @@ class KeepAliveStream {
   }
 }
 
+/** Open `Hold` streams per client before acquires fall back to the unary calls. */
+export const DEFAULT_MAX_HOLD_STREAMS = 1024;
+
+/**
+ * A hold as one `Hold` stream (issue 33): the acquire and, later, its release on one
+ * HTTP/2 stream, one request at the edge instead of two. The stream is only a transport:
+ * the hold lives on the session, so a release the stream cannot carry (it ended: the
+ * arbiter drained, a proxy's idle timeout) goes as the unary call.
+ */
+class HoldLink {
+  private readonly call: grpc.ClientDuplexStream<any, any>;
+  private waiting: { resolve: (r: any) => void; reject: (e: LockError) => void } | null = null;
+  private ended: LockError | null = null;
+
+  constructor(stub: Stub, key: string) {
+    this.call = stub["hold"](keyed(key));
+    this.call.on("data", (r: any) => this.settle(null, r));
+    this.call.on("error", (e: unknown) => this.settle(fromGrpcError(e), null));
+    this.call.on("end", () => this.settle(new StreamEnded("the hold stream ended"), null));
+  }
+
+  private settle(err: LockError | null, answer: any): void {
+    if (err && !this.ended) this.ended = err;
+    const w = this.waiting;
+    this.waiting = null;
+    if (!w) return;
+    if (err) w.reject(err);
+    else w.resolve(answer);
+  }
+
+  /** Sends `ask` and waits (bounded) for the one answer it gets. */
+  ask(ask: object, waitMs: number): Promise<any> {
+    if (this.ended) return Promise.reject(this.ended);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting = null;
+        this.close();
+        reject(new Unavailable("the hold stream did not answer in time"));
+      }, Math.max(waitMs, 1));
+      this.waiting = {
+        resolve: (r) => {
+          clearTimeout(timer);
+          resolve(r);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      this.call.write(ask);
+    });
+  }
+
+  close(): void {
+    this.call.end();
+    this.call.cancel();
+  }
+}
+
 /** The server ended the KeepAlive stream cleanly (an arbiter draining). */
 class StreamEnded extends Unavailable {}
 
@@ -238,6 +297,8 @@ interface Reentry {
   count: number;
   token: bigint;
   session: Session;
+  /** The hold's open `Hold` stream, which carries its release (null: unary). */
+  link: HoldLink | null;
 }
 
 /**
@@ -344,6 +405,8 @@ export class LockClient {
   private opening: Promise<void> = Promise.resolve();
   private readonly holds = new Map<string, Reentry>();
   private nextHold = 1;
+  private openStreams = 0;
+  private maxHoldStreams = DEFAULT_MAX_HOLD_STREAMS;
 
   constructor(
     private readonly endpoint: string,
@@ -372,6 +435,43 @@ export class LockClient {
     return this.stubValue;
   }
 
+  /** At most `max` holds of this client keep their `Hold` stream open (default
+   * DEFAULT_MAX_HOLD_STREAMS); past it acquires use the unary calls. 0: unary calls only
+   * (a proxy on the way that does not carry bidirectional streams). */
+  limitHoldStreams(max: number): void {
+    this.maxHoldStreams = max;
+  }
+
+  /** Hold streams open now (holds whose release will travel on their own stream). */
+  openHoldStreams(): number {
+    return this.openStreams;
+  }
+
+  /** The acquire on a `Hold` stream when the budget allows (kept for the release), else
+   * the unary call. */
+  private async grant(key: string, sessionId: string, waitMs: number): Promise<[bigint, HoldLink | null]> {
+    const req = { key, sessionId, waitMillis: String(Math.floor(waitMs)) };
+    if (this.openStreams >= this.maxHoldStreams) {
+      const r = await unary<{ token: string }>(this.stub(), "acquire", req, keyed(key), waitMs + CALL_SLACK_MS);
+      return [BigInt(r.token), null];
+    }
+    const link = new HoldLink(this.stub(), key);
+    this.openStreams += 1;
+    try {
+      const answer = await link.ask({ acquire: req }, waitMs + CALL_SLACK_MS);
+      if (!answer?.acquired) throw new Unavailable("the hold stream answered without a grant");
+      return [BigInt(answer.acquired.token), link];
+    } catch (e) {
+      this.closeLink(link);
+      throw e;
+    }
+  }
+
+  private closeLink(link: HoldLink): void {
+    link.close();
+    this.openStreams -= 1;
+  }
+
   /** Takes `key`, waiting up to `waitMs` for it. */
   async acquire(key: string, opts: AcquireOptions): Promise<Hold> {
     // JavaScript callers have no compiler to tell them: refuse before anything is sent.
@@ -382,8 +482,10 @@ export class LockClient {
     }
     const holdId = this.nextHold++;
     const entry = this.holds.get(key);
-    if (entry && entry.session.fenced) this.holds.delete(key);
-    else if (entry) {
+    if (entry && entry.session.fenced) {
+      if (entry.link) this.closeLink(entry.link);
+      this.holds.delete(key);
+    } else if (entry) {
       entry.count += 1;
       entry.session.attach(holdId, opts.onFence);
       return new Hold(this, key, holdId, entry.token, entry.session);
@@ -401,17 +503,10 @@ export class LockClient {
       try {
         s ??= await this.sessionOrOpen(key, wanted, opened);
         const left = Math.max(deadline - now(), 0);
-        const r = await unary<{ token: string }>(
-          this.stub(),
-          "acquire",
-          { key, sessionId: s.id, waitMillis: String(Math.floor(left)) },
-          keyed(key),
-          left + CALL_SLACK_MS,
-        );
+        const [token, link] = await this.grant(key, s.id, left);
         this.learnPlace(key, tagOf(s.id));
         s.attach(holdId, opts.onFence);
-        const token = BigInt(r.token);
-        this.holds.set(key, { count: 1, token, session: s });
+        this.holds.set(key, { count: 1, token, session: s, link });
         return new Hold(this, key, holdId, token, s);
       } catch (e) {
         err = fromGrpcError(e);
@@ -481,6 +576,7 @@ export class LockClient {
   async shutdown(): Promise<void> {
     const sessions = [...this.sessions.values()];
     this.sessions.clear();
+    for (const h of this.holds.values()) if (h.link) this.closeLink(h.link);
     this.holds.clear();
     let first: LockError | null = null;
     for (const s of sessions) {
@@ -508,8 +604,23 @@ export class LockClient {
       return;
     }
     this.holds.delete(key);
-    if (s.fenced) throw new Fenced("the hold was fenced before its release");
-    await unary(this.stub(), "release", { key, token: token.toString(), sessionId: s.id }, keyed(key), CALL_SLACK_MS);
+    const link = entry.link;
+    try {
+      if (s.fenced) throw new Fenced("the hold was fenced before its release");
+      const req = { key, token: token.toString(), sessionId: s.id };
+      if (link) {
+        try {
+          const answer = await link.ask({ release: req }, CALL_SLACK_MS);
+          if (answer?.released) return;
+        } catch (e) {
+          // A refusal stands; a stream that ended or broke did not release: unary below.
+          if (!(e instanceof Unavailable)) throw e;
+        }
+      }
+      await unary(this.stub(), "release", req, keyed(key), CALL_SLACK_MS);
+    } finally {
+      if (link) this.closeLink(link);
+    }
   }
 
   /**

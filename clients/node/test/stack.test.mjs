@@ -91,14 +91,42 @@ async function fastPathCount() {
   return (await r.text()).split("\n").filter((l) => l.includes(":")).reduce((n, l) => n + Number(l.split(":").pop()), 0);
 }
 
+test("each lock is one Hold stream, which carries its release", async () => {
+  const key = fresh();
+  const h = await locks.acquire(key, { onFence: unfenced });
+  assert.equal(locks.openHoldStreams(), 1);
+  await assert.rejects(other.acquire(key, { waitMs: 0, onFence: unfenced }), Held);
+  await h.release();
+  assert.equal(locks.openHoldStreams(), 0);
+  // Released on its stream: the key is free at once.
+  const again = await other.acquire(key, { waitMs: 0, onFence: unfenced });
+  assert.ok(again.token > h.token);
+  await again.release();
+  // Unary calls only: the same lock, no stream.
+  const unaryOnly = client("LOCK");
+  made.push(unaryOnly);
+  unaryOnly.limitHoldStreams(0);
+  const u = await unaryOnly.acquire(key, { onFence: unfenced });
+  assert.equal(unaryOnly.openHoldStreams(), 0);
+  await u.release();
+  await (await other.acquire(key, { waitMs: 0, onFence: unfenced })).release();
+});
+
 test("keyed calls take the edge's fast path", async () => {
   const fresher = client("LOCK");
   made.push(fresher);
   const before = await fastPathCount();
-  // OpenSession (a fresh client has none), Acquire, Release: three keyed calls, each decided
-  // on its lock-key header without waiting for the body.
+  // OpenSession (a fresh client has none), then the lock's Hold stream (its acquire and
+  // release on one request): two keyed requests, each decided on its lock-key header
+  // without waiting for the body. As two unary calls, three.
   await (await fresher.acquire(fresh(), { onFence: unfenced })).release();
-  assert.ok((await fastPathCount()) - before >= 3);
+  assert.ok((await fastPathCount()) - before >= 2);
+  const unaryOnly = client("LOCK");
+  made.push(unaryOnly);
+  unaryOnly.limitHoldStreams(0);
+  const mid = await fastPathCount();
+  await (await unaryOnly.acquire(fresh(), { onFence: unfenced })).release();
+  assert.ok((await fastPathCount()) - mid >= 3);
 });
 
 test("refusals are typed", async () => {
