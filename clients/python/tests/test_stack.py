@@ -203,10 +203,35 @@ def test_keyed_calls_take_the_edges_fast_path(locks, stack_env):
     if "LOCK_ENVOY_ADMIN" not in os.environ:
         pytest.skip("LOCK_ENVOY_ADMIN is not set")
     before = _fast_path_count()
-    # OpenSession (a fresh client has none), Acquire, Release: three keyed calls, each
-    # decided on its lock-key header without waiting for the body.
+    # OpenSession (a fresh client has none), then the lock's Hold stream (its acquire and
+    # release on one request): two keyed requests, each decided on its lock-key header
+    # without waiting for the body. As two unary calls, three.
     locks.acquire(fresh(stack_env["prefix"]), on_fence=unfenced).release()
-    assert _fast_path_count() - before >= 3
+    assert _fast_path_count() - before >= 2
+    locks.limit_hold_streams(0)
+    mid = _fast_path_count()
+    locks.acquire(fresh(stack_env["prefix"]), on_fence=unfenced).release()
+    assert _fast_path_count() - mid >= 2
+
+
+def test_each_lock_is_one_hold_stream_which_carries_its_release(locks, other_locks, stack_env):
+    key = fresh(stack_env["prefix"])
+    h = locks.acquire(key, on_fence=unfenced)
+    assert locks.open_hold_streams() == 1
+    with pytest.raises(Held):
+        other_locks.acquire(key, wait=0, on_fence=unfenced)
+    h.release()
+    assert locks.open_hold_streams() == 0
+    # Released on its stream: the key is free at once.
+    again = other_locks.acquire(key, wait=0, on_fence=unfenced)
+    assert again.token > h.token
+    again.release()
+    # Unary calls only: the same lock, no stream.
+    locks.limit_hold_streams(0)
+    u = locks.acquire(key, on_fence=unfenced)
+    assert locks.open_hold_streams() == 0
+    u.release()
+    other_locks.acquire(key, wait=0, on_fence=unfenced).release()
 
 
 def test_refusals_are_typed(locks, stack_env):

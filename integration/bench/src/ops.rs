@@ -25,7 +25,8 @@ pub enum System {
     /// lock-client's way: one `Hold` stream per lock (issue 33), `lock-key` metadata.
     FullPath,
     /// The full path as two unary calls (Acquire, Release) with `lock-key`: what grpcurl
-    /// and the Python client send, and lock-client before issue 33.
+    /// and other stubs send, a client with `limit_hold_streams(0)`, and every client before
+    /// issue 33.
     FullPathUnary,
     /// The full path for a client that does not send `lock-key` (grpcurl, other stubs):
     /// the edge pauses for the body.

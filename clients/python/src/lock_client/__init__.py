@@ -13,7 +13,7 @@
 Behind a mesh sidecar: `LockClient("http://127.0.0.1:15001", MeshSidecar())`.
 """
 
-from .client import Hold, LockClient, MeshSidecar, SvidFiles, check_endpoint
+from .client import DEFAULT_MAX_HOLD_STREAMS, Hold, LockClient, MeshSidecar, SvidFiles, check_endpoint
 from .errors import (
     Draining,
     Fenced,
@@ -45,5 +45,5 @@ __all__ = [
     "MeshSidecar", "Moving", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
     "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
-    "Lapse", "process_instance",
+    "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS",
 ]

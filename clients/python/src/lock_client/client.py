@@ -322,6 +322,48 @@ class _Reentry:
     count: int
     token: int
     session: _Session
+    # The hold's open Hold stream, which carries its release (None: unary).
+    link: Optional["_HoldLink"] = None
+
+
+#: Open Hold streams per client before acquires fall back to the unary calls.
+DEFAULT_MAX_HOLD_STREAMS = 1024
+_END = object()
+
+
+class _HoldLink:
+    """A hold as one Hold stream (issue 33): the acquire and, later, its release on one
+    HTTP/2 stream, one request at the edge instead of two. Only a transport: the hold lives
+    on the session, so a release the stream cannot carry (it ended: the arbiter drained, a
+    proxy's idle timeout) goes as the unary call."""
+
+    def __init__(self, stub: lock_pb2_grpc.LockStub, key: str):
+        self._asks: "queue.SimpleQueue[object]" = queue.SimpleQueue()
+        # gRPC reads the requests from this iterator on its own thread.
+        self._call = stub.Hold(iter(self._asks.get, _END), metadata=keyed(key))
+
+    def ask(self, msg: lock_pb2.HoldRequest, timeout: float) -> Optional[lock_pb2.HoldResponse]:
+        """Sends `msg` and waits, at most `timeout` seconds, for its one answer; None if the
+        stream ended without one. A stream that broke raises `Unavailable`; a refusal its
+        `LockError`."""
+        self._asks.put(msg)
+        # No per-message deadline in gRPC's blocking API: past the bound the call is
+        # cancelled, and the wait below ends with CANCELLED (Unavailable).
+        timer = threading.Timer(timeout, self._call.cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            return next(self._call)
+        except StopIteration:
+            return None
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        finally:
+            timer.cancel()
+
+    def close(self) -> None:
+        self._asks.put(_END)
+        self._call.cancel()
 
 
 class Hold:
@@ -411,8 +453,22 @@ class LockClient:
         self._cluster_tags: Dict[str, int] = {}
         self._holds: Dict[str, _Reentry] = {}
         self._next_hold = 1
+        self._open_streams = 0
+        self._max_hold_streams = DEFAULT_MAX_HOLD_STREAMS
 
     # -- public API --------------------------------------------------------------------
+    def limit_hold_streams(self, max_streams: int) -> None:
+        """At most `max_streams` holds keep their Hold stream open (default
+        DEFAULT_MAX_HOLD_STREAMS); past it acquires use the unary calls. 0: unary calls only
+        (a proxy on the way that does not carry bidirectional streams)."""
+        with self._lock:
+            self._max_hold_streams = max_streams
+
+    def open_hold_streams(self) -> int:
+        """Hold streams open now (holds whose release will travel on their own stream)."""
+        with self._lock:
+            return self._open_streams
+
     def acquire(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> Hold:
         """Takes `key`, waiting up to `wait` seconds for it. `on_fence` (required, ADR-12)
         runs on the session's thread if the hold is lost: stop touching the resource. Code
@@ -427,6 +483,8 @@ class LockClient:
             entry = self._holds.get(key)
             if entry is not None and entry.session.fenced:
                 del self._holds[key]
+                if entry.link is not None:
+                    self._close_link_locked(entry.link)
                 entry = None
             if entry is not None:
                 entry.count += 1
@@ -447,13 +505,9 @@ class LockClient:
                 left = max(deadline - time.monotonic(), 0.0)
                 req = lock_pb2.AcquireRequest(key=key, session_id=s.id,
                                               wait_millis=int(left * 1000))
-                try:
-                    r = self._stub().Acquire(req, metadata=keyed(key),
-                                             timeout=left + CALL_SLACK)
-                except grpc.RpcError as e:
-                    raise errors.from_rpc_error(e) from None
+                token, link = self._grant(key, req, left + CALL_SLACK)
                 self._learn_place(key, _tag_of(s.id))
-                return self._held(key, hold_id, r.token, s, on_fence)
+                return self._held(key, hold_id, token, s, on_fence, link)
             except errors.LockError as err_:
                 err = err_
             if isinstance(err, errors.WrongSessionTtl):
@@ -512,6 +566,9 @@ class LockClient:
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
+            for h in self._holds.values():
+                if h.link is not None:
+                    self._close_link_locked(h.link)
             self._holds.clear()
         first: Optional[errors.LockError] = None
         for s in sessions:
@@ -548,11 +605,43 @@ class LockClient:
                 self._stamp = stamp
             return lock_pb2_grpc.LockStub(self._channel)
 
+    def _grant(self, key: str, req: lock_pb2.AcquireRequest,
+               timeout: float) -> Tuple[int, Optional[_HoldLink]]:
+        """The acquire on a Hold stream when the budget allows (kept for the release),
+        else the unary call."""
+        with self._lock:
+            stream = self._open_streams < self._max_hold_streams
+            if stream:
+                self._open_streams += 1
+        if not stream:
+            try:
+                r = self._stub().Acquire(req, metadata=keyed(key), timeout=timeout)
+            except grpc.RpcError as e:
+                raise errors.from_rpc_error(e) from None
+            return r.token, None
+        link = _HoldLink(self._stub(), key)
+        try:
+            answer = link.ask(lock_pb2.HoldRequest(acquire=req), timeout)
+            if answer is None or answer.WhichOneof("step") != "acquired":
+                raise errors.Unavailable("the hold stream ended without answering the acquire")
+            return answer.acquired.token, link
+        except BaseException:
+            self._close_link(link)
+            raise
+
+    def _close_link(self, link: _HoldLink) -> None:
+        with self._lock:
+            self._close_link_locked(link)
+
+    def _close_link_locked(self, link: _HoldLink) -> None:
+        link.close()
+        self._open_streams -= 1
+
     def _held(self, key: str, hold_id: int, token: int, s: _Session,
-              on_fence: Optional[FenceFn]) -> Hold:
+              on_fence: Optional[FenceFn], link: Optional[_HoldLink] = None) -> Hold:
         s.attach(hold_id, on_fence)
         with self._lock:
-            self._holds[key] = _Reentry(count=1, token=token, session=s)
+            self._holds[key] = _Reentry(count=1, token=token, session=s, link=link)
         return Hold(self, key, hold_id, token, s)
 
     def _any_session(self) -> Optional[_Session]:
@@ -633,6 +722,7 @@ class LockClient:
 
     def _finish(self, key: str, hold_id: int, token: int, s: _Session) -> None:
         s.detach(hold_id)
+        link: Optional[_HoldLink] = None
         with self._lock:
             entry = self._holds.get(key)
             if entry is None:
@@ -643,13 +733,24 @@ class LockClient:
             else:
                 del self._holds[key]
                 last = True
+                link = entry.link
         if not last:
             return
-        if s.fenced:
-            raise errors.Fenced("the hold was fenced before its release")
         try:
-            self._stub().Release(
-                lock_pb2.ReleaseRequest(key=key, token=token, session_id=s.id),
-                metadata=keyed(key), timeout=CALL_SLACK)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+            if s.fenced:
+                raise errors.Fenced("the hold was fenced before its release")
+            req = lock_pb2.ReleaseRequest(key=key, token=token, session_id=s.id)
+            if link is not None:
+                try:
+                    answer = link.ask(lock_pb2.HoldRequest(release=req), CALL_SLACK)
+                    if answer is not None and answer.WhichOneof("step") == "released":
+                        return
+                except errors.Unavailable:
+                    pass  # the stream ended or broke without releasing: the unary call
+            try:
+                self._stub().Release(req, metadata=keyed(key), timeout=CALL_SLACK)
+            except grpc.RpcError as e:
+                raise errors.from_rpc_error(e) from None
+        finally:
+            if link is not None:
+                self._close_link(link)
