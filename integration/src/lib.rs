@@ -66,6 +66,13 @@ pub fn admin_get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Arbiter flags switching on the debug-only bugs `bugs` (`--inject-bug` each).
+pub fn inject_bugs(bugs: &[&str]) -> Vec<String> {
+    bugs.iter()
+        .flat_map(|b| ["--inject-bug".to_owned(), (*b).to_owned()])
+        .collect()
+}
+
 /// A request as the edge forwards it to an arbiter: `x-lock-key` (percent-encoded, as the
 /// filter writes it) and `x-lock-identity` set (either may be left out to show what the
 /// arbiter does without it).

@@ -405,13 +405,28 @@ impl Stack {
     pub fn lock_client(&self, spiffe_id: &str) -> anyhow::Result<lock_client::LockClient> {
         let name = format!("client-{}", spiffe_id.rsplit('/').next().unwrap_or("w"));
         let svid = self.pki.svid(&name, spiffe_id)?;
-        Ok(lock_client::LockClient::new(lock_client::Config::files(
+        self.lock_client_with(&svid, None)
+    }
+
+    /// A lock-client presenting `svid` through Envoy, as process `instance` among its
+    /// identity's replicas (None: this process's own instance).
+    pub fn lock_client_with(
+        &self,
+        svid: &SvidFiles,
+        instance: Option<&str>,
+    ) -> anyhow::Result<lock_client::LockClient> {
+        let config = lock_client::Config::files(
             self.endpoint(),
-            svid.cert,
-            svid.key,
-            svid.ca,
+            &svid.cert,
+            &svid.key,
+            &svid.ca,
             "localhost",
-        ))?)
+        );
+        let config = match instance {
+            Some(i) => config.with_instance(i),
+            None => config,
+        };
+        Ok(lock_client::LockClient::new(config)?)
     }
 }
 

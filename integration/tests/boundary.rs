@@ -38,13 +38,9 @@ struct Scene {
 }
 
 async fn scene(filter_switches: &[&str], arbiter_bugs: &[&str]) -> Scene {
-    let mut arbiter_args = Vec::new();
-    for b in arbiter_bugs {
-        arbiter_args.extend(["--inject-bug".to_owned(), (*b).to_owned()]);
-    }
     let stack = Stack::start(StackOptions {
         arbiters: 1,
-        arbiter_args,
+        arbiter_args: lock_integration::inject_bugs(arbiter_bugs),
         filter_switches: filter_switches.iter().map(|s| (*s).to_owned()).collect(),
         ..StackOptions::default()
     })

@@ -6,7 +6,6 @@
 
 use lock_client::proto::lock_client::LockClient as Stub;
 use lock_client::stub::keyed;
-use lock_client::{Config, LockClient};
 use lock_config::Reason;
 use lock_config::proto::v1::hold_request::Step as Ask;
 use lock_config::proto::v1::hold_response::Step as Answer;
@@ -90,19 +89,7 @@ async fn replicas_of_one_identity_hand_a_key_on_over_their_streams() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAST_PREFIX}/hold-stream-replicas");
     let svid = stack.pki.svid("stream-replica", &waiter_id(3)).unwrap();
-    let replica = |instance: &str| {
-        LockClient::new(
-            Config::files(
-                stack.endpoint(),
-                &svid.cert,
-                &svid.key,
-                &svid.ca,
-                "localhost",
-            )
-            .with_instance(instance),
-        )
-        .unwrap()
-    };
+    let replica = |instance| stack.lock_client_with(&svid, Some(instance)).unwrap();
     let (a, b) = (replica("pod-a"), replica("pod-b"));
     let first = a.acquire(&key, Duration::ZERO, no_fence()).await.unwrap();
     let first_token = first.token();
@@ -198,6 +185,14 @@ impl RawHold {
         let _ = self.asks.send(HoldRequest { step: Some(ask) }).await;
     }
 
+    /// The token of the grant the next answer must be.
+    async fn granted(&mut self) -> Result<u64, String> {
+        match self.answer().await {
+            Ok(Some(Answer::Acquired(g))) => Ok(g.token),
+            other => Err(format!("{other:?}")),
+        }
+    }
+
     async fn answer(&mut self) -> Result<Option<Answer>, tonic::Status> {
         let next = tokio::time::timeout(Duration::from_secs(10), self.answers.message())
             .await
@@ -236,13 +231,9 @@ async fn refusal(h: Result<RawHold, tonic::Status>) -> Option<Reason> {
 /// What the ledger workload (granted `pay/ledger` only) gets out of Hold streams that
 /// name other keys than the one the edge decided; each entry is a rule broken.
 async fn hold_stream_violations(arbiter_bugs: &[&str]) -> Vec<String> {
-    let mut arbiter_args = Vec::new();
-    for b in arbiter_bugs {
-        arbiter_args.extend(["--inject-bug".to_owned(), (*b).to_owned()]);
-    }
     let stack = Stack::start(StackOptions {
         arbiters: 1,
-        arbiter_args,
+        arbiter_args: lock_integration::inject_bugs(arbiter_bugs),
         ..StackOptions::default()
     })
     .await
@@ -282,10 +273,10 @@ async fn hold_stream_violations(arbiter_bugs: &[&str]) -> Vec<String> {
     let mut h = RawHold::open(&mut c, Some(mine), acquire(mine, session))
         .await
         .unwrap();
-    let token = match h.answer().await {
-        Ok(Some(Answer::Acquired(g))) => g.token,
-        other => {
-            wrong.push(format!("granted acquire on a stream: {other:?}"));
+    let token = match h.granted().await {
+        Ok(t) => t,
+        Err(e) => {
+            wrong.push(format!("granted acquire on a stream: {e}"));
             return wrong;
         }
     };
@@ -311,10 +302,10 @@ async fn hold_stream_violations(arbiter_bugs: &[&str]) -> Vec<String> {
     )
     .await
     .unwrap();
-    let token3 = match h.answer().await {
-        Ok(Some(Answer::Acquired(g))) => g.token,
-        other => {
-            wrong.push(format!("acquire hold-3: {other:?}"));
+    let token3 = match h.granted().await {
+        Ok(t) => t,
+        Err(e) => {
+            wrong.push(format!("acquire hold-3: {e}"));
             return wrong;
         }
     };
@@ -354,15 +345,14 @@ async fn hold_stream_violations(arbiter_bugs: &[&str]) -> Vec<String> {
     let mut h = RawHold::open(&mut c, None, acquire("pay/ledger/hold-body", session))
         .await
         .unwrap();
-    match h.answer().await {
-        Ok(Some(Answer::Acquired(g))) => {
-            h.send(release("pay/ledger/hold-body", g.token, session))
-                .await;
+    match h.granted().await {
+        Ok(t) => {
+            h.send(release("pay/ledger/hold-body", t, session)).await;
             if !matches!(h.answer().await, Ok(Some(Answer::Released(_)))) {
                 wrong.push("body path: release not answered".into());
             }
         }
-        other => wrong.push(format!("body path acquire: {other:?}")),
+        Err(e) => wrong.push(format!("body path acquire: {e}")),
     }
     // An ungranted key through the fast path is refused at the edge too.
     let r = refusal(RawHold::open(&mut c, Some(forged), acquire(forged, session)).await).await;

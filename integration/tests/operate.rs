@@ -43,12 +43,8 @@ async fn health_as(
 #[tokio::test]
 async fn only_the_edge_can_ask_an_arbiter_for_its_health() {
     for (bugs, workload_answered) in [(vec![], false), (vec!["admit-any-peer"], true)] {
-        let mut arbiter_args = Vec::new();
-        for b in &bugs {
-            arbiter_args.extend(["--inject-bug".to_owned(), (*b).to_owned()]);
-        }
         let stack = Stack::start(StackOptions {
-            arbiter_args,
+            arbiter_args: lock_integration::inject_bugs(&bugs),
             ..Default::default()
         })
         .await

@@ -3,7 +3,7 @@
 //! sibling's hold is waited for (FIFO handoff), and only the same instance under another
 //! session is a leak. And `lockctl run` never reports a lapsed hold as success.
 
-use lock_client::{Config, LockClient, LockError};
+use lock_client::LockError;
 use lock_integration::Stack;
 use lock_integration::process::eventually;
 use lock_integration::registry::{FAST_PREFIX, FAST_TTL, waiter_id};
@@ -216,19 +216,7 @@ async fn rust_client_replicas_wait_and_a_reused_instance_leaks() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let key = format!("{FAST_PREFIX}/replicas-rust");
     let svid = stack.pki.svid("rust-replica", &waiter_id(2)).unwrap();
-    let replica = |instance: &str| {
-        LockClient::new(
-            Config::files(
-                stack.endpoint(),
-                &svid.cert,
-                &svid.key,
-                &svid.ca,
-                "localhost",
-            )
-            .with_instance(instance),
-        )
-        .unwrap()
-    };
+    let replica = |instance| stack.lock_client_with(&svid, Some(instance)).unwrap();
     let (a, b, a_again) = (replica("pod-a"), replica("pod-b"), replica("pod-a"));
     let held = a.acquire(&key, Duration::ZERO, no_fence()).await.unwrap();
     // A sibling that will not wait hears HELD; one that waits queues.
