@@ -5,7 +5,7 @@
 //!
 //! The edge decided the stream once, on its key (`x-lock-key`, in the initial headers).
 //! Every message must name that key: the two steps below are exactly the unary calls
-//! (`service::acquire`, `service::release`), which refuse any other key. The stream is a
+//! (`calls::acquire`, `calls::release`), which refuse any other key. The stream is a
 //! transport, not state: the hold lives on the session, so a stream ending early (the
 //! client half-closes, a proxy's idle timeout, this arbiter draining) leaves the hold as
 //! it was, and the client releases it with a unary Release.
@@ -14,10 +14,10 @@
 //! channel: a spawned task would add a wake-up per message, and at low load a lock's cost
 //! is its wake-ups (`make profile`, concurrency 1).
 
+use crate::calls::{acquire, record, release};
 use crate::edge::EdgeContext;
 use crate::engine::Engine;
 use crate::error::ArbiterError;
-use crate::service::{acquire, record, release};
 use futures_util::stream::{self, Stream};
 use lock_config::proto::v1::hold_request::Step as Ask;
 use lock_config::proto::v1::hold_response::Step as Answer;

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod batch;
 pub mod bugs;
+pub mod calls;
 pub mod clusters;
 pub mod drain;
 pub mod durable;

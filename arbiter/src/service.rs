@@ -4,16 +4,14 @@
 //! verified peer certificate, read from the request's initial headers only (`edge`), on a
 //! connection whose peer is an allow-listed edge identity (`peer_tls`).
 
+use crate::calls;
 use crate::edge::EdgeContext;
 use crate::engine::Engine;
-use crate::error::ArbiterError;
 use crate::keepalive;
-use crate::metrics::METRICS;
 use crate::proto::lock_server::Lock;
 use lock_config::edge_headers::ARBITER_HEADER;
 use lock_config::proto::v1::*;
-use lock_config::status_details::refusal_of;
-use lock_config::{FencingToken, Reason};
+use lock_config::FencingToken;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -86,7 +84,7 @@ impl LockService {
         req: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
         let edge = self.edge(&req);
-        Ok(self.reply(acquire(&self.engine, &edge, req.get_ref()).await?))
+        Ok(self.reply(calls::acquire(&self.engine, &edge, req.get_ref()).await?))
     }
 
     async fn release_call(
@@ -94,7 +92,7 @@ impl LockService {
         req: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
         let edge = self.edge(&req);
-        Ok(self.reply(release(&self.engine, &edge, req.get_ref()).await?))
+        Ok(self.reply(calls::release(&self.engine, &edge, req.get_ref()).await?))
     }
 
     async fn validate_token_call(
@@ -205,50 +203,6 @@ impl Lock for LockService {
     }
 }
 
-/// An Acquire, unary or the first message of a Hold stream: the edge's key must be the
-/// message's.
-pub(crate) async fn acquire(
-    engine: &Engine,
-    edge: &EdgeContext,
-    m: &AcquireRequest,
-) -> Result<AcquireResponse, ArbiterError> {
-    let who = edge.identity()?;
-    let key = edge.keyed(&m.key)?;
-    let wait = std::time::Duration::from_millis(m.wait_millis);
-    let result = engine.acquire(&who, &key, m.session_id, wait).await;
-    match &result {
-        Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
-        Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
-    }
-    let g = result?;
-    Ok(AcquireResponse {
-        token: g.token.as_u64(),
-        parts: Some(TokenParts {
-            epoch: u32::from(g.token.epoch()),
-            revision: g.token.revision(),
-        }),
-        class_name: g.class,
-        ttl_seconds: g.ttl_seconds,
-    })
-}
-
-/// A Release, unary or on a Hold stream.
-pub(crate) async fn release(
-    engine: &Engine,
-    edge: &EdgeContext,
-    m: &ReleaseRequest,
-) -> Result<ReleaseResponse, ArbiterError> {
-    let who = edge.identity()?;
-    let key = edge.keyed(&m.key)?;
-    let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
-    let lease = Some(m.session_id).filter(|s| *s != 0);
-    let released_at_revision = engine.release(&who, &key, token, lease).await?;
-    tracing::debug!(namespace = key.namespace(), "released");
-    Ok(ReleaseResponse {
-        released_at_revision,
-    })
-}
-
 /// Records a call's latency by operation and outcome (`ok`, or the refusal's reason read
 /// back from the status it became: one mapping, in `error.rs`).
 fn observed<T>(
@@ -256,18 +210,6 @@ fn observed<T>(
     start: Instant,
     result: Result<Response<T>, Status>,
 ) -> Result<Response<T>, Status> {
-    record(operation, start, &result);
+    crate::calls::record(operation, start, &result);
     result
-}
-
-/// The count and latency of one operation, whatever carried it (a unary call or a message
-/// on a Hold stream).
-pub(crate) fn record<T>(operation: &'static str, start: Instant, result: &Result<T, Status>) {
-    let outcome = match result {
-        Ok(_) => Ok(()),
-        Err(s) => {
-            Err(refusal_of(s.code() as i32, s.details()).map_or(Reason::Internal, |r| r.reason))
-        }
-    };
-    METRICS.request(operation, outcome, start.elapsed());
 }

@@ -1,0 +1,69 @@
+//! The work of an Acquire and a Release, whatever carried them: the unary calls
+//! (`service.rs`) and the messages of a Hold stream (`hold.rs`) run the same functions, so
+//! a stream can do nothing a unary call could not.
+
+use crate::edge::EdgeContext;
+use crate::engine::Engine;
+use crate::error::ArbiterError;
+use crate::metrics::METRICS;
+use lock_config::proto::v1::*;
+use lock_config::status_details::refusal_of;
+use lock_config::{FencingToken, Reason};
+use std::time::Instant;
+use tonic::Status;
+
+/// An Acquire, unary or the first message of a Hold stream: the edge's key must be the
+/// message's.
+pub async fn acquire(
+    engine: &Engine,
+    edge: &EdgeContext,
+    m: &AcquireRequest,
+) -> Result<AcquireResponse, ArbiterError> {
+    let who = edge.identity()?;
+    let key = edge.keyed(&m.key)?;
+    let wait = std::time::Duration::from_millis(m.wait_millis);
+    let result = engine.acquire(&who, &key, m.session_id, wait).await;
+    match &result {
+        Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
+        Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
+    }
+    let g = result?;
+    Ok(AcquireResponse {
+        token: g.token.as_u64(),
+        parts: Some(TokenParts {
+            epoch: u32::from(g.token.epoch()),
+            revision: g.token.revision(),
+        }),
+        class_name: g.class,
+        ttl_seconds: g.ttl_seconds,
+    })
+}
+
+/// A Release, unary or on a Hold stream.
+pub async fn release(
+    engine: &Engine,
+    edge: &EdgeContext,
+    m: &ReleaseRequest,
+) -> Result<ReleaseResponse, ArbiterError> {
+    let who = edge.identity()?;
+    let key = edge.keyed(&m.key)?;
+    let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
+    let lease = Some(m.session_id).filter(|s| *s != 0);
+    let released_at_revision = engine.release(&who, &key, token, lease).await?;
+    tracing::debug!(namespace = key.namespace(), "released");
+    Ok(ReleaseResponse {
+        released_at_revision,
+    })
+}
+
+/// The count and latency of one operation, whatever carried it (a unary call or a message
+/// on a Hold stream).
+pub fn record<T>(operation: &'static str, start: Instant, result: &Result<T, Status>) {
+    let outcome = match result {
+        Ok(_) => Ok(()),
+        Err(s) => {
+            Err(refusal_of(s.code() as i32, s.details()).map_or(Reason::Internal, |r| r.reason))
+        }
+    };
+    METRICS.request(operation, outcome, start.elapsed());
+}
