@@ -308,20 +308,18 @@ fn start_frozen(stack: &Stack, dir: &Path, i: usize, inject: bool) -> Frozen {
 /// exits while lockctl is still frozen), then lockctl. Returns each lockctl's exit code.
 async fn freeze_and_wake(mut runs: Vec<Frozen>) -> Vec<(Option<i32>, String)> {
     use rustix::process::Signal;
+    let mut groups: Vec<(i32, i32)> = Vec::new();
     for r in &runs {
-        wait_for_file(&r.pidfile).await;
-    }
-    let groups: Vec<(i32, i32)> = runs
-        .iter()
-        .map(|r| {
-            let cmd: i32 = std::fs::read_to_string(&r.pidfile)
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap();
-            (i32::try_from(r.lockctl.id()).unwrap(), cmd)
+        // The shell creates the file before it writes its pid: wait for a pid, not the
+        // file (a fresh CI clone read it empty once).
+        let cmd: i32 = eventually(Duration::from_secs(20), || async {
+            let text = std::fs::read_to_string(&r.pidfile)?;
+            Ok(text.trim().parse::<i32>()?)
         })
-        .collect();
+        .await
+        .unwrap();
+        groups.push((i32::try_from(r.lockctl.id()).unwrap(), cmd));
+    }
     for &(lockctl, cmd) in &groups {
         signal_group(lockctl, Signal::STOP);
         signal_group(cmd, Signal::STOP);
