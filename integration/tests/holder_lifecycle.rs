@@ -70,6 +70,18 @@ async fn until_exists(path: &Path) {
     .unwrap();
 }
 
+/// Waits until `path` holds a pid: the shell creates the file with its redirection before
+/// it writes, so existing is not enough (replicas.rs read one empty on a fresh CI clone).
+async fn until_pid(path: &Path) {
+    eventually(Duration::from_secs(20), || async {
+        let text = std::fs::read_to_string(path)?;
+        text.trim().parse::<u32>()?;
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 /// Waits for a child to exit, bounded.
 async fn exit_code(child: &mut Child) -> Option<i32> {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -247,7 +259,7 @@ async fn a_fenced_hold_stops_the_grandchildren_too() {
             }
         }
     });
-    until_exists(&gpid).await;
+    until_pid(&gpid).await;
     stack.envoy.proc.kill(); // renewals fail; the client fences at its deadline
     assert_eq!(exit_code(&mut run).await, Some(4), "fenced");
     let exited = Instant::now();
@@ -288,8 +300,8 @@ async fn killing_lockctl_kills_the_command_and_its_group() {
         &svid(&stack, 4),
         &["run", &key, "--", "sh", "-c", &script],
     );
-    until_exists(&pid).await;
-    until_exists(&gpid).await;
+    until_pid(&pid).await;
+    until_pid(&gpid).await;
     run.kill().unwrap(); // SIGKILL
     let _ = run.wait();
     let (p, g) = (
