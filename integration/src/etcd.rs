@@ -158,6 +158,15 @@ struct Placement {
     ports: [u16; 3],
 }
 
+/// Member `i` of an `n`-member cluster named `prefix`: the prefix itself when alone.
+fn member_name(prefix: &str, n: usize, i: usize) -> String {
+    if n == 1 {
+        prefix.to_owned()
+    } else {
+        format!("{prefix}{i}")
+    }
+}
+
 impl Etcd {
     /// Starts a single-member cluster; waits until it accepts connections.
     pub fn start(dir: &Path, name: &str) -> anyhow::Result<Self> {
@@ -187,16 +196,44 @@ impl Etcd {
         extra: &[String],
         security: Security,
     ) -> anyhow::Result<Vec<Self>> {
-        let ports = crate::process::free_ports(3 * n)?;
-        let places = ports
-            .chunks(3)
-            .map(|p| Placement {
-                ip: std::net::Ipv4Addr::LOCALHOST.into(),
-                netns: None,
-                ports: [p[0], p[1], p[2]],
-            })
-            .collect();
-        Self::start_placed(dir, prefix, places, extra, security)
+        Self::on_free_ports(dir, prefix, n, extra, security, None)
+    }
+
+    /// `n` members on loopback ports picked free. A port picked free can be taken by
+    /// another process before etcd binds it (seen in `make test`: "bind: address already
+    /// in use"): then the cluster starts again on fresh ports, at most three times.
+    fn on_free_ports(
+        dir: &Path,
+        prefix: &str,
+        n: usize,
+        extra: &[String],
+        security: Security,
+        shared: Option<Arc<EtcdPki>>,
+    ) -> anyhow::Result<Vec<Self>> {
+        let mut tries = 0;
+        loop {
+            let ports = crate::process::free_ports(3 * n)?;
+            let places = ports
+                .chunks(3)
+                .map(|p| Placement {
+                    ip: std::net::Ipv4Addr::LOCALHOST.into(),
+                    netns: None,
+                    ports: [p[0], p[1], p[2]],
+                })
+                .collect();
+            match Self::start_placed_with(dir, prefix, places, extra, security, shared.clone()) {
+                Err(e) if tries < 3 && format!("{e:#}").contains("address already in use") => {
+                    tries += 1;
+                    // The members that started were stopped with the error; a data
+                    // directory bootstrapped for the old ports would refuse the new ones.
+                    for i in 0..n {
+                        let name = member_name(prefix, n, i);
+                        let _ = std::fs::remove_dir_all(dir.join(format!("{name}.etcd")));
+                    }
+                }
+                started => return started,
+            }
+        }
     }
 
     /// An `n`-member cluster with member `i` alone in `lab`'s namespace `i`, so links
@@ -221,16 +258,7 @@ impl Etcd {
     /// A single-member cluster on loopback with another cluster's certificates (`pki`),
     /// so one etcd credential reaches both: the coord cluster and its entity shards.
     pub fn start_sharing(dir: &Path, name: &str, pki: Arc<EtcdPki>) -> anyhow::Result<Self> {
-        let p = crate::process::free_ports(3)?;
-        let place = Placement {
-            ip: std::net::Ipv4Addr::LOCALHOST.into(),
-            netns: None,
-            ports: [p[0], p[1], p[2]],
-        };
-        Ok(
-            Self::start_placed_with(dir, name, vec![place], &[], Security::Roles, Some(pki))?
-                .remove(0),
-        )
+        Ok(Self::on_free_ports(dir, name, 1, &[], Security::Roles, Some(pki))?.remove(0))
     }
 
     fn start_placed(
@@ -261,11 +289,7 @@ impl Etcd {
         };
         let mut members = Vec::with_capacity(n);
         for (i, place) in places.into_iter().enumerate() {
-            let name = if n == 1 {
-                prefix.to_owned()
-            } else {
-                format!("{prefix}{i}")
-            };
+            let name = member_name(prefix, n, i);
             let at = |port: u16| SocketAddr::new(place.ip, port);
             let [client, peer, metrics] = place.ports;
             members.push(Self {
