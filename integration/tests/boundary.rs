@@ -170,6 +170,25 @@ impl Scene {
             )
             .await
             .unwrap();
+            // A Hold stream, decided on its first message, ended by forged trailers.
+            let hold_key = "pay/ledger/trailer-hold";
+            let hold = HoldRequest {
+                step: Some(hold_request::Step::Acquire(AcquireRequest {
+                    key: hold_key.into(),
+                    session_id: s.session_id,
+                    wait_millis: 0,
+                })),
+            };
+            c.call(
+                "Hold",
+                &[],
+                &[
+                    Part::Data(grpc_frame(&hold.encode_to_vec())),
+                    forged(hold_key),
+                ],
+            )
+            .await
+            .unwrap();
         }
         // CloseSession carries no key: the forged identity is all that would name the
         // victim's session, in a namespace the ledger has no grant for.
