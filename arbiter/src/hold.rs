@@ -22,6 +22,7 @@ use futures_util::stream::{self, Stream};
 use lock_config::proto::v1::hold_request::Step as Ask;
 use lock_config::proto::v1::hold_response::Step as Answer;
 use lock_config::proto::v1::{HoldRequest, HoldResponse};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 use tonic::{Status, Streaming};
@@ -35,11 +36,12 @@ struct Open {
 impl Open {
     /// The edge's decision each message is judged by: the stream's, always (a debug-only
     /// bug makes it the message's own key, for the boundary test to catch).
-    fn edge_for(&self, message_key: &str) -> EdgeContext {
+    /// Borrowed: the stream's own context, with no copy per message.
+    fn edge_for(&self, message_key: &str) -> Cow<'_, EdgeContext> {
         if self.engine.bugs().has(crate::bugs::Bug::HoldKeyFromMessage) {
-            return self.edge.with_key_of(message_key);
+            return Cow::Owned(self.edge.with_key_of(message_key));
         }
-        self.edge.clone()
+        Cow::Borrowed(&self.edge)
     }
 }
 

@@ -155,40 +155,24 @@ impl Scene {
             .await
             .unwrap();
         if let Ok(s) = open.decode::<OpenSessionResponse>() {
-            let acquire = AcquireRequest {
+            let acquire = |key: &str| AcquireRequest {
                 key: key.into(),
                 session_id: s.session_id,
                 wait_millis: 0,
             };
-            c.call(
-                "Acquire",
-                &[],
-                &[
-                    Part::Data(grpc_frame(&acquire.encode_to_vec())),
-                    forged(key),
-                ],
-            )
-            .await
-            .unwrap();
-            // A Hold stream, decided on its first message, ended by forged trailers.
+            // An Acquire, and a Hold stream (decided on its first message), each ended by
+            // forged trailers.
             let hold_key = "pay/ledger/trailer-hold";
             let hold = HoldRequest {
-                step: Some(hold_request::Step::Acquire(AcquireRequest {
-                    key: hold_key.into(),
-                    session_id: s.session_id,
-                    wait_millis: 0,
-                })),
+                step: Some(hold_request::Step::Acquire(acquire(hold_key))),
             };
-            c.call(
-                "Hold",
-                &[],
-                &[
-                    Part::Data(grpc_frame(&hold.encode_to_vec())),
-                    forged(hold_key),
-                ],
-            )
-            .await
-            .unwrap();
+            for (method, k, body) in [
+                ("Acquire", key, acquire(key).encode_to_vec()),
+                ("Hold", hold_key, hold.encode_to_vec()),
+            ] {
+                let parts = [Part::Data(grpc_frame(&body)), forged(k)];
+                c.call(method, &[], &parts).await.unwrap();
+            }
         }
         // CloseSession carries no key: the forged identity is all that would name the
         // victim's session, in a namespace the ledger has no grant for.

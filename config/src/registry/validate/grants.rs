@@ -58,23 +58,16 @@ impl Validator {
                 validate_rate: None,
             });
             entry.prefixes.extend(prefixes);
-            for (field, merged, set) in [
-                ("spec.rate", &mut entry.rate, spec.rate),
-                (
-                    "spec.validateRate",
-                    &mut entry.validate_rate,
-                    spec.validate_rate,
-                ),
+            for (name, merged, set) in [
+                ("rate", &mut entry.rate, spec.rate),
+                ("validateRate", &mut entry.validate_rate, spec.validate_rate),
             ] {
                 match (*merged, set) {
                     (Some(a), Some(b)) if a != b => self.err(
                         &source,
                         &id,
-                        field,
-                        format!(
-                            "another LockGrant for this SPIFFE ID sets a different {}",
-                            &field[5..]
-                        ),
+                        &format!("spec.{name}"),
+                        format!("another LockGrant for this SPIFFE ID sets a different {name}"),
                     ),
                     (None, Some(b)) => *merged = Some(b),
                     _ => {}
