@@ -28,6 +28,11 @@
 //!   outcome unknown: the holder record is read back, and "not yet ours" is NO_QUORUM, never
 //!   a definite refusal a late commit could contradict (HELD_DEADLINE was answered and the
 //!   handoff committed 2.5 s later).
+//! - That doubt outlives the offer: a head whose taken offer's answer was lost stands a
+//!   fresh one and keeps waiting, but the lost handoff may still commit (a transaction sent
+//!   to a stopped etcd leader is applied when it resumes, long after its caller gave up),
+//!   so every refusal that wait ends with is read back first and answered NO_QUORUM, never
+//!   the definite one (HELD_DEADLINE was answered, the handoff committed 1.4 s later).
 
 use crate::error::ArbiterError;
 use crate::grant::Grant;
@@ -41,13 +46,19 @@ pub enum State {
     /// First in the queue, between transactions. `held_at`: the revision the key was last
     /// seen held at (watch for the release after it), None: look with a grant transaction.
     /// `broken`: watches that broke in a row (past one, poll instead of re-watching).
-    Head { held_at: Option<i64>, broken: u32 },
+    /// `doubt` (in this state and the three below): a release took an earlier offer of this
+    /// wait and its answer was lost, so its handoff may still commit.
+    Head {
+        held_at: Option<i64>,
+        broken: u32,
+        doubt: bool,
+    },
     /// Its grant transaction is in flight; an end that came meanwhile waits for its result.
-    Attempting { ended: Option<Ended> },
+    Attempting { ended: Option<Ended>, doubt: bool },
     /// The wait is over with `refusal`, unless a release has taken the offer: withdrawing.
-    Ending { refusal: ArbiterError },
+    Ending { refusal: ArbiterError, doubt: bool },
     /// A release took the offer: its answer decides, `refusal` if it did not hand on.
-    Offered { refusal: ArbiterError },
+    Offered { refusal: ArbiterError, doubt: bool },
     /// Whether a handoff committed is unknown: the holder record decides; not this
     /// session's means `otherwise`.
     Unsure { otherwise: ArbiterError },
@@ -224,10 +235,10 @@ fn answer(result: Result<Grant, ArbiterError>) -> Transition {
 
 /// The head's next look, once it has checked its offer: a transaction when the key's
 /// state is unknown, else the watch.
-fn look(held_at: Option<i64>, broken: u32) -> Transition {
+fn look(held_at: Option<i64>, broken: u32, doubt: bool) -> Transition {
     match held_at {
         None => go(
-            State::Attempting { ended: None },
+            State::Attempting { ended: None, doubt },
             Effects::NONE,
             Then::Attempt,
         ),
@@ -235,6 +246,7 @@ fn look(held_at: Option<i64>, broken: u32) -> Transition {
             State::Head {
                 held_at: Some(h),
                 broken,
+                doubt,
             },
             Effects::NONE,
             Then::Watch { from: h + 1 },
@@ -243,11 +255,12 @@ fn look(held_at: Option<i64>, broken: u32) -> Transition {
 }
 
 /// Back to the head's first question (was the key handed on?), the key's state unknown.
-fn recheck(broken: u32, effects: Effects) -> Transition {
+fn recheck(broken: u32, doubt: bool, effects: Effects) -> Transition {
     go(
         State::Head {
             held_at: None,
             broken,
+            doubt,
         },
         effects,
         Then::CheckAnswer,
@@ -255,8 +268,25 @@ fn recheck(broken: u32, effects: Effects) -> Transition {
 }
 
 /// The wait is over with `refusal`: first take the offer back.
-fn ending(refusal: ArbiterError) -> Transition {
-    go(State::Ending { refusal }, Effects::NONE, Then::Withdraw)
+fn ending(refusal: ArbiterError, doubt: bool) -> Transition {
+    go(
+        State::Ending { refusal, doubt },
+        Effects::NONE,
+        Then::Withdraw,
+    )
+}
+
+/// The refusal a wait ends with, or, when a lost handoff may still commit, the holder
+/// record read back first and NO_QUORUM unless it is this session's.
+fn refuse(refusal: ArbiterError, doubt: bool) -> Transition {
+    if doubt {
+        return unsure(ArbiterError::NoQuorum);
+    }
+    answer(Err(refusal))
+}
+
+fn unsure(otherwise: ArbiterError) -> Transition {
+    go(State::Unsure { otherwise }, Effects::NONE, Then::ReadBack)
 }
 
 /// The start of a FIFO wait: queued, its offer standing from the moment it joins (a release
@@ -274,7 +304,7 @@ pub fn start() -> Transition {
 
 /// The start of a wait's end decided outside the queue (a durable wait): withdrawing.
 pub fn end_with(refusal: ArbiterError) -> Transition {
-    ending(refusal)
+    ending(refusal, false)
 }
 
 /// The transition function. Pairs that cannot happen (the driver never produces that
@@ -285,80 +315,114 @@ pub fn step(state: State, event: Event) -> Transition {
     match (state, event) {
         // ---- queued ----
         (S::Queued, E::BecameHead { held_at }) => go(
-            S::Head { held_at, broken: 0 },
+            S::Head {
+                held_at,
+                broken: 0,
+                doubt: false,
+            },
             Effects::NONE,
             Then::CheckAnswer,
         ),
-        (S::Queued, E::Ended(e)) => ending(e.refusal()),
+        (S::Queued, E::Ended(e)) => ending(e.refusal(), false),
 
         // ---- the head, between transactions ----
-        (S::Head { held_at, broken }, E::NoAnswer) => look(held_at, broken),
+        (
+            S::Head {
+                held_at,
+                broken,
+                doubt,
+            },
+            E::NoAnswer,
+        ) => look(held_at, broken, doubt),
         (S::Head { .. }, E::HandedOn(g)) => granted(g),
+        // A session that ended gets no handoff, late or not: definite.
         (S::Head { .. }, E::HandedSessionGone) => answer(Err(ArbiterError::SessionNotFound)),
-        // Not handed on, or the release's outcome unknown: a fresh offer, and the next
-        // look is the head's own transaction, which reads back a handoff that committed.
-        (S::Head { .. }, E::NotHandedOn | E::AnswerLost) => recheck(0, Effects::restand()),
-        (S::Head { .. }, E::ReleaseSeen) => recheck(0, Effects::released()),
+        // Not handed on: a fresh offer, and the next look is the head's own transaction.
+        (S::Head { doubt, .. }, E::NotHandedOn) => recheck(0, doubt, Effects::restand()),
+        // The release's outcome unknown: the same, and from now on the wait is in doubt
+        // (its own transaction reads back a handoff that committed; one still to commit
+        // only the final read-back can see).
+        (S::Head { .. }, E::AnswerLost) => recheck(0, true, Effects::restand()),
+        (S::Head { doubt, .. }, E::ReleaseSeen) => recheck(0, doubt, Effects::released()),
         // A broken watch: a transaction and a new watch at once; if it keeps breaking,
         // poll every second or so (ADR-15).
-        (S::Head { broken: 0, .. }, E::WatchBroken) => recheck(1, Effects::released()),
-        (S::Head { held_at, broken }, E::WatchBroken) => go(
+        (
+            S::Head {
+                broken: 0, doubt, ..
+            },
+            E::WatchBroken,
+        ) => recheck(1, doubt, Effects::released()),
+        (
+            S::Head {
+                held_at,
+                broken,
+                doubt,
+            },
+            E::WatchBroken,
+        ) => go(
             S::Head {
                 held_at,
                 broken: broken + 1,
+                doubt,
             },
             Effects::NONE,
             Then::Pause,
         ),
-        (S::Head { broken, .. }, E::Paused) => recheck(broken, Effects::released()),
-        (S::Head { .. }, E::Ended(e)) => ending(e.refusal()),
+        (S::Head { broken, doubt, .. }, E::Paused) => recheck(broken, doubt, Effects::released()),
+        (S::Head { doubt, .. }, E::Ended(e)) => ending(e.refusal(), doubt),
 
         // ---- the head's transaction in flight: only its result decides ----
         (S::Attempting { .. }, E::Granted(g)) => granted(g),
-        (S::Attempting { ended: None }, E::Held { revision }) => go(
+        (S::Attempting { ended: None, doubt }, E::Held { revision }) => go(
             S::Head {
                 held_at: Some(revision),
                 broken: 0,
+                doubt,
             },
             Effects::held(revision),
             Then::Watch { from: revision + 1 },
         ),
         // An end that came while the transaction was in flight is looked at now.
-        (S::Attempting { ended: Some(e) }, E::Held { revision }) => Transition {
+        (
+            S::Attempting {
+                ended: Some(e),
+                doubt,
+            },
+            E::Held { revision },
+        ) => Transition {
             effects: Effects::held(revision),
-            ..ending(e.refusal())
+            ..ending(e.refusal(), doubt)
         },
-        (S::Attempting { .. }, E::Ended(e)) => go(
-            S::Attempting { ended: Some(e) },
+        (S::Attempting { doubt, .. }, E::Ended(e)) => go(
+            S::Attempting {
+                ended: Some(e),
+                doubt,
+            },
             Effects::NONE,
             Then::AwaitAttempt,
         ),
         // A refusal while a release may have taken the offer: that answer decides.
-        (S::Attempting { .. }, E::Refused(e)) => ending(e),
+        (S::Attempting { doubt, .. }, E::Refused(e)) => ending(e, doubt),
 
         // ---- the wait is over: withdrawing, or awaiting a taken offer's answer ----
-        (S::Ending { refusal }, E::Withdrawn) => answer(Err(refusal)),
-        (S::Ending { refusal }, E::OfferTaken) => {
-            go(S::Offered { refusal }, Effects::NONE, Then::AwaitAnswer)
-        }
-        (S::Ending { refusal }, E::Fenced) => go(
-            S::Unsure { otherwise: refusal },
+        (S::Ending { refusal, doubt }, E::Withdrawn) => refuse(refusal, doubt),
+        (S::Ending { refusal, doubt }, E::OfferTaken) => go(
+            S::Offered { refusal, doubt },
             Effects::NONE,
-            Then::ReadBack,
+            Then::AwaitAnswer,
         ),
+        (S::Ending { refusal, doubt }, E::Fenced) => unsure(if doubt {
+            ArbiterError::NoQuorum
+        } else {
+            refusal
+        }),
         (S::Ending { .. }, E::Refused(e)) => answer(Err(e)),
         (S::Offered { .. }, E::HandedOn(g)) => granted(g),
         (S::Offered { .. }, E::HandedSessionGone) => answer(Err(ArbiterError::SessionNotFound)),
-        (S::Offered { refusal }, E::NotHandedOn) => answer(Err(refusal)),
+        (S::Offered { refusal, doubt }, E::NotHandedOn) => refuse(refusal, doubt),
         // The release's transaction may still commit after its bound: not yet this
         // session's is an unknown outcome, never the wait's definite refusal.
-        (S::Offered { .. }, E::AnswerLost) => go(
-            S::Unsure {
-                otherwise: ArbiterError::NoQuorum,
-            },
-            Effects::NONE,
-            Then::ReadBack,
-        ),
+        (S::Offered { .. }, E::AnswerLost) => unsure(ArbiterError::NoQuorum),
         (S::Unsure { .. }, E::ReadBack(Some(g))) => answer(Ok(g)),
         (S::Unsure { otherwise }, E::ReadBack(None)) => answer(Err(otherwise)),
         (S::Unsure { .. }, E::Refused(e)) => answer(Err(e)),

@@ -158,7 +158,7 @@ impl Reason {
                 "No epoch record, or the store's cluster ID (or revision) differs from the one the epoch record is bound to: etcd was restored or replaced. No grants until an operator runs `lockctl epoch advance`."
             }
             Reason::NoQuorum => {
-                "etcd is unreachable or did not answer within the store timeout: no grant and no renewal (the closed posture). The clients retry inside the deadline; holders drain, then fence."
+                "etcd is unreachable or did not answer within the store timeout: no grant and no renewal (the closed posture). The outcome is unknown, not a refusal: a write etcd had not answered may still be applied (a stopped leader applies it when it resumes), so an Acquire answered NO_QUORUM may have been granted. The clients retry inside the deadline with the same session, and a retried Acquire gets that grant back; holders drain, then fence."
             }
             Reason::StoreFull => {
                 "Addition: etcd's NOSPACE alarm is raised. No new grants or sessions; releases, renewals and reads still work. An operator compacts, defragments and disarms."

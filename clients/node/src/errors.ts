@@ -54,7 +54,7 @@ export class RateLimited extends LockError {
 }
 /** The store was restored without an epoch advance: no grants until an operator acts. */
 export class Sealed extends LockError {}
-/** The store has no quorum: no grant, no renewal (closed posture). */
+/** The store has no quorum: no grant, no renewal (closed posture); an outcome unknown, not a refusal (retry with the same session). */
 export class NoQuorum extends LockError {}
 /** etcd's NOSPACE alarm: no new grants or sessions. */
 export class StoreFull extends LockError {}
