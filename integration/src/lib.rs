@@ -21,6 +21,7 @@ pub mod process;
 pub mod prometheus;
 pub mod raw;
 pub mod registry;
+pub mod s3;
 pub mod sidecar;
 pub mod stack;
 pub mod workload_api;

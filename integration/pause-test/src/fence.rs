@@ -36,29 +36,17 @@ pub enum Fence {
     LessOrEqual,
 }
 
-impl std::str::FromStr for Fence {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "reference" => Ok(Fence::Reference),
-            "split" => Ok(Fence::SplitCheckThenWrite),
-            "le" => Ok(Fence::LessOrEqual),
-            _ => Err(format!("unknown fence {s:?} (reference, split, le)")),
-        }
-    }
-}
-
 /// Creates the table (once: concurrent `CREATE TABLE IF NOT EXISTS` races in PostgreSQL).
 pub async fn create_schema(db: &Client) -> Result<(), tokio_postgres::Error> {
     db.execute(REFERENCE_SCHEMA, &[]).await.map(drop)
 }
 
-/// Creates or resets the record `id` with fence 0.
-pub async fn prepare(db: &Client, id: i64) -> Result<(), tokio_postgres::Error> {
+/// Creates or resets the record `id` to `initial` with fence 0.
+pub async fn prepare(db: &Client, id: i64, initial: &str) -> Result<(), tokio_postgres::Error> {
     db.execute(
-        "INSERT INTO fenced_resource (id, value, fence) VALUES ($1, '', 0)
-         ON CONFLICT (id) DO UPDATE SET value = '', fence = 0",
-        &[&id],
+        "INSERT INTO fenced_resource (id, value, fence) VALUES ($1, $2, 0)
+         ON CONFLICT (id) DO UPDATE SET value = $2, fence = 0",
+        &[&id, &initial],
     )
     .await?;
     Ok(())

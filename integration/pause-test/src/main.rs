@@ -14,6 +14,10 @@
 //!
 //!   pause-test run --db URL --fence reference --key-prefix pay/fast/pt --class pay-ledger \
 //!       --resource pg/ledger --schema-version 3 --cycles 10 [--registry DIR]
+//!   pause-test run --s3 URL --bucket NAME --fence s3 ...      (an S3-compatible store)
+//!
+//! The record B writes is prepared holding B's bytes already: the worst case for a fence
+//! that compares content (an S3 ETag) rather than the token.
 //!
 //! Identities: A uses LOCK_SVID / LOCK_SVID_KEY, B uses LOCK_SVID_B / LOCK_SVID_KEY_B; both
 //! LOCK_ENDPOINT and LOCK_CA. The keys locked may belong to any class (a short TTL makes a
@@ -21,8 +25,7 @@
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
-use lock_pause_test::connect;
-use lock_pause_test::fence::{self, Fence};
+use lock_pause_test::resource::{self, Kind, Resource, Target};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -41,10 +44,10 @@ enum Cmd {
     Run(RunArgs),
     /// A holder process driven by the kit over stdin/stdout (internal).
     Holder {
+        #[command(flatten)]
+        target: Target,
         #[arg(long)]
-        db: String,
-        #[arg(long)]
-        fence: Fence,
+        fence: Kind,
         #[arg(long)]
         key: String,
         #[arg(long, default_value_t = 60)]
@@ -54,10 +57,12 @@ enum Cmd {
 
 #[derive(clap::Args, Clone)]
 struct RunArgs {
-    #[arg(long)]
-    db: String,
+    #[command(flatten)]
+    target: Target,
+    /// The fence under test: reference, split, le (PostgreSQL); s3, s3-unconditional,
+    /// s3-client-compare, s3-etag-of-value (S3). The broken ones exist to be caught.
     #[arg(long, default_value = "reference")]
-    fence: Fence,
+    fence: Kind,
     #[arg(long)]
     key_prefix: String,
     #[arg(long, default_value_t = 1)]
@@ -81,11 +86,11 @@ struct RunArgs {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Holder {
-            db,
+            target,
             fence,
             key,
             wait_secs,
-        } => holder(&db, fence, &key, wait_secs).await,
+        } => holder(&target, fence, &key, wait_secs).await,
         Cmd::Run(args) => {
             let passed = run(&args).await?;
             std::process::exit(if passed { 0 } else { 1 });
@@ -95,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// One holder: acquire, then serve `write ROW VALUE` commands; between the fence check and
 /// the write it prints `checked` and waits for `go`.
-async fn holder(db: &str, fence: Fence, key: &str, wait_secs: u64) -> anyhow::Result<()> {
+async fn holder(target: &Target, fence: Kind, key: &str, wait_secs: u64) -> anyhow::Result<()> {
     let env = |k: &str| std::env::var(k).with_context(|| format!("{k} is not set"));
     let client = lock_client::LockClient::new(lock_client::Config::files(
         env("LOCK_ENDPOINT")?,
@@ -104,7 +109,7 @@ async fn holder(db: &str, fence: Fence, key: &str, wait_secs: u64) -> anyhow::Re
         env("LOCK_CA")?,
         std::env::var("LOCK_SERVER_NAME").unwrap_or_else(|_| "localhost".into()),
     ))?;
-    let db = connect(db).await?;
+    let resource = Resource::open(fence, target).await?;
     // The kit, not the library, decides when this holder writes: a paused holder that
     // already passed its checks is exactly what fencing must stop.
     let hold = client
@@ -123,7 +128,7 @@ async fn holder(db: &str, fence: Fence, key: &str, wait_secs: u64) -> anyhow::Re
                     println!("checked");
                     let _ = next.next_line().await;
                 };
-                let accepted = fence::write(&db, fence, row, value, token, checked).await?;
+                let accepted = resource.write(row, value, token, checked).await?;
                 println!("{}", if accepted { "accepted" } else { "rejected" });
             }
             (Some("exit"), _, _) => break,
@@ -144,8 +149,8 @@ impl Holder {
     async fn spawn(args: &RunArgs, key: &str, b: bool) -> anyhow::Result<Self> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.arg("holder")
-            .args(["--db", &args.db])
-            .args(["--fence", fence_name(args.fence)])
+            .args(args.target.args())
+            .args(["--fence", args.fence.name()])
             .args(["--key", key])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -211,14 +216,6 @@ impl Holder {
     }
 }
 
-fn fence_name(f: Fence) -> &'static str {
-    match f {
-        Fence::Reference => "reference",
-        Fence::SplitCheckThenWrite => "split",
-        Fence::LessOrEqual => "le",
-    }
-}
-
 #[derive(Default, Debug)]
 struct Tally {
     cycles: usize,
@@ -228,11 +225,11 @@ struct Tally {
 }
 
 async fn cycle(args: &RunArgs, i: usize) -> anyhow::Result<Tally> {
-    let db = connect(&args.db).await?;
+    let resource = Resource::open(args.fence, &args.target).await?;
     let base = i64::try_from(i)? * 2 + 1;
     let (warm, row) = (base, base + 1);
-    fence::prepare(&db, warm).await?;
-    fence::prepare(&db, row).await?;
+    resource.prepare(warm, "").await?;
+    resource.prepare(row, &format!("B1-{i}")).await?;
     let key = format!("{}/{i}", args.key_prefix);
 
     let mut a = Holder::spawn(args, &key, false).await?;
@@ -265,7 +262,7 @@ async fn cycle(args: &RunArgs, i: usize) -> anyhow::Result<Tally> {
     };
     // The same write of B delivered twice.
     let replay_accepted = b.write(row, &format!("B1-{i}")).await?;
-    let (value, fence_now) = fence::read(&db, row).await?;
+    let (value, fence_now) = resource.read(row).await?;
     let lost = value != format!("B1-{i}") || fence_now != tb;
     let _ = (a.child.kill().await, b.child.kill().await);
     Ok(Tally {
@@ -277,7 +274,11 @@ async fn cycle(args: &RunArgs, i: usize) -> anyhow::Result<Tally> {
 }
 
 async fn run(args: &RunArgs) -> anyhow::Result<bool> {
-    fence::create_schema(&connect(&args.db).await?).await?;
+    resource::check(&args.target)?;
+    Resource::open(args.fence, &args.target)
+        .await?
+        .setup()
+        .await?;
     let shared = std::sync::Arc::new(args.clone());
     let mut total = Tally::default();
     let indices: Vec<usize> = (0..args.cycles).collect();
@@ -298,7 +299,7 @@ async fn run(args: &RunArgs) -> anyhow::Result<bool> {
     let passed = total.stale_accepted == 0 && total.replay_accepted == 0 && total.lost_values == 0;
     println!(
         "pause-test {} fence on {}: {} cycles, stale writes accepted {}, replays accepted {}, values lost {} -> {}",
-        fence_name(args.fence),
+        args.fence.name(),
         args.resource,
         total.cycles,
         total.stale_accepted,
@@ -327,7 +328,7 @@ fn write_result(dir: &std::path::Path, args: &RunArgs) -> anyhow::Result<PathBuf
         .collect();
     let doc = format!(
         "# Written by pause-test: {} fence passed {} cycles.\napiVersion: lock.dev/v1alpha1\nkind: PauseTestResult\nmetadata: {{name: {name}}}\nspec:\n  class: {}\n  resource: {}\n  schemaVersion: \"{}\"\n  passedAt: \"{today}\"\n  expires: \"{}\"\n",
-        fence_name(args.fence),
+        args.fence.name(),
         args.cycles,
         args.class,
         args.resource,

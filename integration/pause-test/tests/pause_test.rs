@@ -1,17 +1,25 @@
 //! Issue 6: the pause-test kit against the PostgreSQL reference fence on a real server, and
 //! against two deliberately broken fences, which it must fail; the registry accepts
-//! `enforcement: fenced` only with the kit's result.
+//! `enforcement: fenced` only with the kit's result. Issue 38 (ADR-16): the same for the
+//! S3 reference fence on a real S3-compatible server (moto), with its broken variants.
 
 use lock_integration::Stack;
 use lock_integration::paths::{dev_registry, workspace_bin};
 use lock_integration::postgres::Postgres;
 use lock_integration::registry::{FAST_PREFIX, waiter_id};
+use lock_integration::s3::S3Server;
 use lock_integration::stack::lockctl;
 use std::process::Command;
 
+/// The resource under test.
+enum Resource {
+    Pg(Postgres),
+    S3(S3Server),
+}
+
 struct Kit {
     stack: Stack,
-    pg: Postgres,
+    resource: Resource,
     _reg: tempfile::TempDir,
 }
 
@@ -20,7 +28,7 @@ async fn kit() -> Kit {
     let pg = Postgres::start(&stack.dir).unwrap();
     Kit {
         stack,
-        pg,
+        resource: Resource::Pg(pg),
         _reg: reg,
     }
 }
@@ -36,16 +44,25 @@ fn run(
     let a = kit.stack.pki.svid("pt-a", &waiter_id(1)).unwrap();
     let b = kit.stack.pki.svid("pt-b", &waiter_id(2)).unwrap();
     let mut cmd = Command::new(workspace_bin("pause-test").unwrap());
-    cmd.args(["run", "--db", &kit.pg.url(), "--fence", fence])
-        .args(["--key-prefix", &format!("{FAST_PREFIX}/{prefix}")])
+    cmd.args(["run", "--fence", fence]);
+    match &kit.resource {
+        Resource::Pg(pg) => {
+            cmd.args(["--db", &pg.url()]);
+        }
+        Resource::S3(s3) => {
+            cmd.args(["--s3", &s3.url(), "--bucket", "fenced-ledger"])
+                .envs(s3.env());
+        }
+    }
+    cmd.args(["--key-prefix", &format!("{FAST_PREFIX}/{prefix}")])
         .args(["--cycles", &cycles.to_string(), "--parallel", "20"])
+        .args(["--class", "pay-pg", "--schema-version", "1"])
         .args([
-            "--class",
-            "pay-pg",
             "--resource",
-            "pg/fenced_resource",
-            "--schema-version",
-            "1",
+            match &kit.resource {
+                Resource::Pg(_) => "pg/fenced_resource",
+                Resource::S3(_) => "s3/fenced-ledger",
+            },
         ])
         .env("LOCK_ENDPOINT", kit.stack.endpoint())
         .env("LOCK_SVID", &a.cert)
@@ -150,4 +167,45 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
         said.contains("for pg/fenced_resource at schema version 2 (the unexpired one for this class is for pg/fenced_resource at schema version 1)"),
         "{said}"
     );
+}
+
+/// ADR-16's S3 reference fence (a PUT conditional on the ETag read, the token in the bytes)
+/// on a real S3-compatible server: it passes; each broken variant is caught, the way it
+/// breaks named by the counts.
+#[tokio::test]
+async fn s3_reference_fence_passes_and_its_broken_variants_fail() {
+    let (stack, reg) = Stack::with_test_registry().await.unwrap();
+    let s3 = S3Server::start(&stack.dir).unwrap();
+    let kit = Kit {
+        stack,
+        resource: Resource::S3(s3),
+        _reg: reg,
+    };
+    let results = tempfile::tempdir().unwrap();
+    let (code, text) = run(&kit, "s3", "s3ref", 40, Some(results.path()));
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 0, "{text}");
+    assert_eq!(count(&text, "replays accepted "), 0, "{text}");
+    assert_eq!(count(&text, "values lost "), 0, "{text}");
+    assert_eq!(std::fs::read_dir(results.path()).unwrap().count(), 1);
+
+    // No If-Match and nothing compared (the token only recorded): the frozen holder's
+    // write lands after B's, and B's replay lands too.
+    let (code, text) = run(&kit, "s3-unconditional", "s3u", 2, None);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 2, "{text}");
+    assert_eq!(count(&text, "replays accepted "), 2, "{text}");
+
+    // The token compared by the client only: the holder frozen after its comparison
+    // writes after B, and the lower token it leaves lets B's replay through as well.
+    let (code, text) = run(&kit, "s3-client-compare", "s3c", 2, None);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 2, "{text}");
+    assert_eq!(count(&text, "replays accepted "), 2, "{text}");
+
+    // If-Match, but the token only in metadata: B writes the bytes the record already had,
+    // the ETag does not change, and the frozen holder's If-Match still matches.
+    let (code, text) = run(&kit, "s3-etag-of-value", "s3e", 2, None);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 2, "{text}");
 }
