@@ -34,6 +34,21 @@ pub enum Fence {
     SplitCheckThenWrite,
     /// Broken: `fence <= $token`, so a replayed delivery with a used token is accepted.
     LessOrEqual,
+    /// The owner's own statements on the owner's own table ([`OwnerSql`]): the kit drives
+    /// the pause against the write path the service really uses.
+    Owner,
+}
+
+/// The resource owner's statements, for `Fence::Owner`. Parameters: the write takes
+/// `$1` the record id (BIGINT), `$2` the value (TEXT), `$3` the token (BIGINT) and accepts
+/// by updating one row; the read takes `$1` and returns (value TEXT, token BIGINT); the
+/// reset takes `$1` and `$2` and leaves the record holding `$2` under token 0 (creating it
+/// if needed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnerSql {
+    pub write: String,
+    pub read: String,
+    pub reset: String,
 }
 
 /// Creates the table (once: concurrent `CREATE TABLE IF NOT EXISTS` races in PostgreSQL).
@@ -41,26 +56,42 @@ pub async fn create_schema(db: &Client) -> Result<(), tokio_postgres::Error> {
     db.execute(REFERENCE_SCHEMA, &[]).await.map(drop)
 }
 
-/// Creates or resets the record `id` to `initial` with fence 0.
-pub async fn prepare(db: &Client, id: i64, initial: &str) -> Result<(), tokio_postgres::Error> {
-    db.execute(
-        "INSERT INTO fenced_resource (id, value, fence) VALUES ($1, $2, 0)
-         ON CONFLICT (id) DO UPDATE SET value = $2, fence = 0",
-        &[&id, &initial],
-    )
-    .await?;
+const RESET: &str = "INSERT INTO fenced_resource (id, value, fence) VALUES ($1, $2, 0)
+         ON CONFLICT (id) DO UPDATE SET value = $2, fence = 0";
+const READ: &str = "SELECT value, fence FROM fenced_resource WHERE id = $1";
+
+/// Creates or resets the record `id` to `initial` with fence 0 (the owner's reset for
+/// `Fence::Owner`).
+pub async fn prepare(
+    db: &Client,
+    owner: &OwnerSql,
+    fence: Fence,
+    id: i64,
+    initial: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let sql = if fence == Fence::Owner {
+        owner.reset.as_str()
+    } else {
+        RESET
+    };
+    db.execute(sql, &[&id, &initial]).await?;
     Ok(())
 }
 
 /// The record's value and fence.
-pub async fn read(db: &Client, id: i64) -> Result<(String, i64), tokio_postgres::Error> {
-    let row = db
-        .query_one(
-            "SELECT value, fence FROM fenced_resource WHERE id = $1",
-            &[&id],
-        )
-        .await?;
-    Ok((row.get(0), row.get(1)))
+pub async fn read(
+    db: &Client,
+    owner: &OwnerSql,
+    fence: Fence,
+    id: i64,
+) -> Result<(String, i64), tokio_postgres::Error> {
+    let sql = if fence == Fence::Owner {
+        owner.read.as_str()
+    } else {
+        READ
+    };
+    let row = db.query_one(sql, &[&id]).await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
 /// A fenced write of `value` under `token`. `checked` runs after the fence was checked and
@@ -68,6 +99,7 @@ pub async fn read(db: &Client, id: i64) -> Result<(String, i64), tokio_postgres:
 /// that is before the statement. Ok(true): the resource accepted the write.
 pub async fn write<F: std::future::Future<Output = ()>>(
     db: &Client,
+    owner: &OwnerSql,
     fence: Fence,
     id: i64,
     value: &str,
@@ -78,6 +110,13 @@ pub async fn write<F: std::future::Future<Output = ()>>(
         Fence::Reference => {
             checked.await;
             Ok(db.execute(REFERENCE_WRITE, &[&id, &value, &token]).await? == 1)
+        }
+        Fence::Owner => {
+            checked.await;
+            Ok(db
+                .execute(owner.write.as_str(), &[&id, &value, &token])
+                .await?
+                == 1)
         }
         Fence::LessOrEqual => {
             checked.await;
@@ -90,7 +129,7 @@ pub async fn write<F: std::future::Future<Output = ()>>(
             Ok(n == 1)
         }
         Fence::SplitCheckThenWrite => {
-            let (_, current) = read(db, id).await?;
+            let (_, current) = read(db, owner, fence, id).await?;
             if current >= token {
                 return Ok(false);
             }

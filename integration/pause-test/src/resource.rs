@@ -1,7 +1,7 @@
 //! The resource a kit run proves: a PostgreSQL table or an S3 bucket, with the fence under
 //! test. The kit's cycle (`main.rs`) is the same for both; only these four calls differ.
 
-use crate::fence::{self, Fence};
+use crate::fence::{self, Fence, OwnerSql};
 use crate::s3_fence::{S3Fence, S3Store};
 use anyhow::{Context as _, bail};
 use std::future::Future;
@@ -14,10 +14,11 @@ pub enum Kind {
 }
 
 /// Every fence the kit knows, by name; the first of each resource is its reference.
-pub const KINDS: [(&str, Kind); 7] = [
+pub const KINDS: [(&str, Kind); 8] = [
     ("reference", Kind::Pg(Fence::Reference)),
     ("split", Kind::Pg(Fence::SplitCheckThenWrite)),
     ("le", Kind::Pg(Fence::LessOrEqual)),
+    ("owner", Kind::Pg(Fence::Owner)),
     ("s3", Kind::S3(S3Fence::Reference)),
     ("s3-unconditional", Kind::S3(S3Fence::Unconditional)),
     ("s3-client-compare", Kind::S3(S3Fence::ClientCompare)),
@@ -60,6 +61,16 @@ pub struct Target {
     /// The bucket (created when missing).
     #[arg(long, default_value = "fenced-resource")]
     pub bucket: String,
+    /// `--fence owner`: the service's own guarded write ($1 id, $2 value, $3 token; one
+    /// row updated = accepted).
+    #[arg(long)]
+    pub write_sql: Option<String>,
+    /// `--fence owner`: reads a record ($1 id) as (value TEXT, token BIGINT).
+    #[arg(long)]
+    pub read_sql: Option<String>,
+    /// `--fence owner`: resets a record ($1 id) to a value ($2) under token 0.
+    #[arg(long)]
+    pub reset_sql: Option<String>,
 }
 
 impl Target {
@@ -77,7 +88,32 @@ impl Target {
                 self.bucket.clone(),
             ]);
         }
+        for (flag, sql) in [
+            ("--write-sql", &self.write_sql),
+            ("--read-sql", &self.read_sql),
+            ("--reset-sql", &self.reset_sql),
+        ] {
+            if let Some(sql) = sql {
+                out.extend([flag.into(), sql.clone()]);
+            }
+        }
         out
+    }
+
+    /// The owner's statements, all three or none.
+    fn owner_sql(&self, fence: Fence) -> anyhow::Result<OwnerSql> {
+        match (&self.write_sql, &self.read_sql, &self.reset_sql) {
+            (Some(w), Some(r), Some(z)) if fence == Fence::Owner => Ok(OwnerSql {
+                write: w.clone(),
+                read: r.clone(),
+                reset: z.clone(),
+            }),
+            (None, None, None) if fence != Fence::Owner => Ok(OwnerSql::default()),
+            _ if fence == Fence::Owner => {
+                bail!("--fence owner needs --write-sql, --read-sql and --reset-sql")
+            }
+            _ => bail!("--write-sql, --read-sql and --reset-sql go with --fence owner"),
+        }
     }
 }
 
@@ -85,6 +121,7 @@ pub enum Resource {
     Pg {
         db: tokio_postgres::Client,
         fence: Fence,
+        owner: OwnerSql,
     },
     S3 {
         store: S3Store,
@@ -97,9 +134,11 @@ impl Resource {
         match kind {
             Kind::Pg(fence) => {
                 let url = target.db.as_deref().context("this fence needs --db")?;
+                let owner = target.owner_sql(fence)?;
                 Ok(Resource::Pg {
                     db: crate::connect(url).await?,
                     fence,
+                    owner,
                 })
             }
             Kind::S3(fence) => {
@@ -112,9 +151,13 @@ impl Resource {
         }
     }
 
-    /// The table or the bucket, once per run.
+    /// The table or the bucket, once per run (the owner's table is the owner's).
     pub async fn setup(&self) -> anyhow::Result<()> {
         match self {
+            Resource::Pg {
+                fence: Fence::Owner,
+                ..
+            } => Ok(()),
             Resource::Pg { db, .. } => Ok(fence::create_schema(db).await?),
             Resource::S3 { store, .. } => store.create_bucket().await,
         }
@@ -123,7 +166,9 @@ impl Resource {
     /// Creates or resets record `id` to `initial` under token 0.
     pub async fn prepare(&self, id: i64, initial: &str) -> anyhow::Result<()> {
         match self {
-            Resource::Pg { db, .. } => Ok(fence::prepare(db, id, initial).await?),
+            Resource::Pg { db, fence, owner } => {
+                Ok(fence::prepare(db, owner, *fence, id, initial).await?)
+            }
             Resource::S3 { store, fence } => store.prepare(*fence, id, initial).await,
         }
     }
@@ -137,8 +182,8 @@ impl Resource {
         checked: F,
     ) -> anyhow::Result<bool> {
         match self {
-            Resource::Pg { db, fence } => {
-                Ok(fence::write(db, *fence, id, value, token, checked).await?)
+            Resource::Pg { db, fence, owner } => {
+                Ok(fence::write(db, owner, *fence, id, value, token, checked).await?)
             }
             Resource::S3 { store, fence } => store.write(*fence, id, value, token, checked).await,
         }
@@ -147,7 +192,7 @@ impl Resource {
     /// The record's value and token.
     pub async fn read(&self, id: i64) -> anyhow::Result<(String, i64)> {
         match self {
-            Resource::Pg { db, .. } => Ok(fence::read(db, id).await?),
+            Resource::Pg { db, fence, owner } => Ok(fence::read(db, owner, *fence, id).await?),
             Resource::S3 { store, .. } => store.read(id).await,
         }
     }

@@ -41,6 +41,18 @@ fn run(
     cycles: usize,
     registry: Option<&std::path::Path>,
 ) -> (Option<i32>, String) {
+    run_with(kit, fence, prefix, cycles, registry, &[])
+}
+
+/// [`run`] with more flags.
+fn run_with(
+    kit: &Kit,
+    fence: &str,
+    prefix: &str,
+    cycles: usize,
+    registry: Option<&std::path::Path>,
+    extra: &[&str],
+) -> (Option<i32>, String) {
     let a = kit.stack.pki.svid("pt-a", &waiter_id(1)).unwrap();
     let b = kit.stack.pki.svid("pt-b", &waiter_id(2)).unwrap();
     let mut cmd = Command::new(workspace_bin("pause-test").unwrap());
@@ -73,6 +85,7 @@ fn run(
     if let Some(r) = registry {
         cmd.arg("--registry").arg(r);
     }
+    cmd.args(extra);
     let out = cmd.output().unwrap();
     let text = format!(
         "{}{}",
@@ -118,6 +131,50 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
     let (code, text) = run(&kit, "le", "le", 2, None);
     assert_eq!(code, Some(1), "{text}");
     assert_eq!(count(&text, "replays accepted "), 2, "{text}");
+
+    // The owner's own write path (ADR-17: the kit drives the pause against the statement
+    // the service really runs): another table, other columns, the owner's statements.
+    let Resource::Pg(pg) = &kit.resource else {
+        unreachable!()
+    };
+    let db = lock_pause_test::connect(&pg.url()).await.unwrap();
+    db.execute(
+        "CREATE TABLE ledger (account BIGINT PRIMARY KEY, balance TEXT NOT NULL, last_token BIGINT NOT NULL)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let owner = |write: &'static str| {
+        [
+            "--write-sql",
+            write,
+            "--read-sql",
+            "SELECT balance, last_token FROM ledger WHERE account = $1",
+            "--reset-sql",
+            "INSERT INTO ledger VALUES ($1, $2, 0) ON CONFLICT (account) DO UPDATE SET balance = $2, last_token = 0",
+        ]
+    };
+    let fenced = owner(
+        "UPDATE ledger SET balance = $2, last_token = $3 WHERE account = $1 AND last_token < $3",
+    );
+    let (code, text) = run_with(&kit, "owner", "own", 20, None, &fenced);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("20 cycles") && text.contains("PASS"),
+        "{text}"
+    );
+    // The same kit on an owner's statement that records the token but never compares it.
+    let unfenced = owner("UPDATE ledger SET balance = $2, last_token = $3 WHERE account = $1");
+    let (code, text) = run_with(&kit, "owner", "own-bad", 2, None, &unfenced);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 2, "{text}");
+    // Half the statements is refused before anything runs.
+    let (code, text) = run_with(&kit, "owner", "own-half", 1, None, &fenced[..2]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("--fence owner needs --write-sql, --read-sql and --reset-sql"),
+        "{text}"
+    );
 
     // The registry: `fenced` without a result is refused naming the class; with the kit's
     // result (written only by the passing run) it is accepted.
