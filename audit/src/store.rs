@@ -84,14 +84,37 @@ CREATE TABLE IF NOT EXISTS lock_audit_checkpoint (
 impl Postgres {
     /// Connects (a `postgres://` URL) and creates the tables if absent.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let store = Self::connect_reader(url).await?;
+        store.client.batch_execute(SCHEMA).await?;
+        Ok(store)
+    }
+
+    /// Connects without touching the schema: for readers (the risk register, `lockctl
+    /// audit`) whose database user may only read.
+    pub async fn connect_reader(url: &str) -> Result<Self, StoreError> {
         let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::warn!(error = %e, "audit store connection ended");
             }
         });
-        client.batch_execute(SCHEMA).await?;
         Ok(Self { client })
+    }
+
+    /// Grants per class (a hold granted by its own transaction or handed on by a release)
+    /// observed since `since_ms`: the risk register's count (ADR-01), whatever arbiters
+    /// restarted meanwhile.
+    pub async fn grants_by_class(&self, since_ms: i64) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT class, count(*) FROM lock_audit
+                 WHERE kind IN ($1, $2) AND observed_at >= to_timestamp($3::bigint / 1000.0)
+                 GROUP BY class ORDER BY class",
+                &[&Kind::Grant.as_str(), &Kind::Handoff.as_str(), &since_ms],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     fn stored(r: &tokio_postgres::Row) -> Result<Stored, StoreError> {

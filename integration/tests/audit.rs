@@ -371,3 +371,59 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
         );
     }
 }
+
+/// ADR-01: the risk register counts an advisory class's grants from the audit trail (its
+/// own transactions and handoffs, not releases), over a window, on a real PostgreSQL.
+#[tokio::test]
+async fn the_register_counts_grants_per_class_from_the_audit_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = Postgres::start(dir.path()).unwrap();
+    let db = AuditDb::connect(&pg.url()).await.unwrap();
+    let row = |revision: i64, kind: Kind, class: &str| Row {
+        revision,
+        key: format!("pay/ledger/{revision}"),
+        kind,
+        spiffe_id: waiter_id(1),
+        session: "1f".into(),
+        class: class.into(),
+        detail: String::new(),
+    };
+    let rows = [
+        row(1, Kind::Grant, "pay-ledger"),
+        row(2, Kind::Grant, "pay-ledger"),
+        row(3, Kind::Handoff, "pay-ledger"),
+        row(4, Kind::Release, "pay-ledger"),
+        row(5, Kind::Expiry, "pay-ledger"),
+        row(6, Kind::Grant, "orders-default"),
+    ];
+    assert_eq!(db.insert("c1", &rows).await.unwrap(), 6);
+    let register = |extra: &[&str]| {
+        let dev = lock_integration::paths::dev_registry();
+        let mut args = vec!["register", dev.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = lock_integration::stack::lockctl(&args, &[]).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let url = pg.url();
+    let json: serde_json::Value =
+        serde_json::from_str(&register(&["--json", "--audit-db", &url])).unwrap();
+    let ledger = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["class"] == "pay-ledger")
+        .unwrap();
+    assert_eq!(ledger["auditedGrants"], 3, "{json}");
+    // The table says what the column counts.
+    let table = register(&["--audit-db", &url, "--audit-days", "7"]);
+    assert!(
+        table.contains("AUDITED: grants in the last 7 days, from the audit trail"),
+        "{table}"
+    );
+}

@@ -52,6 +52,8 @@ fn the_manifests_pass_the_kubernetes_schemas() {
         "customresourcedefinition/pausetestresults.lock.dev",
         "validatingwebhookconfiguration/lock-registry",
         "deployment/lock-admin",
+        "job/pause-test-pay-ledger",
+        "cronjob/lock-risk-register",
     ] {
         assert!(
             out.contains(&format!("passed for resource {kind}")),

@@ -23,6 +23,13 @@ pub struct RegisterArgs {
     /// summed over them (`lock_arbiter_grants_total`).
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
+    /// The audit store (PostgreSQL URL): grants per class over the last `--audit-days`,
+    /// counted from the audit trail (whatever arbiters restarted meanwhile).
+    #[arg(long, env = "LOCK_AUDIT_DB")]
+    pub audit_db: Option<String>,
+    /// The window `--audit-db` counts over, in days.
+    #[arg(long, default_value_t = 30)]
+    pub audit_days: u32,
 }
 
 /// The risk register: advisory correctness classes, their owners and waivers, (with etcd)
@@ -35,6 +42,8 @@ pub async fn register(args: RegisterArgs) -> Result<(), Failure> {
         etcd,
         etcd_tls,
         metrics,
+        audit_db,
+        audit_days,
     } = args;
     use lock_config::registry::Purpose;
     let registry = registry_files::load(&dir).map_err(|e| Failure::input(e.to_string()))?;
@@ -58,6 +67,10 @@ pub async fn register(args: RegisterArgs) -> Result<(), Failure> {
         }
         Some(total)
     };
+    let audited = match &audit_db {
+        None => None,
+        Some(url) => Some(audited_grants(url, audit_days).await?),
+    };
     let rows: Vec<serde_json::Value> = registry
         .classes()
         .filter(|c| {
@@ -74,6 +87,7 @@ pub async fn register(args: RegisterArgs) -> Result<(), Failure> {
                 "expired": expired,
                 "holds": holds.as_ref().map(|h| h.get(c.name).copied().unwrap_or(0)),
                 "grants": grants.as_ref().map(|g| g.get(c.name).copied().unwrap_or(0)),
+                "auditedGrants": audited.as_ref().map(|g| g.get(c.name).copied().unwrap_or(0)),
             })
         })
         .collect();
@@ -85,12 +99,13 @@ pub async fn register(args: RegisterArgs) -> Result<(), Failure> {
         return Ok(());
     }
     println!(
-        "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6} {:>8}",
-        "CLASS", "NAMESPACE", "RISK OWNER", "WAIVER", "STATUS", "HOLDS", "GRANTS"
+        "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6} {:>8} {:>8}",
+        "CLASS", "NAMESPACE", "RISK OWNER", "WAIVER", "STATUS", "HOLDS", "GRANTS", "AUDITED"
     );
     for r in &rows {
+        let count = |v: &serde_json::Value| v.as_i64().map_or("-".to_owned(), |n| n.to_string());
         println!(
-            "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6} {:>8}",
+            "{:<24} {:<12} {:<32} {:<12} {:<8} {:>6} {:>8} {:>8}",
             r["class"].as_str().unwrap_or_default(),
             r["namespace"].as_str().unwrap_or_default(),
             r["riskOwner"].as_str().unwrap_or_default(),
@@ -100,17 +115,19 @@ pub async fn register(args: RegisterArgs) -> Result<(), Failure> {
             } else {
                 "ok"
             },
-            r["holds"]
-                .as_u64()
-                .map_or("-".to_owned(), |n| n.to_string()),
-            r["grants"]
-                .as_u64()
-                .map_or("-".to_owned(), |n| n.to_string()),
+            count(&r["holds"]),
+            count(&r["grants"]),
+            count(&r["auditedGrants"]),
         );
     }
     println!(
-        "{} advisory correctness class(es) on the register",
-        rows.len()
+        "{} advisory correctness class(es) on the register{}",
+        rows.len(),
+        if audit_db.is_some() {
+            format!("; AUDITED: grants in the last {audit_days} days, from the audit trail")
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
@@ -130,4 +147,23 @@ async fn holds_by_class(store: &Etcd) -> Result<std::collections::HashMap<String
         }
     }
     Ok(by_class)
+}
+
+/// Grants per class over the last `days`, from the audit store.
+async fn audited_grants(
+    url: &str,
+    days: u32,
+) -> Result<std::collections::HashMap<String, i64>, Failure> {
+    let db = lock_audit::store::Postgres::connect_reader(url)
+        .await
+        .map_err(|e| Failure::unreachable(format!("audit store: {e}")))?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let since = now_ms.saturating_sub(i64::from(days) * 86_400_000);
+    let counts = db
+        .grants_by_class(since)
+        .await
+        .map_err(|e| Failure::unreachable(format!("audit store: {e}")))?;
+    Ok(counts.into_iter().collect())
 }

@@ -19,9 +19,11 @@
 //! The record B writes is prepared holding B's bytes already: the worst case for a fence
 //! that compares content (an S3 ETag) rather than the token.
 //!
-//! Identities: A uses LOCK_SVID / LOCK_SVID_KEY, B uses LOCK_SVID_B / LOCK_SVID_KEY_B; both
-//! LOCK_ENDPOINT and LOCK_CA. The keys locked may belong to any class (a short TTL makes a
-//! run fast); the property tested is the resource's fence.
+//! Identities: A uses LOCK_SVID / LOCK_SVID_KEY, B uses LOCK_SVID_B / LOCK_SVID_KEY_B (or
+//! A's when unset: a second process of one identity); both LOCK_ENDPOINT and LOCK_CA.
+//! Without LOCK_SVID, both use the SPIFFE Workload API (SPIFFE_ENDPOINT_SOCKET). The keys
+//! locked may belong to any class (a short TTL makes a run fast); the property tested is
+//! the resource's fence.
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
@@ -101,14 +103,7 @@ async fn main() -> anyhow::Result<()> {
 /// One holder: acquire, then serve `write ROW VALUE` commands; between the fence check and
 /// the write it prints `checked` and waits for `go`.
 async fn holder(target: &Target, fence: Kind, key: &str, wait_secs: u64) -> anyhow::Result<()> {
-    let env = |k: &str| std::env::var(k).with_context(|| format!("{k} is not set"));
-    let client = lock_client::LockClient::new(lock_client::Config::files(
-        env("LOCK_ENDPOINT")?,
-        env("LOCK_SVID")?,
-        env("LOCK_SVID_KEY")?,
-        env("LOCK_CA")?,
-        std::env::var("LOCK_SERVER_NAME").unwrap_or_else(|_| "localhost".into()),
-    ))?;
+    let client = lock_client::LockClient::new(holder_config().await?)?;
     let resource = Resource::open(fence, target).await?;
     // The kit, not the library, decides when this holder writes: a paused holder that
     // already passed its checks is exactly what fencing must stop.
@@ -139,6 +134,35 @@ async fn holder(target: &Target, fence: Kind, key: &str, wait_secs: u64) -> anyh
     Ok(())
 }
 
+/// The holder's identity: SVID files (`LOCK_SVID`, `LOCK_SVID_KEY`, `LOCK_CA`), or the
+/// SPIFFE Workload API (`SPIFFE_ENDPOINT_SOCKET`, as in a Kubernetes Job with the SPIFFE
+/// CSI driver).
+async fn holder_config() -> anyhow::Result<lock_client::Config> {
+    let env = |k: &str| std::env::var(k).with_context(|| format!("{k} is not set"));
+    let endpoint = env("LOCK_ENDPOINT")?;
+    let server_name = std::env::var("LOCK_SERVER_NAME").unwrap_or_else(|_| "localhost".into());
+    if let Ok(cert) = std::env::var("LOCK_SVID") {
+        return Ok(lock_client::Config::files(
+            endpoint,
+            cert,
+            env("LOCK_SVID_KEY")?,
+            env("LOCK_CA")?,
+            server_name,
+        ));
+    }
+    let socket = env("SPIFFE_ENDPOINT_SOCKET").context(
+        "no identity: set LOCK_SVID, LOCK_SVID_KEY and LOCK_CA, or SPIFFE_ENDPOINT_SOCKET",
+    )?;
+    Ok(lock_client::Config {
+        endpoint,
+        credentials: lock_client::Credentials::WorkloadApi {
+            source: lock_client::workload_api_source(&socket).await?,
+            server_name,
+        },
+        instance: None,
+    })
+}
+
 struct Holder {
     child: Child,
     stdin: ChildStdin,
@@ -154,12 +178,14 @@ impl Holder {
             .args(["--key", key])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            // A and B are two processes: two instances even where the Job sets one for
+            // the pod (issue 32: one identity's processes contend like any two).
+            .env_remove("LOCK_INSTANCE")
             .kill_on_drop(true);
-        if b {
-            cmd.env(
-                "LOCK_SVID",
-                std::env::var("LOCK_SVID_B").context("LOCK_SVID_B is not set")?,
-            );
+        // B's own identity if given; else A's (a Job has one SVID: B is a second process
+        // of the same identity, which waits for A like anyone else).
+        if b && let Ok(cert) = std::env::var("LOCK_SVID_B") {
+            cmd.env("LOCK_SVID", cert);
             cmd.env(
                 "LOCK_SVID_KEY",
                 std::env::var("LOCK_SVID_KEY_B").context("LOCK_SVID_KEY_B is not set")?,

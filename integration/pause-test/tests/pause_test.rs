@@ -53,6 +53,19 @@ fn run_with(
     registry: Option<&std::path::Path>,
     extra: &[&str],
 ) -> (Option<i32>, String) {
+    run_as(kit, fence, prefix, cycles, registry, extra, true)
+}
+
+/// [`run_with`]; `two_identities: false` runs B as a second process of A's identity.
+fn run_as(
+    kit: &Kit,
+    fence: &str,
+    prefix: &str,
+    cycles: usize,
+    registry: Option<&std::path::Path>,
+    extra: &[&str],
+    two_identities: bool,
+) -> (Option<i32>, String) {
     let a = kit.stack.pki.svid("pt-a", &waiter_id(1)).unwrap();
     let b = kit.stack.pki.svid("pt-b", &waiter_id(2)).unwrap();
     let mut cmd = Command::new(workspace_bin("pause-test").unwrap());
@@ -80,8 +93,12 @@ fn run_with(
         .env("LOCK_SVID", &a.cert)
         .env("LOCK_SVID_KEY", &a.key)
         .env("LOCK_CA", &a.ca)
-        .env("LOCK_SVID_B", &b.cert)
-        .env("LOCK_SVID_KEY_B", &b.key);
+        .env_remove("LOCK_SVID_B")
+        .env_remove("LOCK_SVID_KEY_B");
+    if two_identities {
+        cmd.env("LOCK_SVID_B", &b.cert)
+            .env("LOCK_SVID_KEY_B", &b.key);
+    }
     if let Some(r) = registry {
         cmd.arg("--registry").arg(r);
     }
@@ -119,6 +136,15 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
     assert_eq!(count(&text, "replays accepted "), 0);
     assert!(
         text.contains("100 cycles") && text.contains("PASS"),
+        "{text}"
+    );
+
+    // As a Job runs it, with one SVID: B is a second process of A's identity, which waits
+    // for A like anyone else (issue 32), and the fence is proved the same way.
+    let (code, text) = run_as(&kit, "reference", "one-id", 10, None, &[], false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("10 cycles") && text.contains("PASS"),
         "{text}"
     );
 
