@@ -4,8 +4,9 @@
 //! reader never sees half a file) or to an object-store URL through `object_store`
 //! (`s3://bucket/prefix` with the usual `AWS_*` variables, which also reach MinIO and other
 //! S3-compatible stores; `file:///path`): one PUT of the whole file, which object stores
-//! make visible atomically. Only `file://` is tested here: no S3-compatible server is
-//! installable on this machine.
+//! make visible atomically. Tested against a real S3-compatible server (moto) and
+//! `file://`. Force releases also go, alone, to a write-once bucket kept seven years
+//! (`Selection::Force`, `retention.rs`).
 
 use crate::classify::Kind;
 use crate::store::{AuditStore, Stored};
@@ -95,6 +96,32 @@ pub fn is_url(out: &str) -> bool {
     })
 }
 
+/// Which rows an export takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    /// Every row of the day: `lock-audit-<day>.parquet`, the year's archive.
+    All,
+    /// Force releases and their requests only: `lock-force-<day>.parquet`, for the
+    /// write-once bucket that keeps them seven years (ADR-20).
+    Force,
+}
+
+impl Selection {
+    fn takes(self, kind: Kind) -> bool {
+        match self {
+            Selection::All => true,
+            Selection::Force => matches!(kind, Kind::ForceRelease | Kind::ForceRequest),
+        }
+    }
+
+    pub fn file_name(self, day: &str) -> String {
+        match self {
+            Selection::All => format!("lock-audit-{day}.parquet"),
+            Selection::Force => format!("lock-force-{day}.parquet"),
+        }
+    }
+}
+
 /// Writes the rows observed on `day` to `<url>/lock-audit-<day>.parquet` in an object
 /// store; returns the object's URL and the number of rows.
 pub async fn export_day_to_url<S: AuditStore>(
@@ -102,21 +129,46 @@ pub async fn export_day_to_url<S: AuditStore>(
     day: &str,
     url: &str,
 ) -> Result<(String, usize), ExportError> {
-    let (from, to) = day_bounds(day)?;
-    let rows = store.between(from, to).await?;
-    let mut bytes = Vec::new();
-    encode(&mut bytes, &rows)?;
+    export_selection_to_url(store, day, url, Selection::All).await
+}
+
+/// [`export_day_to_url`] of the rows `selection` takes, under its file name.
+pub async fn export_selection_to_url<S: AuditStore>(
+    store: &S,
+    day: &str,
+    url: &str,
+    selection: Selection,
+) -> Result<(String, usize), ExportError> {
+    let (bytes, n) = encode_selection(store, day, selection).await?;
     let parsed = url::Url::parse(url).map_err(|e| ExportError::Url(format!("{url}: {e}")))?;
     // Credentials and endpoints from the environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT...).
-    let (objects, prefix) = object_store::parse_url_opts(&parsed, std::env::vars())
+    // Lower-cased: parse_url_opts matches only object_store's lower-case keys and skips
+    // the rest without a word (found against a real S3 server: the upper-case names were
+    // ignored and it asked the EC2 metadata service for credentials).
+    let env = std::env::vars().map(|(k, v)| (k.to_ascii_lowercase(), v));
+    let (objects, prefix) = object_store::parse_url_opts(&parsed, env)
         .map_err(|e| ExportError::Url(format!("{url}: {e}")))?;
-    let name = format!("lock-audit-{day}.parquet");
+    let name = selection.file_name(day);
     let path = prefix.child(name.as_str());
     objects
         .put(&path, bytes.into())
         .await
         .map_err(|e| ExportError::Url(format!("{url}: {e}")))?;
-    Ok((format!("{}/{name}", url.trim_end_matches('/')), rows.len()))
+    Ok((format!("{}/{name}", url.trim_end_matches('/')), n))
+}
+
+/// The Parquet file of the rows `selection` takes from `day`, and how many.
+pub async fn encode_selection<S: AuditStore>(
+    store: &S,
+    day: &str,
+    selection: Selection,
+) -> Result<(Vec<u8>, usize), ExportError> {
+    let (from, to) = day_bounds(day)?;
+    let mut rows = store.between(from, to).await?;
+    rows.retain(|r| selection.takes(r.row.kind));
+    let mut bytes = Vec::new();
+    encode(&mut bytes, &rows)?;
+    Ok((bytes, rows.len()))
 }
 
 /// Parquet of `rows` into `sink`.

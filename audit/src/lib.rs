@@ -5,5 +5,6 @@
 pub mod classify;
 pub mod export;
 pub mod metrics;
+pub mod retention;
 pub mod store;
 pub mod tailer;

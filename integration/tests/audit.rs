@@ -427,3 +427,150 @@ async fn the_register_counts_grants_per_class_from_the_audit_store() {
         "{table}"
     );
 }
+
+/// What the test does to the S3 server as an independent client (boto3, moto's own
+/// dependency): make the buckets as an operator would, then check what the export left.
+const S3_FIXTURE: &str = r#"
+import sys, datetime, boto3
+from botocore.exceptions import ClientError
+endpoint, step = sys.argv[1], sys.argv[2]
+s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                  aws_access_key_id="pause-test", aws_secret_access_key="pause-test-secret")
+if step == "buckets":
+    s3.create_bucket(Bucket="lock-audit-archive")
+    for name, mode in (("lock-force-archive", "COMPLIANCE"), ("lock-force-governed", "GOVERNANCE")):
+        s3.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+        s3.put_object_lock_configuration(Bucket=name, ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": mode, "Years": 7}}})
+elif step == "get":
+    bucket, key, path = sys.argv[3], sys.argv[4], sys.argv[5]
+    s3.download_file(bucket, key, path)
+elif step == "locked":
+    bucket, key = sys.argv[3], sys.argv[4]
+    # The object's own lock, as HEAD reports it (moto's GetObjectRetention answers 500).
+    head = s3.head_object(Bucket=bucket, Key=key)
+    version = head["VersionId"]
+    until = head["ObjectLockRetainUntilDate"].replace(tzinfo=None)
+    years = (until - datetime.datetime.utcnow()).days / 365
+    try:
+        s3.delete_object(Bucket=bucket, Key=key, VersionId=version)
+        print("deleted")
+    except ClientError as e:
+        print("delete refused", e.response["Error"]["Code"])
+    print(head["ObjectLockMode"], int(years))
+"#;
+
+/// ADR-20/21: force releases are kept seven years in a write-once bucket. The export of
+/// force rows reads the bucket's Object Lock configuration first and refuses one that would
+/// not keep them (GOVERNANCE mode), writes to one that would (COMPLIANCE, seven years), and
+/// the object it left cannot be deleted. The day's full archive goes to an ordinary bucket.
+/// All against a real S3-compatible server (moto).
+#[tokio::test]
+async fn force_releases_go_to_a_write_once_bucket_kept_seven_years() {
+    use lock_integration::s3::S3Server;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = Postgres::start(dir.path()).unwrap();
+    let db = AuditDb::connect(&pg.url()).await.unwrap();
+    let row = |revision: i64, kind: Kind| Row {
+        revision,
+        key: format!("pay/ledger/{revision}"),
+        kind,
+        spiffe_id: waiter_id(1),
+        session: "1f".into(),
+        class: "pay-ledger".into(),
+        detail: String::new(),
+    };
+    let rows = [
+        row(1, Kind::Grant),
+        row(2, Kind::ForceRequest),
+        row(3, Kind::ForceRelease),
+        row(4, Kind::Release),
+    ];
+    db.insert("c1", &rows).await.unwrap();
+    let s3 = S3Server::start(dir.path()).unwrap();
+    let python = lock_integration::paths::workspace_root().join(".deps/python-venv/bin/python");
+    let fixture = |args: &[&str]| {
+        let out = std::process::Command::new(&python)
+            .args(["-c", S3_FIXTURE, &s3.url()])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    fixture(&["buckets"]);
+    let day = time::OffsetDateTime::now_utc().date().to_string();
+    let export = |out: &str, extra: &[&str]| {
+        std::process::Command::new(lock_integration::paths::workspace_bin("lock-audit").unwrap())
+            .args(["export", "--db", &pg.url(), "--day", &day, "--out", out])
+            .args(extra)
+            .envs(s3.env())
+            .env("AWS_ENDPOINT", s3.url())
+            .env("AWS_ALLOW_HTTP", "true")
+            // Real S3 wants a checksum on every PUT into a bucket with Object Lock.
+            .env("AWS_CHECKSUM_ALGORITHM", "SHA256")
+            .output()
+            .unwrap()
+    };
+    let read_back = |bucket: &str, key: &str| {
+        let path = dir.path().join(key.replace('/', "-"));
+        fixture(&["get", bucket, key, path.to_str().unwrap()]);
+        lock_audit::export::read(&path).unwrap()
+    };
+
+    // The year's archive: every row of the day, to an ordinary bucket.
+    let out = export("s3://lock-audit-archive/c1", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = read_back(
+        "lock-audit-archive",
+        &format!("c1/lock-audit-{day}.parquet"),
+    );
+    assert_eq!(all.len(), 4);
+
+    // A bucket in GOVERNANCE mode can be emptied by a privileged user: refused, nothing written.
+    let out = export(
+        "s3://lock-force-governed/c1",
+        &["--force-only", "--retention-years", "7"],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("GOVERNANCE"), "{said}");
+    // An ordinary bucket has no Object Lock at all.
+    let out = export(
+        "s3://lock-audit-archive/force",
+        &["--force-only", "--retention-years", "7"],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("Object Lock is not enabled"), "{said}");
+
+    // COMPLIANCE for seven years: the force rows alone, and the object cannot be deleted.
+    let out = export(
+        "s3://lock-force-archive/c1",
+        &["--force-only", "--retention-years", "7"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = format!("c1/lock-force-{day}.parquet");
+    let force = read_back("lock-force-archive", &key);
+    let kinds: Vec<Kind> = force.iter().map(|s| s.row.kind).collect();
+    assert_eq!(kinds, [Kind::ForceRequest, Kind::ForceRelease]);
+    let locked = fixture(&["locked", "lock-force-archive", &key]);
+    assert!(locked.contains("delete refused AccessDenied"), "{locked}");
+    assert!(
+        locked.contains("COMPLIANCE 6") || locked.contains("COMPLIANCE 7"),
+        "{locked}"
+    );
+}

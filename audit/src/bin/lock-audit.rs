@@ -60,6 +60,14 @@ enum Cmd {
         /// S3 credentials and endpoint from AWS_* variables).
         #[arg(long)]
         out: String,
+        /// Only force releases and their requests, to `lock-force-<day>.parquet` in the
+        /// write-once `s3://` bucket (ADR-20): written only if the bucket's Object Lock keeps
+        /// every object `--retention-years` in COMPLIANCE mode, and locked that long itself.
+        #[arg(long)]
+        force_only: bool,
+        /// With --force-only: the years the record must be kept.
+        #[arg(long, default_value_t = 7)]
+        retention_years: u32,
     },
 }
 
@@ -107,9 +115,18 @@ async fn main() -> anyhow::Result<()> {
             };
             tailer::run(client, &store, &opts, stop).await?;
         }
-        Cmd::Export { db, day, out } => {
+        Cmd::Export {
+            db,
+            day,
+            out,
+            force_only,
+            retention_years,
+        } => {
             let store = Postgres::connect(&db).await.context("audit store")?;
-            if lock_audit::export::is_url(&out) {
+            if force_only {
+                let (url, n) = export_force(&store, &day, &out, retention_years).await?;
+                println!("{n} rows to {url}, locked {retention_years} years");
+            } else if lock_audit::export::is_url(&out) {
                 let (url, n) = lock_audit::export::export_day_to_url(&store, &day, &out).await?;
                 println!("{n} rows to {url}");
             } else {
@@ -121,4 +138,37 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--force-only`: the day's force rows to the write-once bucket of `out` (`s3://bucket/
+/// prefix`, the endpoint from `AWS_ENDPOINT` as object_store takes it), after checking the
+/// bucket keeps objects `years` in COMPLIANCE mode; the object locked that long itself.
+async fn export_force(
+    store: &Postgres,
+    day: &str,
+    out: &str,
+    years: u32,
+) -> anyhow::Result<(String, usize)> {
+    use lock_audit::export::{Selection, encode_selection};
+    let url = url::Url::parse(out).context("--force-only needs an s3:// URL")?;
+    anyhow::ensure!(
+        url.scheme() == "s3",
+        "--force-only writes to the write-once bucket, an s3:// URL, not {out}"
+    );
+    let bucket = url.host_str().context("no bucket in the URL")?;
+    let endpoint = std::env::var("AWS_ENDPOINT")
+        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+        .unwrap_or_else(|_| "https://s3.amazonaws.com".into());
+    let worm = lock_audit::retention::WriteOnceBucket::new(&endpoint, bucket)?;
+    let found = worm.retention().await?;
+    lock_audit::retention::verdict(&found, years)
+        .with_context(|| format!("bucket {bucket} would not keep the record {years} years"))?;
+    let (bytes, n) = encode_selection(store, day, Selection::Force).await?;
+    let name = Selection::Force.file_name(day);
+    let key = match url.path().trim_matches('/') {
+        "" => name,
+        prefix => format!("{prefix}/{name}"),
+    };
+    worm.put_locked(&key, bytes, years).await?;
+    Ok((format!("s3://{bucket}/{key}"), n))
 }
