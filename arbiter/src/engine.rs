@@ -59,6 +59,7 @@ impl Engine {
 
     pub fn with_clusters(clusters: Clusters, registry: Arc<Registry>, bugs: Bugs) -> Self {
         METRICS.declare(registry.classes().map(|c| c.name));
+        METRICS.describe(&registry);
         Self {
             clusters,
             registry: arc_swap::ArcSwap::new(registry),
@@ -97,6 +98,7 @@ impl Engine {
     /// finish with the one they started with; queues, sessions and holds stay.
     pub fn replace_registry(&self, registry: Arc<Registry>) {
         METRICS.declare(registry.classes().map(|c| c.name));
+        METRICS.describe(&registry);
         self.registry.store(registry);
     }
 

@@ -3,7 +3,10 @@
 //!
 //! Labels are the lock class, the refusal reason and the operation (with its outcome) only:
 //! all three come from fixed sets (the registry's classes, the contract's reasons, the code's
-//! operations), so the number of series does not grow with traffic. Never a key, an
+//! operations), so the number of series does not grow with traffic. A class's namespace,
+//! tier and owning team are one info series per class (`class_info`), joined in queries
+//! (`* on (class) group_left (namespace, tier, owner)`): every other series keeps its
+//! cardinality, and alerts carry the owner Alertmanager routes on. Never a key, an
 //! identity, a session or a token (ADR-22): a key in a label would be both a leak and a
 //! cardinality bomb.
 
@@ -21,6 +24,16 @@ use std::time::Duration;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClassLabel {
     pub class: String,
+}
+
+/// A class as the registry places it: all four from the registry, never from traffic.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassInfoLabel {
+    pub class: String,
+    pub namespace: String,
+    pub tier: &'static str,
+    /// The namespace's `owner`, "" when it names none.
+    pub owner: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,6 +99,8 @@ pub struct Metrics {
     pub registry_refused_version: Gauge,
     /// Reloads refused because the new registry was invalid.
     pub registry_reloads_refused: Counter,
+    /// 1 per class of the registry served, labelled with its namespace, tier and owner.
+    pub class_info: Family<ClassInfoLabel, Gauge>,
     /// Each class's handles into the families above, found by name without building a
     /// label (an allocation) on the grant path.
     classes: RwLock<HashMap<String, ClassMetrics>>,
@@ -123,6 +138,12 @@ impl Metrics {
         let registry_version = Gauge::default();
         let registry_refused_version = Gauge::default();
         let registry_reloads_refused = Counter::default();
+        let class_info = Family::<ClassInfoLabel, Gauge>::default();
+        registry.register(
+            "class_info",
+            "1 per class served: its namespace, tier and owning team (join on class)",
+            class_info.clone(),
+        );
         registry.register("grants", "Grants returned, by class", grants.clone());
         registry.register(
             "releases",
@@ -217,6 +238,7 @@ impl Metrics {
             registry_version,
             registry_refused_version,
             registry_reloads_refused,
+            class_info,
             classes: RwLock::new(HashMap::new()),
         }
     }
@@ -255,6 +277,32 @@ impl Metrics {
             map.insert(class.to_owned(), m.clone());
         }
         m
+    }
+
+    /// The registry's classes as `class_info` series, replacing the last registry's (a
+    /// reload that drops a class drops its info series; its counters stay, as counters do).
+    pub fn describe(&self, registry: &lock_config::registry::Registry) {
+        let owners: HashMap<&str, &str> = registry
+            .namespaces()
+            .map(|(name, spec)| (name, spec.owner.as_deref().unwrap_or("")))
+            .collect();
+        self.class_info.clear();
+        for c in registry.classes() {
+            let label = ClassInfoLabel {
+                class: c.name.to_owned(),
+                namespace: c.spec.namespace.clone(),
+                tier: match c.spec.tier {
+                    lock_config::registry::Tier::Coord => "coord",
+                    lock_config::registry::Tier::Entity => "entity",
+                },
+                owner: owners
+                    .get(c.spec.namespace.as_str())
+                    .copied()
+                    .unwrap_or("")
+                    .to_owned(),
+            };
+            self.class_info.get_or_create(&label).set(1);
+        }
     }
 
     /// Runs `f` on `class`'s series (declared at start; a class first seen later is added).

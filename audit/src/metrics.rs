@@ -1,13 +1,27 @@
-//! The tailer's Prometheus metrics, served at `/metrics` on its admin listener. No labels:
-//! one tailer per process, and never a key or an identity (ADR-22).
+//! The tailer's Prometheus metrics, served at `/metrics` on its admin listener. One tailer
+//! per process; the only labels are a hold's class and how it ended, both from fixed sets
+//! (the registry's classes, the audit's kinds), never a key or an identity (ADR-22).
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::LazyLock;
 
+/// A hold's class and how it ended (`release`, `handoff`, `expiry`, `closed-with-session`,
+/// `revoked-by-advance`, `force-release`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldEndLabel {
+    pub class: String,
+    pub kind: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    /// Holds ended, by class and how: expiries (a holder that never released) per class
+    /// reach the owning team's alerts. A failover's replay may count a row again.
+    pub hold_ends: Family<HoldEndLabel, Counter>,
     /// Rows newly stored (a replayed row already present is not counted).
     pub rows: Counter,
     /// Gap rows written: revisions compacted before the tailer read them.
@@ -30,6 +44,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("lock_audit");
         let m = Self {
             registry: Registry::default(),
+            hold_ends: Family::default(),
             rows: Counter::default(),
             gaps: Counter::default(),
             force_releases: Counter::default(),
@@ -39,6 +54,11 @@ impl Metrics {
             compaction_risk: Gauge::default(),
         };
         registry.register("rows", "Audit rows stored", m.rows.clone());
+        registry.register(
+            "hold_ends",
+            "Holds ended, by class and how (expiry: the holder never released)",
+            m.hold_ends.clone(),
+        );
         registry.register(
             "gaps",
             "Gap rows: revisions compacted before they were read",

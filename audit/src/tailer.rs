@@ -226,6 +226,17 @@ async fn tail<S: AuditStore + Sync>(
                 .filter(|r| r.kind == Kind::ForceRelease && r.key.starts_with(FORCE_PREFIX))
                 .count();
             METRICS.force_releases.inc_by(forced as u64);
+            for r in &rows {
+                if let Some(kind) = hold_end(r) {
+                    METRICS
+                        .hold_ends
+                        .get_or_create(&crate::metrics::HoldEndLabel {
+                            class: r.class.clone(),
+                            kind,
+                        })
+                        .inc();
+                }
+            }
             // A progress notification (no events, not the creation answer) says every event
             // up to its header's revision has been delivered; any other answer vouches only
             // for the events it carries. (The creation answer's header is etcd's head, not
@@ -291,8 +302,55 @@ pub async fn replay(client: &mut Client, from: i64) -> Result<Vec<Row>, TailErro
     Ok(rows)
 }
 
+/// The way a hold ended, if `row` is a hold's end (the force-release record under
+/// `/sys/force/` is not a hold: its hold's own row is).
+fn hold_end(row: &Row) -> Option<&'static str> {
+    match row.kind {
+        Kind::Release
+        | Kind::Handoff
+        | Kind::Expiry
+        | Kind::ClosedWithSession
+        | Kind::RevokedByAdvance => Some(row.kind.as_str()),
+        Kind::ForceRelease if !row.key.starts_with(FORCE_PREFIX) => Some(row.kind.as_str()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn hold_ends_are_the_rows_that_end_a_hold() {
+        let row = |kind: Kind, key: &str| Row {
+            revision: 1,
+            key: key.into(),
+            kind,
+            spiffe_id: String::new(),
+            session: String::new(),
+            class: "c".into(),
+            detail: String::new(),
+        };
+        let cases = [
+            (Kind::Grant, "pay/a", None),
+            (Kind::Release, "pay/a", Some("release")),
+            (Kind::Handoff, "pay/a", Some("handoff")),
+            (Kind::Expiry, "pay/a", Some("expiry")),
+            (
+                Kind::ClosedWithSession,
+                "pay/a",
+                Some("closed-with-session"),
+            ),
+            (Kind::RevokedByAdvance, "pay/a", Some("revoked-by-advance")),
+            (Kind::ForceRelease, "pay/a", Some("force-release")),
+            // The executed request's record is not a hold.
+            (Kind::ForceRelease, "/sys/force/0123456789abcdef", None),
+            (Kind::SessionExpiry, "/s/1f", None),
+        ];
+        for (kind, key, want) in cases {
+            assert_eq!(super::hold_end(&row(kind, key)), want, "{kind:?} {key}");
+        }
+    }
+
     use super::*;
 
     #[test]

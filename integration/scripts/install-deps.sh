@@ -14,6 +14,9 @@
 #   prometheus    Debian prometheus (prometheus, promtool), unpacked with dpkg -x into
 #                 .deps/prometheus: the metrics test scrapes the arbiters and Envoy with it,
 #                 and promtool checks the alert rules; no service is installed or started
+#   alertmanager  Debian prometheus-alertmanager, unpacked the same way into
+#                 .deps/alertmanager: amtool checks the routing example and which team
+#                 each alert reaches
 #   iproute2      Debian iproute2 (`ip`: the release gate's network namespaces)
 #   node          Debian nodejs (`make bench` runs the authoriser in wasm under V8)
 #   python        a venv (.deps/python-venv) with clients/python and its pinned test tools
@@ -193,6 +196,22 @@ install_prometheus() {
   ln -sf "$DEPS/prometheus/usr/bin/promtool" "$DEPS/bin/promtool"
 }
 
+install_alertmanager() {
+  if [ -x "$DEPS/bin/amtool" ]; then return; fi
+  log "alertmanager: unpacking Debian prometheus-alertmanager (amtool) into $DEPS/alertmanager"
+  local tmp; tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download prometheus-alertmanager >/dev/null 2>&1); then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+    (cd "$tmp" && apt-get download prometheus-alertmanager)
+  fi
+  rm -rf "$DEPS/alertmanager"
+  dpkg -x "$tmp"/prometheus-alertmanager_*.deb "$DEPS/alertmanager"
+  rm -rf "$tmp"
+  mkdir -p "$DEPS/bin"
+  ln -sf "$DEPS/alertmanager/usr/bin/amtool" "$DEPS/bin/amtool"
+}
+
 install_buf() {
   # buf: `make test` lints lock.v1 and checks it against the last released version.
   if [ -x "$DEPS/bin/buf" ] && [ "$("$DEPS/bin/buf" --version 2>/dev/null)" = "$BUF_VERSION" ]; then
@@ -309,6 +328,7 @@ install_wasm_target
 install_etcd
 install_envoy
 install_prometheus
+install_alertmanager
 install_buf
 install_node_tools
 install_node_client

@@ -209,6 +209,21 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
         *kinds.entry(r.kind).or_default() += 1;
     }
     println!("audit rows by kind: {kinds:?}");
+    // The owners' signal (ADR-22): holds that expired without a release, per class, as
+    // the tailers counted them (a failover's replay may count one twice, never miss one
+    // the store has).
+    let expired: i64 = tailers
+        .iter()
+        .map(|t| {
+            t.metric(r#"lock_audit_hold_ends_total{class="pay-fast",kind="expiry"}"#)
+                .unwrap_or(0)
+        })
+        .sum();
+    let expiry_rows = got.iter().filter(|r| r.kind == Kind::Expiry).count();
+    assert!(
+        usize::try_from(expired).unwrap() >= expiry_rows.min(1),
+        "expiries counted {expired}, rows {expiry_rows}"
+    );
 
     // Told apart: each abandoned hold expired with its session; closes and releases are
     // what they were; the advance revoked the hold it found.

@@ -463,6 +463,21 @@ async fn prometheus_scrapes_arbiters_and_envoy_with_cardinality_fixed_over_a_tho
         if let Some(c) = label("class") {
             assert!(classes.contains(c.as_str()), "class {c} in {s}");
         }
+        if let Some(n) = label("namespace") {
+            assert!(
+                registry.namespaces().any(|(name, _)| name == n),
+                "namespace {n} in {s}"
+            );
+        }
+        if let Some(o) = label("owner") {
+            assert!(
+                o.is_empty()
+                    || registry
+                        .namespaces()
+                        .any(|(_, ns)| ns.owner.as_deref() == Some(&o)),
+                "owner {o} in {s}"
+            );
+        }
         if let Some(r) = label("reason") {
             assert!(reasons.contains(r.as_str()), "reason {r} in {s}");
         }
@@ -545,6 +560,64 @@ fn the_alert_rules_pass_promtool_and_fire_on_their_series() {
     }
 }
 
+/// ADR-22: an alert about a class reaches the team that owns its namespace. amtool (from
+/// Debian's Alertmanager) checks the routing example and says where each alert goes: every
+/// owner the registry names to its own receiver, an owner without a route and the service's
+/// own alerts to the platform team.
+#[test]
+fn alerts_route_to_the_owner_the_registry_names() {
+    let root = lock_integration::paths::workspace_root().join("deploy/prometheus");
+    let amtool = lock_integration::paths::dep("amtool").unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&amtool)
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            out.status.success(),
+            "amtool {args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    run(&["check-config", "alertmanager.yaml"]);
+    let goes_to = |labels: &[&str]| {
+        let mut args = vec![
+            "config",
+            "routes",
+            "test",
+            "--config.file=alertmanager.yaml",
+        ];
+        args.extend_from_slice(labels);
+        run(&args)
+    };
+    let registry =
+        lock_arbiter::registry_files::load(&lock_integration::paths::dev_registry()).unwrap();
+    let owners: Vec<String> = registry
+        .namespaces()
+        .filter_map(|(_, ns)| ns.owner.clone())
+        .collect();
+    assert!(!owners.is_empty(), "the dev registry names no owner");
+    for owner in &owners {
+        let label = format!("owner={owner}");
+        assert_eq!(
+            goes_to(&["alertname=LockHoldsExpiring", "severity=ticket", &label]),
+            *owner,
+            "{owner}'s alerts"
+        );
+    }
+    assert_eq!(
+        goes_to(&["alertname=LockHoldsExpiring", "owner=no-route-yet"]),
+        "lock-platform"
+    );
+    assert_eq!(
+        goes_to(&["alertname=LockStoreSealed", "severity=page"]),
+        "lock-platform-page"
+    );
+}
+
 #[tokio::test]
 async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_series() {
     let stack = Stack::start(StackOptions::default()).await.unwrap();
@@ -607,7 +680,24 @@ async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_ser
     // ADR-22: every label is bounded by the registry or the code, never a key, token,
     // session, instance or identity. After one of everything, each label name the arbiter
     // exports is one of these; a new label fails here until it is reviewed and added.
-    const LABELS: [&str; 5] = ["class", "reason", "operation", "outcome", "le"];
+    // (namespace, tier, owner: only on class_info, one series per class of the registry.)
+    const LABELS: [&str; 8] = [
+        "class",
+        "reason",
+        "operation",
+        "outcome",
+        "le",
+        "namespace",
+        "tier",
+        "owner",
+    ];
+    // The class's place and owning team, from the registry, for alerts to route on.
+    assert!(
+        exported.contains(
+            r#"lock_arbiter_class_info{class="pay-ledger",namespace="pay",tier="entity",owner="payments"} 1"#
+        ),
+        "{exported}"
+    );
     let labels = lock_integration::prometheus::label_names(&exported);
     assert!(labels.contains("class"), "{labels:?}");
     for label in &labels {

@@ -37,6 +37,12 @@ pub enum Change {
         from: String,
         to: String,
     },
+    /// The team paged for a namespace's alerts (`owner`; "" for none).
+    NamespaceOwnerChanged {
+        name: String,
+        from: String,
+        to: String,
+    },
     ClassAdded {
         name: String,
         ttl_seconds: u32,
@@ -237,6 +243,22 @@ pub fn diff(old: &Registry, new: &Registry) -> Vec<Change> {
             .collect()
     };
     namespace_changes(&spaces(old), &spaces(new), &mut out);
+    let owner = |r: &Registry, name: &str| -> Option<String> {
+        r.namespaces()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s.owner.clone().unwrap_or_default())
+    };
+    for (name, _) in new.namespaces() {
+        if let (Some(from), Some(to)) = (owner(old, name), owner(new, name))
+            && from != to
+        {
+            out.push(Change::NamespaceOwnerChanged {
+                name: name.to_owned(),
+                from,
+                to,
+            });
+        }
+    }
     let classes = |r: &Registry| -> BTreeMap<String, ClassFields> {
         r.classes()
             .map(|c| (c.name.to_owned(), (c.ttl_seconds, class_fields(&c))))
@@ -316,6 +338,21 @@ impl fmt::Display for Change {
             }
             Change::NamespaceMoved { name, from, to } => {
                 write!(f, "~ namespace {name}: region {from} -> {to}")
+            }
+            Change::NamespaceOwnerChanged { name, from, to } => {
+                let shown = |o: &str| {
+                    if o.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        o.to_owned()
+                    }
+                };
+                write!(
+                    f,
+                    "~ namespace {name}: owner {} -> {}",
+                    shown(from),
+                    shown(to)
+                )
             }
             Change::ClassAdded { name, ttl_seconds } => {
                 write!(f, "+ class     {name} (ttl {ttl_seconds}s)")
@@ -444,6 +481,11 @@ spec:
                 "a rate budget set",
                 format!("{BASE}  rate: {{perSecond: 5, burst: 10}}\n"),
                 vec![(format!("~ rate      {ledger}: default -> 5/s burst 10"), false)],
+            ),
+            (
+                "an owner named: shown, not risky",
+                BASE.replace("spec: {region: eu-west}", "spec: {region: eu-west, owner: payments}"),
+                vec![("~ namespace pay: owner (none) -> payments".to_owned(), false)],
             ),
             (
                 "ValidateToken's own budget set",

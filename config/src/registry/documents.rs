@@ -76,6 +76,22 @@ impl Document {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NamespaceSpec {
     pub region: String,
+    /// The team paged for this namespace's classes (ADR-22): the `owner` label alerts carry
+    /// and Alertmanager routes on (`lock_arbiter_class_info`). A label value: lower-case
+    /// letters, digits and `-`, at most 63.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// Whether `owner` can be a label value routed on: a DNS-label-like name.
+pub fn valid_owner(owner: &str) -> bool {
+    !owner.is_empty()
+        && owner.len() <= 63
+        && !owner.starts_with('-')
+        && !owner.ends_with('-')
+        && owner
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

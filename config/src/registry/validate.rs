@@ -185,6 +185,18 @@ impl Validator {
                     if spec.region.trim().is_empty() {
                         self.err(&source, &id, "spec.region", "must not be empty");
                     }
+                    if let Some(owner) = &spec.owner
+                        && !super::documents::valid_owner(owner)
+                    {
+                        self.err(
+                            &source,
+                            &id,
+                            "spec.owner",
+                            format!(
+                                "{owner:?} is not a label value alerts can route on (lower-case letters, digits and '-', at most 63)"
+                            ),
+                        );
+                    }
                     namespaces.insert(metadata.name, spec);
                 }
                 Document::LockClass { metadata, spec, .. } => {

@@ -281,3 +281,25 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn a_namespace_owner_is_a_label_value_alerts_route_on() {
+    let ns = |owner: &str| {
+        format!(
+            "apiVersion: lock.dev/v1alpha1\nkind: Namespace\nmetadata: {{name: pay}}\nspec: {{region: x, owner: {owner:?}}}\n"
+        )
+    };
+    for ok in ["payments", "team-7", "a"] {
+        let reg = Registry::load(&src(&ns(ok)), TODAY).unwrap();
+        let (_, spec) = reg.namespaces().next().unwrap();
+        assert_eq!(spec.owner.as_deref(), Some(ok));
+    }
+    let long = "a".repeat(64);
+    for bad in ["Payments", "pay ments", "-pay", "pay-", "", long.as_str()] {
+        let errs = errors(&ns(bad));
+        assert_eq!(errs[0].field, "spec.owner", "{bad:?}: {errs:?}");
+        assert!(errs[0].problem.contains("label value"), "{errs:?}");
+    }
+    // Without one: allowed (the alerts carry owner="" and take the default route).
+    assert!(Registry::load(&src(NS), TODAY).is_ok());
+}
