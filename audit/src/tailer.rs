@@ -1,4 +1,5 @@
-//! The audit tailer (ADR-21): one active per cluster (an etcd election), it watches the
+//! The audit tailer (ADR-21): one active per cluster (an etcd election, held on the coord
+//! cluster when there is one, as the record says, else on the audited cluster), it watches the
 //! lock key space from its checkpoint with previous values, classifies each revision
 //! (`classify.rs`), inserts the rows (idempotent) and checkpoints every few seconds. Rows
 //! are stored before the checkpoint moves past them, so a tailer killed anywhere replays
@@ -19,8 +20,14 @@ use tokio::time::Instant;
 /// Everything the watch covers: the lock key space (`/l/`, `/s/`, `/sys/`, and `/q/`, which
 /// `classify` skips) — every key of the service starts with `/`.
 pub const WATCHED_PREFIX: &str = "/";
-/// The election among tailers of one cluster.
+/// The elections among tailers, one per audited cluster: `/audit/election/<cluster id>`,
+/// so the tailers of every cluster can campaign on one coord cluster.
 pub const ELECTION: &str = "/audit/election";
+
+/// The election of the tailers of cluster `cluster_id`.
+pub fn election_name(cluster_id: &str) -> String {
+    format!("{ELECTION}/{cluster_id}")
+}
 
 #[derive(Debug, Clone)]
 pub struct TailerOptions {
@@ -90,10 +97,12 @@ pub async fn cluster_id(client: &mut Client) -> Result<String, TailError> {
     Ok(format!("{:x}", resp.header().map_or(0, |h| h.cluster_id())))
 }
 
-/// Runs until `stop` turns true: campaign, then tail while leader; on any failure, wait a
-/// moment and campaign again (the checkpoint makes the restart exact).
+/// Runs until `stop` turns true: campaign on `election` (the coord cluster, or the audited
+/// one), then tail `client`'s cluster while leader; on any failure, wait a moment and
+/// campaign again (the checkpoint makes the restart exact).
 pub async fn run<S: AuditStore + Sync>(
     client: Client,
+    election: Client,
     store: &S,
     opts: &TailerOptions,
     mut stop: watch::Receiver<bool>,
@@ -102,7 +111,7 @@ pub async fn run<S: AuditStore + Sync>(
         if *stop.borrow() {
             return Ok(());
         }
-        let round = lead_and_tail(client.clone(), store, opts, stop.clone());
+        let round = lead_and_tail(client.clone(), election.clone(), store, opts, stop.clone());
         tokio::select! {
             r = round => {
                 METRICS.leader.set(0);
@@ -119,12 +128,14 @@ pub async fn run<S: AuditStore + Sync>(
 
 async fn lead_and_tail<S: AuditStore + Sync>(
     mut client: Client,
+    mut election: Client,
     store: &S,
     opts: &TailerOptions,
     stop: watch::Receiver<bool>,
 ) -> Result<(), TailError> {
-    let lease = client.lease_grant(opts.lease_ttl, None).await?.id();
-    let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
+    let name = election_name(&cluster_id(&mut client).await?);
+    let lease = election.lease_grant(opts.lease_ttl, None).await?.id();
+    let (mut keeper, mut acks) = election.lease_keep_alive(lease).await?;
     // Keep the lease while campaigning and tailing; losing it ends the round.
     let renew_every = Duration::from_secs(u64::try_from(opts.lease_ttl.max(3) / 3).unwrap_or(1));
     let keep = async {
@@ -138,7 +149,9 @@ async fn lead_and_tail<S: AuditStore + Sync>(
         }
     };
     let work = async {
-        client.campaign(ELECTION, opts.id.as_str(), lease).await?;
+        election
+            .campaign(name.as_str(), opts.id.as_str(), lease)
+            .await?;
         METRICS.leader.set(1);
         tracing::info!(id = %opts.id, "audit tailer elected");
         tail(client.clone(), store, opts, stop).await
@@ -147,7 +160,7 @@ async fn lead_and_tail<S: AuditStore + Sync>(
         r = keep => r,
         r = work => r,
     };
-    let _ = client.lease_revoke(lease).await;
+    let _ = election.lease_revoke(lease).await;
     result
 }
 

@@ -589,3 +589,98 @@ async fn force_releases_go_to_a_write_once_bucket_kept_seven_years() {
         "{locked}"
     );
 }
+
+/// ADR-21: with tiers, the tailers of an entity shard hold their election on the coord
+/// cluster (`--election-etcd`), under the shard's cluster ID; the shard itself carries no
+/// election key. Two tailers of e1: one leads; killed, the other takes over and records e1's
+/// lock events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_shards_tailers_hold_their_election_on_the_coord_cluster() {
+    let (stack, _reg, keys) = Stack::with_two_shards(&format!("{FAST_PREFIX}/elect"))
+        .await
+        .unwrap();
+    let pg = Postgres::start(&stack.dir.join("audit-pg")).unwrap();
+    let url = pg.url();
+    let e1 = &stack.shards[0];
+    let e1_access = e1.access(&e1.client_url);
+    let coord = stack.etcd_urls();
+    let on_coord = ["--election-etcd", coord.as_str()];
+    let dir = stack.dir.clone();
+    let mut tailers = vec![
+        Tailer::start(&dir, &e1_access, &url, "e1-tailer-a", &on_coord).unwrap(),
+        Tailer::start(&dir, &e1_access, &url, "e1-tailer-b", &on_coord).unwrap(),
+    ];
+    let leaders = |tailers: &[Tailer]| -> Vec<usize> {
+        (0..tailers.len())
+            .filter(|i| tailers[*i].metric("lock_audit_leader").unwrap_or(0) == 1)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leaders(&tailers).len() != 1 {
+        assert!(Instant::now() < deadline, "no tailer was elected");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The election is on the coord cluster, named for e1's cluster ID; none on e1.
+    let mut e1_root = e1.client_as("root").await.unwrap();
+    let e1_id = format!(
+        "{:x}",
+        e1_root
+            .get("/sys/epoch", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .cluster_id()
+    );
+    let prefix = Some(etcd_client::GetOptions::new().with_prefix());
+    let mut coord_root = stack.etcd.client_as("root").await.unwrap();
+    let on_coord_keys = coord_root
+        .get(format!("/audit/election/{e1_id}"), prefix.clone())
+        .await
+        .unwrap()
+        .count();
+    assert!(on_coord_keys >= 1, "no election key on the coord cluster");
+    assert_eq!(
+        e1_root.get("/audit/", prefix).await.unwrap().count(),
+        0,
+        "an election key on the audited shard"
+    );
+    // The leader goes; the other takes over and records a hold on e1.
+    let first = leaders(&tailers)[0];
+    tailers[first].proc.kill();
+    let other = 1 - first;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tailers[other].metric("lock_audit_leader").unwrap_or(0) != 1 {
+        assert!(Instant::now() < deadline, "the standby never took over");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut c = stack.workload(&waiter_id(1)).await.unwrap();
+    let s = c
+        .open_session(OpenSessionRequest {
+            key: keys[0].clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    c.acquire(AcquireRequest {
+        key: keys[0].clone(),
+        session_id: s,
+        wait_millis: 0,
+    })
+    .await
+    .unwrap();
+    let db = AuditDb::connect(&url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = db.history(&keys[0], 0).await.unwrap();
+        if rows
+            .iter()
+            .any(|r| r.row.kind == Kind::Grant && r.cluster_id == e1_id)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "e1's grant was never recorded");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

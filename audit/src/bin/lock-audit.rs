@@ -31,6 +31,10 @@ enum Cmd {
         /// The tailer's etcd credential (the `auditor` user).
         #[command(flatten)]
         credential: EtcdTlsFiles,
+        /// Where the tailers' election runs: the coord cluster (ADR-21), with the same
+        /// credential. Unset: the audited cluster itself.
+        #[arg(long, env = "LOCK_AUDIT_ELECTION_ETCD", value_delimiter = ',')]
+        election_etcd: Vec<String>,
         /// The audit store (PostgreSQL URL).
         #[arg(long, env = "LOCK_AUDIT_DB")]
         db: String,
@@ -78,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Tail {
             etcd,
             credential,
+            election_etcd,
             db,
             id,
             checkpoint_every_ms,
@@ -92,9 +97,16 @@ async fn main() -> anyhow::Result<()> {
             if let Some(tls) = &tls {
                 options = options.with_tls(tls.options());
             }
-            let client = etcd_client::Client::connect(&etcd, Some(options))
+            let client = etcd_client::Client::connect(&etcd, Some(options.clone()))
                 .await
                 .context("connecting to etcd")?;
+            let election = if election_etcd.is_empty() {
+                client.clone()
+            } else {
+                etcd_client::Client::connect(&election_etcd, Some(options))
+                    .await
+                    .context("connecting to the election's etcd")?
+            };
             let store = Postgres::connect(&db).await.context("audit store")?;
             let admin = tokio::net::TcpListener::bind(admin_listen).await?;
             // The harness reads the bound address from here, as it does the arbiter's.
@@ -113,7 +125,7 @@ async fn main() -> anyhow::Result<()> {
                 compaction_window,
                 lease_ttl,
             };
-            tailer::run(client, &store, &opts, stop).await?;
+            tailer::run(client, election, &store, &opts, stop).await?;
         }
         Cmd::Export {
             db,
