@@ -12,6 +12,7 @@ pub mod docs;
 pub mod envoy;
 pub mod etcd;
 pub mod h2raw;
+pub mod manifests;
 pub mod netlab;
 pub mod oidc;
 pub mod paths;

@@ -38,6 +38,13 @@ fn the_manifests_pass_the_kubernetes_schemas() {
     let mut files = manifests(&workspace_root().join("deploy/kubernetes"));
     // The registry's CRDs, generated from its document types (lockctl registry crds).
     files.extend(manifests(&workspace_root().join("deploy/kubernetes/crds")));
+    // The tiers' etcd clusters, rendered from etcd.yaml (and fresh).
+    files.extend(manifests(&workspace_root().join("deploy/kubernetes/tiers")));
+    assert_eq!(
+        lock_integration::manifests::stale().unwrap(),
+        Vec::<String>::new(),
+        "run `cargo run -p lock-integration --bin docsgen -- write`"
+    );
     assert!(files.len() >= 9, "{files:?}");
     let (ok, out) = validate(&files);
     assert!(ok, "{out}");
@@ -52,6 +59,8 @@ fn the_manifests_pass_the_kubernetes_schemas() {
         "customresourcedefinition/pausetestresults.lock.dev",
         "validatingwebhookconfiguration/lock-registry",
         "deployment/lock-admin",
+        "statefulset/lock-etcd-coord",
+        "statefulset/lock-etcd-e1",
         "job/pause-test-pay-ledger",
         "cronjob/lock-risk-register",
     ] {

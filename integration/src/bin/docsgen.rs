@@ -1,14 +1,20 @@
 //! `docsgen write`: regenerates the manual's reference pages (`docs/src/reference/`) from
-//! their sources; `docsgen check`: exits 1 naming each stale page (`make docs` writes,
-//! `make test` checks through `integration/tests/docs.rs`).
+//! their sources, and the tiers' etcd manifests (`deploy/kubernetes/tiers/`) from
+//! etcd.yaml; `docsgen check`: exits 1 naming each stale file (`make docs` writes,
+//! `make test` checks through `integration/tests/docs.rs` and `deploy.rs`).
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let result = match mode.as_str() {
-        "write" => lock_integration::docs::write_all().map(|()| Vec::new()),
-        "check" => lock_integration::docs::stale(),
+        "write" => lock_integration::docs::write_all()
+            .and_then(|()| lock_integration::manifests::write_all())
+            .map(|()| Vec::new()),
+        "check" => lock_integration::docs::stale().and_then(|mut stale| {
+            stale.extend(lock_integration::manifests::stale()?);
+            Ok(stale)
+        }),
         _ => {
             eprintln!("usage: docsgen write|check");
             return ExitCode::from(2);
@@ -18,7 +24,7 @@ fn main() -> ExitCode {
         Ok(stale) if stale.is_empty() => ExitCode::SUCCESS,
         Ok(stale) => {
             for p in stale {
-                eprintln!("docs/src/{p} is stale: run `make docs`");
+                eprintln!("{p} is stale: run `make docs`");
             }
             ExitCode::from(1)
         }
