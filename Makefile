@@ -105,7 +105,7 @@ fuzz: ## libFuzzer on the filter's request decoding and config parsing (FUZZ_SEC
 	cd filter/fuzz && for t in request_body filter_config; do \
 	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; done
 
-docs: deps ## The manual: regenerate its reference pages, build the book into target/book
+docs: deps ## The manual: regenerate its reference pages (and the tiers' etcd manifests), build the book into target/book
 	$(CARGO) run -q -p lock-integration --bin docsgen -- write
 	.deps/bin/mdbook build docs
 	@echo "the book: target/book/index.html"
