@@ -45,6 +45,9 @@ pub enum Bug {
     /// the edge decided the stream on (issue 33): a stream admitted for one key takes
     /// another. The hold-stream boundary test names it.
     HoldKeyFromMessage,
+    /// A wait's deadline kept in wall-clock time (issue 34): a clock stepped forward ends
+    /// every wait at once, one stepped back lengthens none. The clock test names it.
+    WallClockDeadline,
 }
 
 impl FromStr for Bug {
@@ -62,8 +65,9 @@ impl FromStr for Bug {
             "shard-fence-off" => Ok(Bug::ShardFenceOff),
             "leak-by-identity" => Ok(Bug::LeakByIdentity),
             "hold-key-from-message" => Ok(Bug::HoldKeyFromMessage),
+            "wall-clock-deadline" => Ok(Bug::WallClockDeadline),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline)"
             )),
         }
     }

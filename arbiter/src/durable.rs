@@ -72,7 +72,7 @@ pub async fn acquire(
     }
     // The wait ends (deadline or drain) only at a waiting point, never mid-transaction
     // (`wait_end.rs`).
-    let end = WaitEnd::after(wait, drain);
+    let end = WaitEnd::after_with(wait, drain, granter.bugs);
     // Every etcd call is boxed: this future lives as long as the wait, and inline it would
     // be as large as the largest of them (found by `make heap-profile`).
     let mut entry = Box::pin(enqueue(store, session, &prefix)).await?;

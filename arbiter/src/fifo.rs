@@ -52,7 +52,7 @@ pub async fn acquire(
     {
         return Ok(g);
     }
-    let end = WaitEnd::after(wait, drain);
+    let end = WaitEnd::after_with(wait, drain, granter.bugs);
     let ticket = queues.join(key.as_str());
     let waiter = Waiter {
         granter,

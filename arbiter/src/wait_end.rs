@@ -6,7 +6,11 @@
 //! told DRAINING while a holder record names it (the gate found exactly that when the drain
 //! raced the whole Acquire). Ending only where nothing is in flight keeps both refusals
 //! definite: a waiter answered `HELD` (deadline) or `DRAINING` holds nothing.
+//!
+//! The deadline is monotonic (`tokio::time::Instant`): a wall clock stepped by NTP or an
+//! operator moves no wait (issue 34's clock test jumps it ten minutes each way).
 
+use crate::bugs::{Bug, Bugs};
 use crate::drain::Drain;
 use crate::error::ArbiterError;
 use std::future::Future;
@@ -35,13 +39,38 @@ impl Ended {
 pub struct WaitEnd {
     deadline: Instant,
     drain: Drain,
+    /// Debug builds only (`Bug::WallClockDeadline`): the deadline again, in wall time.
+    wall: Option<std::time::SystemTime>,
 }
 
 impl WaitEnd {
     pub fn after(wait: Duration, drain: &Drain) -> Self {
+        Self::after_with(wait, drain, &Bugs::default())
+    }
+
+    /// [`WaitEnd::after`] in a process that may carry debug-only bugs.
+    pub fn after_with(wait: Duration, drain: &Drain, bugs: &Bugs) -> Self {
         Self {
             deadline: Instant::now() + wait,
             drain: drain.clone(),
+            wall: bugs
+                .has(Bug::WallClockDeadline)
+                .then(|| std::time::SystemTime::now() + wait),
+        }
+    }
+
+    fn wall_passed(&self) -> bool {
+        self.wall
+            .is_some_and(|until| std::time::SystemTime::now() >= until)
+    }
+
+    /// The bug's wall-clock deadline, polled (never resolves without the bug).
+    async fn wall_reached(&self) {
+        if self.wall.is_none() {
+            return std::future::pending().await;
+        }
+        while !self.wall_passed() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -53,7 +82,7 @@ impl WaitEnd {
     pub fn passed(&self) -> Option<Ended> {
         if self.drain.is_draining() {
             Some(Ended::Draining)
-        } else if Instant::now() >= self.deadline {
+        } else if Instant::now() >= self.deadline || self.wall_passed() {
             Some(Ended::Deadline)
         } else {
             None
@@ -66,6 +95,7 @@ impl WaitEnd {
             biased;
             () = self.drain.started() => Ended::Draining,
             () = tokio::time::sleep_until(self.deadline) => Ended::Deadline,
+            () = self.wall_reached() => Ended::Deadline,
         }
     }
 

@@ -14,6 +14,8 @@
 #   prometheus    Debian prometheus (prometheus, promtool), unpacked with dpkg -x into
 #                 .deps/prometheus: the metrics test scrapes the arbiters and Envoy with it,
 #                 and promtool checks the alert rules; no service is installed or started
+#   faketime      Debian libfaketime, unpacked into .deps/faketime: the clock test steps the
+#                 wall clock of arbiters and lockctl (LD_PRELOAD), monotonic untouched
 #   alertmanager  Debian prometheus-alertmanager, unpacked the same way into
 #                 .deps/alertmanager: amtool checks the routing example and which team
 #                 each alert reaches
@@ -212,6 +214,20 @@ install_alertmanager() {
   ln -sf "$DEPS/alertmanager/usr/bin/amtool" "$DEPS/bin/amtool"
 }
 
+install_faketime() {
+  if [ -n "$(find "$DEPS/faketime" -name libfaketimeMT.so.1 2>/dev/null)" ]; then return; fi
+  log "faketime: unpacking Debian libfaketime into $DEPS/faketime"
+  local tmp; tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download libfaketime >/dev/null 2>&1); then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+    (cd "$tmp" && apt-get download libfaketime)
+  fi
+  rm -rf "$DEPS/faketime"
+  dpkg -x "$tmp"/libfaketime_*.deb "$DEPS/faketime"
+  rm -rf "$tmp"
+}
+
 install_buf() {
   # buf: `make test` lints lock.v1 and checks it against the last released version.
   if [ -x "$DEPS/bin/buf" ] && [ "$("$DEPS/bin/buf" --version 2>/dev/null)" = "$BUF_VERSION" ]; then
@@ -329,6 +345,7 @@ install_etcd
 install_envoy
 install_prometheus
 install_alertmanager
+install_faketime
 install_buf
 install_node_tools
 install_node_client

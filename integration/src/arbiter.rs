@@ -16,6 +16,8 @@ pub struct Arbiter {
     /// The admin listener (`GET /metrics`).
     pub admin: SocketAddr,
     args: Vec<String>,
+    /// Extra environment (e.g. libfaketime's, for the clock tests); kept for restarts.
+    env: Vec<(String, String)>,
     log_dir: PathBuf,
 }
 
@@ -40,6 +42,19 @@ impl Arbiter {
         pki: &Pki,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_with_env(dir, id, etcd, registry, pki, extra, &[])
+    }
+
+    /// As [`Arbiter::start_with`], the process given `env` as well.
+    pub fn start_with_env(
+        dir: &Path,
+        id: &str,
+        etcd: &crate::etcd::Access,
+        registry: &Path,
+        pki: &Pki,
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> anyhow::Result<Self> {
         // `--insecure-plaintext` (the bench's TLS baseline) replaces the TLS flags.
         let mut args: Vec<String> = if extra.contains(&"--insecure-plaintext") {
             Vec::new()
@@ -56,13 +71,14 @@ impl Arbiter {
             id.into(),
         ]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let (proc, addr, admin) = Self::spawn(dir, id, &args, "127.0.0.1:0", "127.0.0.1:0")?;
+        let (proc, addr, admin) = Self::spawn(dir, id, &args, env, "127.0.0.1:0", "127.0.0.1:0")?;
         Ok(Self {
             proc,
             id: id.to_owned(),
             addr,
             admin,
             args,
+            env: env.to_vec(),
             log_dir: dir.to_path_buf(),
         })
     }
@@ -71,13 +87,15 @@ impl Arbiter {
         dir: &Path,
         id: &str,
         args: &[String],
+        env: &[(String, String)],
         listen: &str,
         admin: &str,
     ) -> anyhow::Result<(Proc, SocketAddr, SocketAddr)> {
         let mut cmd = Command::new(workspace_bin("arbiter")?);
         cmd.args(["--listen", listen, "--admin-listen", admin])
             .args(args)
-            .env("RUST_LOG", "warn,lock_arbiter=info");
+            .env("RUST_LOG", "warn,lock_arbiter=info")
+            .envs(env.iter().map(|(k, v)| (k, v)));
         let mut proc = Proc::spawn(id, cmd, dir)?;
         let line = proc.wait_for_line(&format!("arbiter {id} listening on "), patience())?;
         let addr = last_word(&line)?;
@@ -116,6 +134,7 @@ impl Arbiter {
             &self.log_dir,
             &self.id,
             &self.args,
+            &self.env,
             &self.addr.to_string(),
             &self.admin.to_string(),
         )?;

@@ -29,6 +29,8 @@ pub struct StackOptions {
     pub etcd_members: usize,
     /// Extra arbiter flags, e.g. `--store-timeout-ms 1000`.
     pub arbiter_args: Vec<String>,
+    /// Extra arbiter environment (the clock tests run them under libfaketime).
+    pub arbiter_env: Vec<(String, String)>,
     /// Extra etcd flags, e.g. `--quota-backend-bytes=...`.
     pub etcd_args: Vec<String>,
     /// Each etcd member in a network namespace of its own, so links can be cut.
@@ -61,6 +63,7 @@ impl Default for StackOptions {
             envoy_ports: None,
             etcd_members: 1,
             arbiter_args: Vec::new(),
+            arbiter_env: Vec::new(),
             etcd_args: Vec::new(),
             isolatable_etcd: false,
             filter_switches: Vec::new(),
@@ -237,13 +240,14 @@ impl Stack {
         let mut arbiters = Vec::new();
         let extra: Vec<&str> = arbiter_args.iter().map(String::as_str).collect();
         for i in 0..opts.arbiters {
-            arbiters.push(Arbiter::start_with(
+            arbiters.push(Arbiter::start_with_env(
                 &dir,
                 &format!("arbiter-{i}"),
                 &etcd.access(&urls),
                 &opts.registry,
                 &pki,
                 &extra,
+                &opts.arbiter_env,
             )?);
         }
         let registry = lock_arbiter::registry_files::load(&opts.registry)?;
