@@ -79,6 +79,9 @@ enum Cmd {
         /// Keep the history and logs here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Moves without their faults (a frozen shard member, a frozen arbiter).
+        #[arg(long)]
+        no_faults: bool,
     },
     /// Check a kept history folder again (prints the same summary).
     Check {
@@ -125,12 +128,14 @@ fn main() -> std::process::ExitCode {
             workers,
             inject_bug,
             out,
+            no_faults,
         } => {
             let opts = lock_gate::shards::ShardGateOptions {
                 phase: Duration::from_secs(phase_seconds),
                 workers,
                 inject_bug,
                 out_dir: out,
+                faults: !no_faults,
                 ..Default::default()
             };
             match rt.block_on(lock_gate::shards::run(opts)) {

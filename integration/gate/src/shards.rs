@@ -14,7 +14,14 @@
 //! With `inject_bug`, the second arbiter runs `--inject-bug shard-fence-off` (it keeps the
 //! map it started with and grants without the shard's fence): the checks must catch it.
 //!
-//! What this gate does not do (the main gate does, on one cluster): network faults, restarts,
+//! With `faults` (`make gate`; issue 34), each move runs under a fault: the add with shard
+//! `e1`'s etcd frozen (SIGSTOP) for 2 s, the pin with arbiter-0 frozen for 3 s, so it
+//! resumes mid-move holding the map it had; a move a fault made fail is run again (the same
+//! command finishes a half-done move). The summary counts what each fault did to the
+//! workers' calls. Workers close their sessions when they stop, as a process that exits
+//! does, so a grant whose answer a fault lost leaves no hold behind.
+//!
+//! What this gate does not do (the main gate does, on one cluster): network partitions,
 //! the linearizability search. Sessions live 30 s (the dev class's TTL) and are replaced
 //! every 15 s, so no hold here ends by expiry, and no move here needs an epoch advance.
 
@@ -46,6 +53,8 @@ pub struct ShardGateOptions {
     pub inject_bug: bool,
     /// Keep the history and logs here (None: a temp folder, kept only if the run failed).
     pub out_dir: Option<PathBuf>,
+    /// A fault during each move (`make gate`); off in `make test`'s short run.
+    pub faults: bool,
 }
 
 impl Default for ShardGateOptions {
@@ -56,6 +65,7 @@ impl Default for ShardGateOptions {
             keys: 40,
             inject_bug: false,
             out_dir: None,
+            faults: false,
         }
     }
 }
@@ -70,6 +80,8 @@ pub struct ShardGateReport {
     pub moves_ok: bool,
     pub moving_answers: usize,
     pub sessions_replaced: usize,
+    /// Each fault, and what the workers' calls met while it lasted (and 2 s after).
+    pub faults: Vec<String>,
     pub violations: Vec<String>,
     pub history: PathBuf,
     /// The run had `--inject-bug`: meant to fail, its history is not kept.
@@ -92,10 +104,17 @@ pub fn check(ops: &[history::Op]) -> Vec<String> {
         .filter(|o| o.kind == Kind::Release)
         .filter_map(|o| Some(((o.client, o.token?), o.invoked)))
         .collect();
+    // The same grant answered twice is one hold: a client whose release's answer was lost
+    // asks again with its session and is given its grant back (same token), as the
+    // arbiter promises (found with a frozen arbiter: flagged as two holders).
+    let mut answered = std::collections::HashSet::new();
     for o in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
         let (Some(key), Some(token), Some(at)) = (o.key.as_deref(), o.token, o.returned()) else {
             continue;
         };
+        if !answered.insert((key, o.client, token)) {
+            continue;
+        }
         let until = releases
             .get(&(o.client, token))
             .copied()
@@ -284,6 +303,21 @@ async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
             }
         }
     }
+    // Stopping closes every session, as an exiting process's client does: a grant whose
+    // answer was lost (a fault) ends with it, so "nothing left held" holds.
+    for (id, _) in sessions.into_values() {
+        let close = CloseSessionRequest { session_id: id };
+        for _ in 0..20 {
+            if rpc
+                .close_session(as_from_edge(close, None, me))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
 }
 
 /// Runs a move (`lockctl shards ARGS` on the coord cluster) inside a recorded window.
@@ -320,6 +354,56 @@ async fn shard_move(stack: &Stack, shared: &Shared, args: Vec<String>) -> (bool,
         Ok(Err(e)) => (false, e.to_string()),
         Err(e) => (false, e.to_string()),
     }
+}
+
+/// A fault run beside a move: it starts 200 ms into the move (the fences are being
+/// written) and freezes `pid` for `hold`. Returns its window.
+async fn freeze(name: &str, pid: Option<u32>, hold: Duration) -> (String, u64, u64) {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let from = mono_ns();
+    let signal = |sig: &str| {
+        if let Some(pid) = pid {
+            let _ = std::process::Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status();
+        }
+    };
+    signal("-STOP");
+    tokio::time::sleep(hold).await;
+    signal("-CONT");
+    (name.to_owned(), from, mono_ns())
+}
+
+/// What the workers' calls met in a fault's window (and 2 s after, while it recovers):
+/// calls stalled over a second, unknown outcomes and refusals, by kind. Pure.
+pub fn fault_effect(ops: &[history::Op], from: u64, to: u64) -> String {
+    let until = to + 2_000_000_000;
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    // In flight at any time in the window: a call sent before the freeze waits through it.
+    let during = |o: &&history::Op| o.invoked <= until && o.returned().is_none_or(|r| r >= from);
+    for o in ops.iter().filter(during) {
+        // A frozen member or arbiter shows first as calls that wait on it.
+        if o.returned()
+            .is_some_and(|r| r.saturating_sub(o.invoked) > 1_000_000_000)
+        {
+            *by.entry("stalled > 1 s".into()).or_default() += 1;
+        }
+        let what = if o.unknown() {
+            "unknown".to_owned()
+        } else if o.failed() {
+            o.why.clone().unwrap_or_default()
+        } else {
+            continue;
+        };
+        *by.entry(what).or_default() += 1;
+    }
+    if by.is_empty() {
+        return "no call refused or lost".into();
+    }
+    by.iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
@@ -391,8 +475,21 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         moves_ok: true,
         ..Default::default()
     };
+    let frozen = [
+        (
+            "froze e1's etcd 2 s during the add",
+            stack.shards[0].proc.pid(),
+            2,
+        ),
+        (
+            "froze arbiter-0 3 s during the pin",
+            stack.arbiters[0].proc.pid(),
+            3,
+        ),
+    ];
+    let mut windows = Vec::new();
     tokio::time::sleep(opts.phase).await;
-    for args in [
+    for (i, args) in [
         vec!["add".to_owned(), format!("e3={}", e3.client_url)],
         vec![
             "move".to_owned(),
@@ -400,8 +497,29 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
             "--to".into(),
             "e3".into(),
         ],
-    ] {
-        let (ok, line) = shard_move(&stack, &shared, args).await;
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let fault = async {
+            match frozen.get(i).filter(|_| opts.faults) {
+                Some((name, pid, secs)) => {
+                    Some(freeze(name, *pid, Duration::from_secs(*secs)).await)
+                }
+                None => None,
+            }
+        };
+        let ((mut ok, mut line), window) =
+            tokio::join!(shard_move(&stack, &shared, args.clone()), fault);
+        windows.extend(window);
+        // A move a fault made fail is finished by the same command (bounded).
+        for _ in 0..3 {
+            if ok || !opts.faults {
+                break;
+            }
+            report.moves.push(format!("{line} (run again)"));
+            (ok, line) = shard_move(&stack, &shared, args.clone()).await;
+        }
         report.moves_ok &= ok;
         report.moves.push(line);
         tokio::time::sleep(opts.phase).await;
@@ -414,6 +532,10 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     }
     let ops = history::operations(&history::read(std::slice::from_ref(&history))?);
     report.operations = ops.len();
+    report.faults = windows
+        .iter()
+        .map(|(name, from, to)| format!("{name}: {}", fault_effect(&ops, *from, *to)))
+        .collect();
     for o in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
         report.grants += 1;
         if let Some(t) = o.token.and_then(|t| FencingToken::from_u64(t).ok()) {
@@ -475,6 +597,9 @@ pub fn summary(r: &ShardGateReport, history: &Path) -> String {
     );
     for m in &r.moves {
         out.push_str(&format!("  {m}\n"));
+    }
+    for f in &r.faults {
+        out.push_str(&format!("  fault: {f}\n"));
     }
     let kept = history_line(history.exists(), r.passed(), r.inject_bug);
     let kept = kept.replace("{}", &history.display().to_string());
@@ -539,6 +664,30 @@ mod tests {
     }
 
     #[test]
+    fn a_faults_effect_counts_stalls_losses_and_refusals_in_its_window() {
+        let s = 1_000_000_000;
+        let mut lost = op(1, Kind::Acquire, "k", 0, 11 * s, 0);
+        lost.done = None;
+        let mut refused = op(2, Kind::Acquire, "k", 0, 12 * s, 12 * s + 1);
+        refused.done = Some((12 * s + 1, Phase::Fail));
+        refused.why = Some("MOVING".into());
+        let ops = vec![
+            op(1, Kind::Acquire, "k", 5, 8 * s, 9 * s), // over before the window
+            op(1, Kind::Acquire, "k", 6, 9 * s, 13 * s), // sent before, granted 4 s later
+            lost,
+            refused,
+            op(3, Kind::Acquire, "k", 7, 20 * s, 20 * s + 1), // after window + 2 s
+        ];
+        assert_eq!(
+            fault_effect(&ops, 10 * s, 15 * s),
+            "1 MOVING, 1 stalled > 1 s, 1 unknown"
+        );
+        // Before any of them: nothing (a call never answered counts in every window after
+        // it was sent).
+        assert_eq!(fault_effect(&ops, s, 2 * s), "no call refused or lost");
+    }
+
+    #[test]
     fn check_table() {
         use Kind::{Acquire, Release};
         let (a2, a3, b9) = (token(2, 10), token(2, 30), token(4, 5));
@@ -576,6 +725,25 @@ mod tests {
                 "never released: held to the end of the history",
                 vec![op(0, Acquire, "k", a2, 0, 1), op(1, Acquire, "k", a3, 5, 6)],
                 1,
+            ),
+            (
+                "a grant given back after a lost release answer: one hold",
+                vec![
+                    op(0, Acquire, "k", a2, 0, 1),
+                    op(1, Acquire, "k", a3, 1, 9), // waits for it, granted after
+                    op(0, Acquire, "k", a2, 5, 6),
+                    op(0, Release, "k", a2, 7, 8),
+                ],
+                0,
+            ),
+            (
+                "the same token to another client is still two holders",
+                vec![
+                    op(0, Acquire, "k", a2, 0, 1),
+                    op(1, Acquire, "k", a2, 2, 3),
+                    op(0, Release, "k", a2, 4, 5),
+                ],
+                2,
             ),
             (
                 "other keys do not interfere",
