@@ -181,18 +181,25 @@ install_node() {
   system_apt_install nodejs
 }
 
+# Debian package PKG's files into DIR (dpkg -x: nothing installed system-wide, no service
+# started), through the system's apt sources, updating their lists once if they are stale.
+unpack_deb() {
+  local pkg="$1" dir="$2"
+  local tmp; tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download "$pkg" >/dev/null 2>&1); then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+    (cd "$tmp" && apt-get download "$pkg")
+  fi
+  rm -rf "$dir"
+  dpkg -x "$tmp"/"$pkg"_*.deb "$dir"
+  rm -rf "$tmp"
+}
+
 install_prometheus() {
   if [ -x "$DEPS/bin/prometheus" ] && [ -x "$DEPS/bin/promtool" ]; then return; fi
   log "prometheus: unpacking Debian prometheus into $DEPS/prometheus"
-  local tmp; tmp=$(mktemp -d)
-  if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    apt_updated=1
-    (cd "$tmp" && apt-get download prometheus)
-  fi
-  rm -rf "$DEPS/prometheus"
-  dpkg -x "$tmp"/prometheus_*.deb "$DEPS/prometheus"
-  rm -rf "$tmp"
+  unpack_deb prometheus "$DEPS/prometheus"
   mkdir -p "$DEPS/bin"
   ln -sf "$DEPS/prometheus/usr/bin/prometheus" "$DEPS/bin/prometheus"
   ln -sf "$DEPS/prometheus/usr/bin/promtool" "$DEPS/bin/promtool"
@@ -201,15 +208,7 @@ install_prometheus() {
 install_alertmanager() {
   if [ -x "$DEPS/bin/amtool" ]; then return; fi
   log "alertmanager: unpacking Debian prometheus-alertmanager (amtool) into $DEPS/alertmanager"
-  local tmp; tmp=$(mktemp -d)
-  if ! (cd "$tmp" && apt-get download prometheus-alertmanager >/dev/null 2>&1); then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    apt_updated=1
-    (cd "$tmp" && apt-get download prometheus-alertmanager)
-  fi
-  rm -rf "$DEPS/alertmanager"
-  dpkg -x "$tmp"/prometheus-alertmanager_*.deb "$DEPS/alertmanager"
-  rm -rf "$tmp"
+  unpack_deb prometheus-alertmanager "$DEPS/alertmanager"
   mkdir -p "$DEPS/bin"
   ln -sf "$DEPS/alertmanager/usr/bin/amtool" "$DEPS/bin/amtool"
 }
@@ -217,15 +216,7 @@ install_alertmanager() {
 install_faketime() {
   if [ -n "$(find "$DEPS/faketime" -name libfaketimeMT.so.1 2>/dev/null)" ]; then return; fi
   log "faketime: unpacking Debian libfaketime into $DEPS/faketime"
-  local tmp; tmp=$(mktemp -d)
-  if ! (cd "$tmp" && apt-get download libfaketime >/dev/null 2>&1); then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    apt_updated=1
-    (cd "$tmp" && apt-get download libfaketime)
-  fi
-  rm -rf "$DEPS/faketime"
-  dpkg -x "$tmp"/libfaketime_*.deb "$DEPS/faketime"
-  rm -rf "$tmp"
+  unpack_deb libfaketime "$DEPS/faketime"
 }
 
 install_buf() {

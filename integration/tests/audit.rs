@@ -387,14 +387,9 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
     }
 }
 
-/// ADR-01: the risk register counts an advisory class's grants from the audit trail (its
-/// own transactions and handoffs, not releases), over a window, on a real PostgreSQL.
-#[tokio::test]
-async fn the_register_counts_grants_per_class_from_the_audit_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let pg = Postgres::start(dir.path()).unwrap();
-    let db = AuditDb::connect(&pg.url()).await.unwrap();
-    let row = |revision: i64, kind: Kind, class: &str| Row {
+/// A seeded audit row of class `class` (the register and export tests).
+fn seeded(revision: i64, kind: Kind, class: &str) -> Row {
+    Row {
         revision,
         key: format!("pay/ledger/{revision}"),
         kind,
@@ -402,28 +397,41 @@ async fn the_register_counts_grants_per_class_from_the_audit_store() {
         session: "1f".into(),
         class: class.into(),
         detail: String::new(),
-    };
+    }
+}
+
+/// A finished command's stdout, which must have succeeded (else its words fail the test).
+fn stdout_of(out: std::process::Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// ADR-01: the risk register counts an advisory class's grants from the audit trail (its
+/// own transactions and handoffs, not releases), over a window, on a real PostgreSQL.
+#[tokio::test]
+async fn the_register_counts_grants_per_class_from_the_audit_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = Postgres::start(dir.path()).unwrap();
+    let db = AuditDb::connect(&pg.url()).await.unwrap();
     let rows = [
-        row(1, Kind::Grant, "pay-ledger"),
-        row(2, Kind::Grant, "pay-ledger"),
-        row(3, Kind::Handoff, "pay-ledger"),
-        row(4, Kind::Release, "pay-ledger"),
-        row(5, Kind::Expiry, "pay-ledger"),
-        row(6, Kind::Grant, "orders-default"),
+        seeded(1, Kind::Grant, "pay-ledger"),
+        seeded(2, Kind::Grant, "pay-ledger"),
+        seeded(3, Kind::Handoff, "pay-ledger"),
+        seeded(4, Kind::Release, "pay-ledger"),
+        seeded(5, Kind::Expiry, "pay-ledger"),
+        seeded(6, Kind::Grant, "orders-default"),
     ];
     assert_eq!(db.insert("c1", &rows).await.unwrap(), 6);
     let register = |extra: &[&str]| {
         let dev = lock_integration::paths::dev_registry();
         let mut args = vec!["register", dev.to_str().unwrap()];
         args.extend_from_slice(extra);
-        let out = lock_integration::stack::lockctl(&args, &[]).unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
+        stdout_of(lock_integration::stack::lockctl(&args, &[]).unwrap())
     };
     let url = pg.url();
     let json: serde_json::Value =
@@ -487,37 +495,23 @@ async fn force_releases_go_to_a_write_once_bucket_kept_seven_years() {
     let dir = tempfile::tempdir().unwrap();
     let pg = Postgres::start(dir.path()).unwrap();
     let db = AuditDb::connect(&pg.url()).await.unwrap();
-    let row = |revision: i64, kind: Kind| Row {
-        revision,
-        key: format!("pay/ledger/{revision}"),
-        kind,
-        spiffe_id: waiter_id(1),
-        session: "1f".into(),
-        class: "pay-ledger".into(),
-        detail: String::new(),
-    };
     let rows = [
-        row(1, Kind::Grant),
-        row(2, Kind::ForceRequest),
-        row(3, Kind::ForceRelease),
-        row(4, Kind::Release),
+        seeded(1, Kind::Grant, "pay-ledger"),
+        seeded(2, Kind::ForceRequest, "pay-ledger"),
+        seeded(3, Kind::ForceRelease, "pay-ledger"),
+        seeded(4, Kind::Release, "pay-ledger"),
     ];
     db.insert("c1", &rows).await.unwrap();
     let s3 = S3Server::start(dir.path()).unwrap();
     let python = lock_integration::paths::workspace_root().join(".deps/python-venv/bin/python");
     let fixture = |args: &[&str]| {
-        let out = std::process::Command::new(&python)
-            .args(["-c", S3_FIXTURE, &s3.url()])
-            .args(args)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
+        stdout_of(
+            std::process::Command::new(&python)
+                .args(["-c", S3_FIXTURE, &s3.url()])
+                .args(args)
+                .output()
+                .unwrap(),
+        )
     };
     fixture(&["buckets"]);
     let day = time::OffsetDateTime::now_utc().date().to_string();
