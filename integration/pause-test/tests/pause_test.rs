@@ -41,22 +41,11 @@ fn run(
     cycles: usize,
     registry: Option<&std::path::Path>,
 ) -> (Option<i32>, String) {
-    run_with(kit, fence, prefix, cycles, registry, &[])
+    run_as(kit, fence, prefix, cycles, registry, &[], true)
 }
 
-/// [`run`] with more flags.
-fn run_with(
-    kit: &Kit,
-    fence: &str,
-    prefix: &str,
-    cycles: usize,
-    registry: Option<&std::path::Path>,
-    extra: &[&str],
-) -> (Option<i32>, String) {
-    run_as(kit, fence, prefix, cycles, registry, extra, true)
-}
-
-/// [`run_with`]; `two_identities: false` runs B as a second process of A's identity.
+/// [`run`] with more flags; `two_identities: false` runs B as a second process of A's
+/// identity.
 fn run_as(
     kit: &Kit,
     fence: &str,
@@ -183,7 +172,7 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
     let fenced = owner(
         "UPDATE ledger SET balance = $2, last_token = $3 WHERE account = $1 AND last_token < $3",
     );
-    let (code, text) = run_with(&kit, "owner", "own", 20, None, &fenced);
+    let (code, text) = run_as(&kit, "owner", "own", 20, None, &fenced, true);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("20 cycles") && text.contains("PASS"),
@@ -191,11 +180,11 @@ async fn reference_fence_passes_100_cycles_and_broken_fences_fail() {
     );
     // The same kit on an owner's statement that records the token but never compares it.
     let unfenced = owner("UPDATE ledger SET balance = $2, last_token = $3 WHERE account = $1");
-    let (code, text) = run_with(&kit, "owner", "own-bad", 2, None, &unfenced);
+    let (code, text) = run_as(&kit, "owner", "own-bad", 2, None, &unfenced, true);
     assert_eq!(code, Some(1), "{text}");
     assert_eq!(count(&text, "stale writes accepted "), 2, "{text}");
     // Half the statements is refused before anything runs.
-    let (code, text) = run_with(&kit, "owner", "own-half", 1, None, &fenced[..2]);
+    let (code, text) = run_as(&kit, "owner", "own-half", 1, None, &fenced[..2], true);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("--fence owner needs --write-sql, --read-sql and --reset-sql"),
