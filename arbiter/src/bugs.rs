@@ -48,6 +48,9 @@ pub enum Bug {
     /// A wait's deadline kept in wall-clock time (issue 34): a clock stepped forward ends
     /// every wait at once, one stepped back lengthens none. The clock test names it.
     WallClockDeadline,
+    /// A granted Acquire's span carries its token (issue 38, ADR-22: a token is a
+    /// capability, never in telemetry). The traces test's scan names it.
+    TokenInSpan,
 }
 
 impl FromStr for Bug {
@@ -66,8 +69,9 @@ impl FromStr for Bug {
             "leak-by-identity" => Ok(Bug::LeakByIdentity),
             "hold-key-from-message" => Ok(Bug::HoldKeyFromMessage),
             "wall-clock-deadline" => Ok(Bug::WallClockDeadline),
+            "token-in-span" => Ok(Bug::TokenInSpan),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span)"
             )),
         }
     }

@@ -21,6 +21,7 @@ pub async fn acquire(
 ) -> Result<AcquireResponse, ArbiterError> {
     let who = edge.identity()?;
     let key = edge.keyed(&m.key)?;
+    crate::traces::namespace(key.namespace());
     let wait = std::time::Duration::from_millis(m.wait_millis);
     let result = engine.acquire(&who, &key, m.session_id, wait).await;
     match &result {
@@ -28,6 +29,12 @@ pub async fn acquire(
         Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
     }
     let g = result?;
+    crate::traces::class(&g.class);
+    if engine.bugs().has(crate::bugs::Bug::TokenInSpan) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let token = i64::try_from(g.token.as_u64()).unwrap_or(i64::MAX);
+        tracing::Span::current().set_attribute("lock.token", token);
+    }
     Ok(AcquireResponse {
         token: g.token.as_u64(),
         parts: Some(TokenParts {
@@ -47,6 +54,7 @@ pub async fn release(
 ) -> Result<ReleaseResponse, ArbiterError> {
     let who = edge.identity()?;
     let key = edge.keyed(&m.key)?;
+    crate::traces::namespace(key.namespace());
     let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
     let lease = Some(m.session_id).filter(|s| *s != 0);
     let released_at_revision = engine.release(&who, &key, token, lease).await?;

@@ -167,7 +167,7 @@ async fn timed<T>(
     fut: impl Future<Output = Result<T, ArbiterError>>,
 ) -> Result<T, ArbiterError> {
     let start = std::time::Instant::now();
-    let r = fut.await;
+    let r = tracing::Instrument::instrument(fut, crate::traces::etcd(operation)).await;
     METRICS.etcd(operation, r.is_ok(), start.elapsed());
     r
 }

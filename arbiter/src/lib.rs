@@ -39,6 +39,7 @@ pub mod service;
 pub mod sessions;
 pub mod shard_map;
 pub mod store;
+pub mod traces;
 pub mod wait_end;
 pub mod waiter;
 pub mod watch_hub;

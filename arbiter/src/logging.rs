@@ -1,11 +1,48 @@
 //! Logs for every binary of the service (arbiter, lock-audit, lock-admin, lock-webhook):
-//! `tracing` to stderr, filtered by `RUST_LOG`, `info` by default.
+//! `tracing` to stderr, filtered by `RUST_LOG`, `info` by default; and for the arbiter, with
+//! a trace file, its spans to the OpenTelemetry exporter (`traces.rs`).
+
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+fn log_filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+}
 
 pub fn init() {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(log_filter())
         .init();
+}
+
+/// Keeps the trace exporter; dropping it flushes the last spans (at exit).
+pub struct Traces(Option<opentelemetry_sdk::trace::SdkTracerProvider>);
+
+impl Drop for Traces {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = p.shutdown();
+        }
+    }
+}
+
+/// [`init`], and with `trace_file` the request and etcd spans exported to it (each layer
+/// filtered on its own: the log filter never turns the spans on, and no span is made when
+/// nothing exports them).
+pub fn init_with_traces(trace_file: Option<&std::path::Path>) -> std::io::Result<Traces> {
+    let logs = tracing_subscriber::fmt::layer().with_filter(log_filter());
+    let Some(path) = trace_file else {
+        tracing_subscriber::registry().with(logs).init();
+        return Ok(Traces(None));
+    };
+    let provider = crate::traces::provider(path, std::time::Duration::from_millis(500))?;
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(crate::traces::tracer(&provider))
+        .with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target(crate::traces::TARGET, tracing::Level::DEBUG),
+        );
+    tracing_subscriber::registry().with(logs).with(spans).init();
+    Ok(Traces(Some(provider)))
 }

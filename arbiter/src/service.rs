@@ -9,6 +9,7 @@ use crate::edge::EdgeContext;
 use crate::engine::Engine;
 use crate::keepalive;
 use crate::proto::lock_server::Lock;
+use crate::traces;
 use lock_config::FencingToken;
 use lock_config::edge_headers::ARBITER_HEADER;
 use lock_config::proto::v1::*;
@@ -18,6 +19,7 @@ use std::time::Instant;
 use tokio_stream::Stream;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument as _;
 
 pub struct LockService {
     engine: Arc<Engine>,
@@ -136,7 +138,12 @@ impl Lock for LockService {
         req: Request<OpenSessionRequest>,
     ) -> Result<Response<OpenSessionResponse>, Status> {
         let start = Instant::now();
-        observed("open_session", start, self.open_session_call(req).await)
+        let span = traces::request("lock.v1/OpenSession", req.metadata());
+        observed(
+            "open_session",
+            start,
+            self.open_session_call(req).instrument(span).await,
+        )
     }
 
     async fn close_session(
@@ -144,7 +151,12 @@ impl Lock for LockService {
         req: Request<CloseSessionRequest>,
     ) -> Result<Response<CloseSessionResponse>, Status> {
         let start = Instant::now();
-        observed("close_session", start, self.close_session_call(req).await)
+        let span = traces::request("lock.v1/CloseSession", req.metadata());
+        observed(
+            "close_session",
+            start,
+            self.close_session_call(req).instrument(span).await,
+        )
     }
 
     async fn acquire(
@@ -152,7 +164,12 @@ impl Lock for LockService {
         req: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
         let start = Instant::now();
-        observed("acquire", start, self.acquire_call(req).await)
+        let span = traces::request("lock.v1/Acquire", req.metadata());
+        observed(
+            "acquire",
+            start,
+            self.acquire_call(req).instrument(span).await,
+        )
     }
 
     async fn release(
@@ -160,7 +177,12 @@ impl Lock for LockService {
         req: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
         let start = Instant::now();
-        observed("release", start, self.release_call(req).await)
+        let span = traces::request("lock.v1/Release", req.metadata());
+        observed(
+            "release",
+            start,
+            self.release_call(req).instrument(span).await,
+        )
     }
 
     async fn validate_token(
@@ -168,7 +190,12 @@ impl Lock for LockService {
         req: Request<ValidateTokenRequest>,
     ) -> Result<Response<ValidateTokenResponse>, Status> {
         let start = Instant::now();
-        observed("validate_token", start, self.validate_token_call(req).await)
+        let span = traces::request("lock.v1/ValidateToken", req.metadata());
+        observed(
+            "validate_token",
+            start,
+            self.validate_token_call(req).instrument(span).await,
+        )
     }
 
     async fn inspect(
@@ -176,7 +203,12 @@ impl Lock for LockService {
         req: Request<InspectRequest>,
     ) -> Result<Response<InspectResponse>, Status> {
         let start = Instant::now();
-        observed("inspect", start, self.inspect_call(req).await)
+        let span = traces::request("lock.v1/Inspect", req.metadata());
+        observed(
+            "inspect",
+            start,
+            self.inspect_call(req).instrument(span).await,
+        )
     }
 
     type KeepAliveStream = KeepAliveStream;

@@ -95,6 +95,10 @@ struct Args {
     /// Bound on every etcd call; past it a request fails NO_QUORUM.
     #[arg(long, default_value_t = 2000, env = "ARBITER_STORE_TIMEOUT_MS")]
     store_timeout_ms: u64,
+    /// Write the request and etcd spans (OpenTelemetry, JSON lines) to this file; the W3C
+    /// `traceparent` the edge forwards is continued. No token, key or identity is in them.
+    #[arg(long, env = "ARBITER_TRACE_FILE")]
+    trace_file: Option<PathBuf>,
     /// Debug builds only: inject a deliberate bug (repeatable) so the release gate can
     /// show it catches it. Never in a release build.
     #[cfg(debug_assertions)]
@@ -120,8 +124,10 @@ async fn main() -> anyhow::Result<()> {
     let profiler = dhat::Profiler::builder()
         .file_name(std::env::var_os("LOCK_DHAT_FILE").unwrap_or_else(|| "dhat-heap.json".into()))
         .build();
-    lock_arbiter::logging::init();
     let args = Args::parse();
+    // Kept to the end of main: dropping it flushes the last spans.
+    let _traces = lock_arbiter::logging::init_with_traces(args.trace_file.as_deref())
+        .context("opening the trace file")?;
     let transport = transport(&args)?;
     let (registry, registry_version) = registry_files::load_versioned(&args.registry)
         .with_context(|| format!("loading registry {}", args.registry.display()))?;
