@@ -57,9 +57,10 @@ async fn wait_for_file(p: &Path) {
 }
 
 /// A hold of ~8 s (past the class's 5 s TTL) and a waiter behind it, while the wall clock
-/// steps +10 min and then -10 min. Returns the holder's exit code and the waiter's answer
-/// (its refusal's reason).
-async fn steps(bugs: &[&str]) -> (Option<i32>, Result<(), String>) {
+/// steps +10 min and then -10 min; the waiter another identity, or (`replica`) a second
+/// process of the holder's, as replicas of one Deployment are. Returns the holder's exit
+/// code and the waiter's answer (its refusal's reason).
+async fn steps(bugs: &[&str], replica: bool) -> (Option<i32>, Result<(), String>) {
     let dir = tempfile::tempdir().unwrap();
     let offset = dir.path().join("offset");
     std::fs::write(&offset, "+0\n").unwrap();
@@ -89,13 +90,15 @@ async fn steps(bugs: &[&str]) -> (Option<i32>, Result<(), String>) {
     wait_for_file(&started).await;
     // The waiter speaks lock.v1 itself (lock-client would retry a wait the arbiter ended
     // early within its own deadline, hiding an arbiter that ends waits by wall time).
-    let mut w = stack.workload(&waiter_id(2)).await.unwrap();
-    let session_id = w
-        .open_session(OpenSessionRequest { key: key.clone() })
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
+    let waiter = waiter_id(if replica { 1 } else { 2 });
+    let mut w = stack.workload(&waiter).await.unwrap();
+    // Its own process instance (issue 32): a sibling of the holder waits, never a leak.
+    let mut open = tonic::Request::new(OpenSessionRequest { key: key.clone() });
+    open.metadata_mut().insert(
+        lock_config::instance::INSTANCE_HEADER,
+        "clock-waiter".parse().expect("ascii"),
+    );
+    let session_id = w.open_session(open).await.unwrap().into_inner().session_id;
     // Renewed through the steps, as lock-client would (the class's TTL is 5 s).
     let renewing = lock_integration::keep_alive(w.clone(), session_id, Duration::from_secs(1));
     let asked = key.clone();
@@ -134,7 +137,7 @@ async fn steps(bugs: &[&str]) -> (Option<i32>, Result<(), String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wall_clock_steps_move_no_deadline() {
-    let (held, waited) = steps(&[]).await;
+    let (held, waited) = steps(&[], false).await;
     assert_eq!(
         held,
         Some(0),
@@ -147,11 +150,19 @@ async fn wall_clock_steps_move_no_deadline() {
     );
 }
 
+/// The same with the waiter a second process of the holder's identity (replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wall_clock_steps_move_no_deadline_for_replicas_of_one_identity() {
+    let (held, waited) = steps(&[], true).await;
+    assert_eq!(held, Some(0), "the hold covered the whole command");
+    assert_eq!(waited, Ok(()), "the sibling waited through the steps");
+}
+
 /// The bugs exist only in debug builds (`arbiter --inject-bug`).
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_a_wait_deadline_kept_in_wall_time() {
-    let (_, waited) = steps(&["wall-clock-deadline"]).await;
+    let (_, waited) = steps(&["wall-clock-deadline"], false).await;
     // HELD, ended by its deadline (the wire reason; the wait had 30 s and got about one).
     assert_eq!(waited, Err("HELD".to_owned()));
 }
