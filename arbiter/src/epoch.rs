@@ -7,9 +7,12 @@
 use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
 use crate::etcd::Etcd;
-use crate::layout::{EPOCH_KEY, EpochRecord, decode, encode};
-use etcd_client::{Compare, CompareOp, ResponseHeader, Txn, TxnOp};
+use crate::layout::{AdvancedBy, EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode, encode};
+use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, Txn, TxnOp, TxnOpResponse};
+use lock_config::shards::ShardFence;
 use std::sync::{Arc, RwLock};
+
+pub mod advance;
 
 /// The epoch as last read, with the mod revision grants compare against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +21,10 @@ pub struct Epoch {
     /// strings (issue 33: a clone per view allocated).
     pub record: Arc<EpochRecord>,
     pub mod_revision: i64,
+    /// On an entity shard: its map fence (`/sys/shard-fence`), read at the same revision
+    /// as the record; every write that compares the record compares this too.
+    pub fence: Option<Arc<ShardFence>>,
+    pub fence_mod_revision: i64,
     /// The highest revision this arbiter had seen in this epoch when the operation began.
     /// A linearizable response to a request sent afterwards cannot be older; responses of
     /// concurrent requests may complete out of order, so the floor is taken per operation.
@@ -28,6 +35,26 @@ pub struct Epoch {
 }
 
 impl Epoch {
+    /// The compare that fences a write by this shard's map version (None off a shard).
+    pub fn fence_compare(&self) -> Option<Compare> {
+        self.fence.as_ref().map(|_| {
+            Compare::mod_revision(SHARD_FENCE_KEY, CompareOp::Equal, self.fence_mod_revision)
+        })
+    }
+
+    /// The read a failed write makes to tell whether the fence moved (None off a shard).
+    pub fn fence_read(&self) -> Option<TxnOp> {
+        self.fence
+            .as_ref()
+            .map(|_| TxnOp::get(SHARD_FENCE_KEY, None))
+    }
+
+    /// Whether a failure branch's read of the fence (`seen`, from [`Epoch::fence_read`])
+    /// shows it unchanged. Off a shard there is no fence to move.
+    pub fn fence_unchanged(&self, seen: Option<&KeyValue>) -> bool {
+        self.fence.is_none() || seen.map(KeyValue::mod_revision) == Some(self.fence_mod_revision)
+    }
+
     /// The seal: refuse to serve from a store whose cluster ID is not the epoch's.
     pub fn check_header(&self, header: Option<&ResponseHeader>) -> Result<(), ArbiterError> {
         if self.skip_cluster_id {
@@ -161,12 +188,25 @@ impl EpochCache {
             .map_or(0, |hw| if hw.0 == epoch { hw.1 } else { 0 })
     }
 
-    /// Re-reads the epoch record and checks the seal on the read itself.
+    /// Re-reads the epoch record and the shard fence (one read, one revision) and checks
+    /// the seal on the read itself.
     pub async fn refresh(&self, store: &Etcd) -> Result<Epoch, ArbiterError> {
         // Taken before the read: the read's revision may not be below it.
         let floors = self.high_water.lock().map_or((0, 0), |hw| *hw);
-        let resp = store.get(EPOCH_KEY).await?;
-        let epoch = resp.kvs().first().and_then(|kv| {
+        let resp = store
+            .txn(Txn::new().and_then(vec![
+                TxnOp::get(EPOCH_KEY, None),
+                TxnOp::get(SHARD_FENCE_KEY, None),
+            ]))
+            .await?;
+        let got = |i: usize| match resp.op_responses().get(i) {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
+            _ => None,
+        };
+        let fence = got(1).and_then(|kv| {
+            decode::<ShardFence>(kv.value()).map(|f| (Arc::new(f), kv.mod_revision()))
+        });
+        let epoch = got(0).and_then(|kv| {
             decode::<EpochRecord>(kv.value())
                 .map(Arc::new)
                 .map(|record| Epoch {
@@ -177,6 +217,8 @@ impl EpochCache {
                     },
                     record,
                     mod_revision: kv.mod_revision(),
+                    fence: fence.as_ref().map(|(f, _)| f.clone()),
+                    fence_mod_revision: fence.as_ref().map_or(0, |(_, r)| *r),
                     skip_cluster_id: self.bugs.has(Bug::SealWithoutClusterId),
                 })
         });
@@ -189,19 +231,11 @@ impl EpochCache {
     }
 }
 
-/// `lockctl epoch init`: creates epoch 1 bound to the current cluster ID, if absent.
-/// Returns the record now in the store and whether this call created it.
-pub async fn init(store: &Etcd) -> Result<(EpochRecord, bool), ArbiterError> {
-    init_with(store, 1, None).await
-}
-
-/// [`init`] with a given first epoch (allocated from the coord cluster when there are
-/// several) and, on an entity shard, the shard map version it starts serving.
-pub async fn init_with(
-    store: &Etcd,
-    first: u16,
-    shards: Option<lock_config::shards::ShardFence>,
-) -> Result<(EpochRecord, bool), ArbiterError> {
+/// `lockctl epoch init`: creates epoch `first` (1 on a lone cluster; allocated from the
+/// coord cluster when there are several) bound to the current cluster ID, if absent.
+/// Returns the record now in the store and whether this call created it. Writes
+/// `/sys/epoch`: with etcd's roles, root's (a bootstrap step beside `roles apply`).
+pub async fn init_with(store: &Etcd, first: u16) -> Result<(EpochRecord, bool), ArbiterError> {
     // The cluster ID comes from the header of a read; the Txn's own header confirms it.
     let probe = store.get(EPOCH_KEY).await?;
     if let Some(kv) = probe.kvs().first() {
@@ -216,7 +250,7 @@ pub async fn init_with(
     let record = EpochRecord {
         epoch: first,
         cluster_id: cluster.clone(),
-        shards,
+        advanced_by: None,
     };
     let txn = Txn::new()
         .when(vec![Compare::create_revision(
@@ -236,86 +270,23 @@ pub async fn init_with(
     }
     if !resp.succeeded() {
         // Someone else initialised it concurrently: report theirs.
-        return Box::pin(init_with(store, first, None)).await;
+        return Box::pin(init_with(store, first)).await;
     }
     Ok((record, true))
 }
 
-/// `lockctl epoch advance`: one transaction that compares the epoch record is still epoch
-/// `from` (unchanged since read), puts epoch `from + 1` bound to the cluster ID the store
-/// reports now, and deletes every hold (`/l/`) and durable waiter (`/q/`) (ADR-03).
-pub async fn advance(store: &Etcd, from: u16) -> Result<EpochRecord, ArbiterError> {
-    let next = from
-        .checked_add(1)
-        .filter(|e| *e <= lock_config::token::MAX_EPOCH)
-        .ok_or_else(|| ArbiterError::Store("epoch space exhausted".into()))?;
-    advance_to(store, from, next).await
-}
-
-/// [`advance`] to a given epoch `next` (> `from`; with several clusters, allocated from
-/// the coord cluster). An entity shard's map fence is kept.
-pub async fn advance_to(store: &Etcd, from: u16, next: u16) -> Result<EpochRecord, ArbiterError> {
-    let resp = store.get(EPOCH_KEY).await?;
-    let kv = resp
-        .kvs()
-        .first()
-        .ok_or_else(|| ArbiterError::Store("no epoch record: run `lockctl epoch init`".into()))?;
-    let current = decode::<EpochRecord>(kv.value())
-        .ok_or_else(|| ArbiterError::Store("epoch record is not decodable".into()))?;
-    if current.epoch != from {
-        return Err(ArbiterError::Store(format!(
-            "the store is at epoch {}, not {from}: nothing advanced",
-            current.epoch
-        )));
-    }
-    if next <= from || next > lock_config::token::MAX_EPOCH {
-        return Err(ArbiterError::Store(format!(
-            "cannot advance from epoch {from} to {next}"
-        )));
-    }
-    let cluster = resp
-        .header()
-        .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
-        .ok_or_else(|| ArbiterError::Store("response without header".into()))?;
-    let record = EpochRecord {
-        epoch: next,
-        cluster_id: cluster.clone(),
-        shards: current.shards.clone(),
-    };
-    let txn = Txn::new()
-        .when(vec![Compare::mod_revision(
-            EPOCH_KEY,
-            CompareOp::Equal,
-            kv.mod_revision(),
-        )])
-        .and_then(vec![
-            TxnOp::put(EPOCH_KEY, encode(&record), None),
-            TxnOp::delete(
-                crate::layout::HOLDER_PREFIX,
-                Some(etcd_client::DeleteOptions::new().with_prefix()),
-            ),
-            TxnOp::delete(
-                crate::layout::QUEUE_PREFIX,
-                Some(etcd_client::DeleteOptions::new().with_prefix()),
-            ),
-        ]);
-    let done = store.txn(txn).await?;
-    if done
-        .header()
-        .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
-        .as_deref()
-        != Some(cluster.as_str())
-    {
-        return Err(ArbiterError::Store(
-            "cluster ID changed during the advance".into(),
-        ));
-    }
-    if !done.succeeded() {
-        return Err(ArbiterError::Store(
-            "the epoch record changed concurrently: nothing advanced".into(),
-        ));
-    }
-    Ok(record)
+/// An epoch advance, one transaction (ADR-03): compares the epoch record is still epoch
+/// `from` (unchanged since read), puts epoch `next` bound to the cluster ID the store
+/// reports now, and deletes every hold (`/l/`) and durable waiter (`/q/`). `next` is
+/// `from + 1` on a lone cluster (None), or allocated from the coord cluster.
+pub async fn advance(
+    store: &Etcd,
+    from: u16,
+    next: Option<u16>,
+    by: Option<AdvancedBy>,
+) -> Result<EpochRecord, ArbiterError> {
+    let plan = advance::plan(store, from, next, by).await?;
+    advance::run(store, &plan, Vec::new(), Vec::new()).await
 }
 
 #[cfg(test)]
@@ -324,7 +295,7 @@ mod tests {
 
     fn record() -> EpochRecord {
         EpochRecord {
-            shards: None,
+            advanced_by: None,
             epoch: 3,
             cluster_id: EpochRecord::cluster_id_hex(0xcdf8_1819_4e3a_8c32),
         }

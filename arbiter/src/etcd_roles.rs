@@ -3,14 +3,15 @@
 //! | user     | role     | may                                                        |
 //! |----------|----------|------------------------------------------------------------|
 //! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`           |
-//! | operator | operator | read and write `/sys/`, `/l/`, `/s/`, `/q/` (`lockctl epoch`, restore drills) |
+//! | operator | operator | read `/sys/`, `/l/`, `/s/`, `/q/`; read and write `/sys/shard*` (shard moves) |
 //! | auditor  | auditor  | read everything under `/`; read and write `/audit/` (its election) |
-//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/sys/force/`, `/sys/force-request/` (lock-admin) |
-//! | root     | root     | everything; only to manage users and roles (`lockctl roles apply`) |
+//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/sys/force/`, `/sys/force-request/`, `/sys/epoch*`, `/sys/advance-request/` (lock-admin) |
+//! | root     | root     | everything: users and roles (`lockctl roles apply`), `epoch init`, `shards init`, break-glass |
 //!
 //! Users have no password: etcd names them by the common name of their client certificate
-//! (`--client-cert-auth`, `etcd_tls.rs`). So the arbiter's credential cannot move the epoch
-//! (ADR-03: only an operator advances it), and anything without a certificate from etcd's CA
+//! (`--client-cert-auth`, `etcd_tls.rs`). So neither the arbiter's credential nor one
+//! operator's can move the epoch or delete a hold: an advance runs in lock-admin after a
+//! second operator approves it (ADR-03), or as root (break-glass); and anything without a certificate from etcd's CA
 //! is refused in the handshake; with one whose CN is no user, every call is refused.
 //!
 //! [`plan`] is pure (what to change to get from what etcd has to [`WANTED`]); [`apply`]
@@ -56,22 +57,29 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[2], Access::ReadWrite),
         ],
     },
+    // An operator reads everything the service keeps and moves shards (the map document
+    // and each shard's fence, `/sys/shards` and `/sys/shard-fence`). It cannot write
+    // `/sys/epoch` (ADR-03: the advance is two-person, through lock-admin) nor delete a
+    // hold (a force release is two-person too).
     RoleSpec {
         name: "operator",
         grants: &[
-            ("/sys/", Access::ReadWrite),
-            (LOCK_PREFIXES[0], Access::ReadWrite),
-            (LOCK_PREFIXES[1], Access::ReadWrite),
-            (LOCK_PREFIXES[2], Access::ReadWrite),
+            ("/sys/", Access::Read),
+            ("/sys/shard", Access::ReadWrite),
+            (LOCK_PREFIXES[0], Access::Read),
+            (LOCK_PREFIXES[1], Access::Read),
+            (LOCK_PREFIXES[2], Access::Read),
         ],
     },
     RoleSpec {
         name: "auditor",
         grants: &[("/", Access::Read), ("/audit/", Access::ReadWrite)],
     },
-    // The force-release admin server (lock-admin, ADR-20). It deletes holds (etcd has no
-    // delete-only permission: write on `/l/`), and revoking a session's lease needs write
-    // on every key attached to it (`/l/`, `/s/`, `/q/`). It cannot touch `/sys/epoch`.
+    // The admin server (lock-admin): two-person force releases (ADR-20) and epoch
+    // advances (ADR-03). It deletes holds (etcd has no delete-only permission: write on
+    // `/l/`), revoking a session's lease needs write on every key attached to it (`/l/`,
+    // `/s/`, `/q/`), and it runs the approved advance (`/sys/epoch`). It cannot move
+    // shards.
     RoleSpec {
         name: "force",
         grants: &[
@@ -80,6 +88,8 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[2], Access::ReadWrite),
             ("/sys/force/", Access::ReadWrite),
             ("/sys/force-request/", Access::ReadWrite),
+            ("/sys/epoch", Access::ReadWrite),
+            ("/sys/advance-request/", Access::ReadWrite),
         ],
     },
 ];
@@ -360,7 +370,8 @@ mod tests {
         let fresh = plan(&Current::default(), ROLES, USERS);
         assert_eq!(fresh.first(), Some(&Change::AddRole(s("arbiter"))));
         assert!(fresh.contains(&Change::Grant(s("arbiter"), grant("/sys/", Read))));
-        assert!(fresh.contains(&Change::Grant(s("operator"), grant("/sys/", ReadWrite))));
+        assert!(fresh.contains(&Change::Grant(s("operator"), grant("/sys/", Read))));
+        assert!(fresh.contains(&Change::Grant(s("force"), grant("/sys/epoch", ReadWrite))));
         assert!(fresh.contains(&Change::AddUser(s("root"))));
         assert!(fresh.contains(&Change::GrantRole(s("root"), s("root"))));
         // Roles come before the users granted them.

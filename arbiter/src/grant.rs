@@ -272,8 +272,13 @@ impl Granter<'_> {
             Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
             Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
         ];
-        if self.bugs.has(Bug::GrantWithoutEpochCompare) || self.bugs.has(Bug::ShardFenceOff) {
+        if self.bugs.has(Bug::GrantWithoutEpochCompare) {
             compares.remove(0);
+        }
+        // On a shard, the map fence beside the epoch record (ADR-09).
+        let epoch = sealed.epoch();
+        if !self.bugs.has(Bug::ShardFenceOff) {
+            compares.extend(epoch.fence_compare());
         }
         let record = encode(&holder_record(session, class));
         let mut writes = vec![hkey.clone()];
@@ -293,11 +298,13 @@ impl Granter<'_> {
             ));
             success.push(TxnOp::delete(q.key.as_str(), None));
         }
-        let txn = Txn::new().when(compares).and_then(success).or_else(vec![
+        let mut failure = vec![
             TxnOp::get(hkey.as_str(), None),
             TxnOp::get(EPOCH_KEY, None),
             TxnOp::get(skey.as_str(), None),
-        ]);
+        ];
+        failure.extend(epoch.fence_read());
+        let txn = Txn::new().when(compares).and_then(success).or_else(failure);
         let resp = match sealed.txn_creating_batched(txn, &hkey, writes, bytes).await {
             Ok(r) => r,
             // The outcome is unknown: the transaction may have committed. Read back before
@@ -329,9 +336,13 @@ impl Granter<'_> {
                     _ => None,
                 }
             };
+            // A moved fence is a moved epoch to the verdict: re-read both, try again.
+            let fence_unchanged = epoch.fence_unchanged(got(3));
             TxnSeen::Refused {
                 holder: got(0).map(holder_seen),
-                epoch_mod_revision: got(1).map(KeyValue::mod_revision),
+                epoch_mod_revision: got(1)
+                    .filter(|_| fence_unchanged)
+                    .map(KeyValue::mod_revision),
                 session_create_revision: got(2).map(KeyValue::create_revision),
                 read_at,
             }

@@ -1,7 +1,8 @@
 //! The etcd key layout and record encodings (DESIGN 4.2). Pure: encoding only.
 //!
 //! ```text
-//! /sys/epoch                 EpochRecord {epoch, cluster_id, shards?}
+//! /sys/epoch                 EpochRecord {epoch, cluster_id, advanced_by?}
+//! /sys/shard-fence           ShardFence {name, version, pending?}  entity shards only (ADR-09)
 //! /sys/shards                ShardsDoc {current, pending?}   coord cluster only (ADR-09)
 //! /sys/epoch-allocator       EpochAllocator {last}          coord cluster only (ADR-03, 07)
 //! /l/<namespace>/<path>      Holder {spiffe_id, instance?, session, class, acquired_at_ms}  on the session lease
@@ -9,6 +10,7 @@
 //! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! /sys/force-request/<id>    a filed force release awaiting a second operator (lock-force)
 //! /sys/force/<id>            an executed force release's record, on a 24 h lease (lock-force)
+//! /sys/advance-request/<id>  a filed epoch advance awaiting a second operator (lock-force)
 //! ```
 //!
 //! `/s/` is an addition to DESIGN 4.2: it binds a session (etcd lease) to the identity that
@@ -20,6 +22,14 @@ use lock_config::LockKey;
 use serde::{Deserialize, Serialize};
 
 pub const EPOCH_KEY: &str = "/sys/epoch";
+/// An entity shard's map fence (ADR-09): the map version it serves. Its own key, not a
+/// field of the epoch record, so etcd's roles can let an operator move shards (write
+/// `/sys/shard*`) while only lock-admin, after a second operator's approval, may write
+/// `/sys/epoch` (ADR-03). Every grant, handoff and release on a shard compares it beside
+/// the epoch record.
+pub const SHARD_FENCE_KEY: &str = "/sys/shard-fence";
+/// Filed epoch advances awaiting a second operator's approval (ADR-03, lock-force).
+pub const ADVANCE_REQUEST_PREFIX: &str = "/sys/advance-request/";
 /// The shard map document (coord cluster): `lock_config::shards::ShardsDoc`.
 pub const SHARDS_KEY: &str = "/sys/shards";
 /// The last epoch number handed to any cluster (coord cluster): no two clusters ever
@@ -54,11 +64,27 @@ pub struct EpochRecord {
     pub epoch: u16,
     /// etcd cluster ID, lower-case hex as etcdctl prints it.
     pub cluster_id: String,
-    /// On an entity shard: the shard map version it serves (ADR-09). In this record
-    /// because every grant compares this record unchanged: a move that rewrites it fences
-    /// every grant made under the map before, on this shard, by any arbiter.
+    /// Who advanced to this epoch (ADR-03): the filed request and both operators, or a
+    /// break-glass advance by etcd's root. None for an epoch made by `epoch init`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shards: Option<lock_config::shards::ShardFence>,
+    pub advanced_by: Option<AdvancedBy>,
+}
+
+/// The people behind an epoch advance, kept in the epoch record itself so the audit
+/// trail's `epoch-advance` row names them from the same revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvancedBy {
+    /// The request's id (empty for break-glass).
+    #[serde(default)]
+    pub request: String,
+    pub reason: String,
+    /// "issuer subject (name)" of the operator who filed it (break-glass: the name given).
+    pub requester: String,
+    /// The second operator (empty for break-glass).
+    #[serde(default)]
+    pub approver: String,
+    #[serde(default)]
+    pub break_glass: bool,
 }
 
 /// The coord cluster's epoch allocator.

@@ -19,8 +19,11 @@
 use crate::epoch;
 use crate::error::ArbiterError;
 use crate::etcd::Etcd;
+use crate::layout::AdvancedBy;
 use crate::layout::HOLDER_PREFIX;
-use crate::shard_map::{allocate_epoch, read_doc, read_epoch, write_doc, write_fence};
+use crate::shard_map::{
+    allocate_epoch, may_write_epoch, read_doc, read_epoch, read_fence, write_doc, write_fence,
+};
 use etcd_client::GetOptions;
 use lock_config::shards::moves::receivers;
 use lock_config::shards::{Shard, ShardFence, ShardMap, ShardsDoc};
@@ -84,7 +87,7 @@ pub async fn init(
         Some((r, _)) => r.epoch,
         None => {
             let first = allocate_epoch(coord, 0).await?;
-            epoch::init_with(coord, first, None).await?.0.epoch
+            epoch::init_with(coord, first).await?.0.epoch
         }
     };
     let mut floor = coord_epoch;
@@ -104,8 +107,9 @@ pub async fn init(
     Ok(doc)
 }
 
-/// Gives a shard its epoch record (a fresh epoch above `floor`) and fence, if it has none.
-/// Returns its epoch.
+/// Gives a shard its fence and its epoch record (a fresh epoch above `floor`), whichever
+/// it lacks. Returns its epoch. Creating an epoch record writes `/sys/epoch`: root's, with
+/// etcd's roles (callers probe first with [`may_write_epoch`]).
 async fn start_shard(
     coord: &Etcd,
     etcd: &Etcd,
@@ -113,30 +117,31 @@ async fn start_shard(
     version: u64,
     floor: u16,
 ) -> Result<u16, ArbiterError> {
-    let fence = ShardFence {
-        name: shard.name.clone(),
-        version,
-        pending: None,
-    };
-    match read_epoch(etcd).await? {
-        Some((record, _)) => {
-            match &record.shards {
-                Some(f) if f.name != shard.name => {
-                    return Err(ArbiterError::Store(format!(
-                        "the cluster given as shard {} is shard {}",
-                        shard.name, f.name
-                    )));
-                }
-                Some(_) => {}
-                None => {
-                    write_fence(etcd, fence).await?;
-                }
-            }
-            Ok(record.epoch)
+    match read_fence(etcd).await? {
+        Some((f, _)) if f.name != shard.name => {
+            return Err(ArbiterError::Store(format!(
+                "the cluster given as shard {} is shard {}",
+                shard.name, f.name
+            )));
         }
+        Some(_) => {}
+        None => {
+            write_fence(
+                etcd,
+                ShardFence {
+                    name: shard.name.clone(),
+                    version,
+                    pending: None,
+                },
+            )
+            .await?;
+        }
+    }
+    match read_epoch(etcd).await? {
+        Some((record, _)) => Ok(record.epoch),
         None => {
             let first = allocate_epoch(coord, floor).await?;
-            Ok(epoch::init_with(etcd, first, Some(fence)).await?.0.epoch)
+            Ok(epoch::init_with(etcd, first).await?.0.epoch)
         }
     }
 }
@@ -211,6 +216,12 @@ pub async fn change(
                     ArbiterError::Store(format!("shard {} has no epoch record", s.name))
                 })?
         } else {
+            if read_epoch(&etcd).await?.is_none() && !may_write_epoch(&etcd).await? {
+                return Err(ArbiterError::Store(format!(
+                    "shard {} has no epoch record, and creating one writes /sys/epoch, which this credential may not (ADR-03): run `lockctl epoch init --coord <coord URLs> --etcd <its URLs>` as etcd root first; nothing was written",
+                    s.name
+                )));
+            }
             progress(&format!(
                 "starting shard {} (epoch from the coord cluster)",
                 s.name
@@ -244,6 +255,13 @@ pub async fn change(
         return Err(ArbiterError::Store(format!(
             "receiving shards need an epoch advance, which ends their holds: {list}; run again with --advance-destination to accept"
         )));
+    }
+    for d in to_advance.keys() {
+        if !may_write_epoch(&shards[d]).await? {
+            return Err(ArbiterError::Store(format!(
+                "receiving shard {d} needs an epoch advance, which writes /sys/epoch: outside lock-admin's two-person path only etcd root may (ADR-03). Run this move with root's certificate (it is recorded as break-glass in the epoch record); nothing was written"
+            )));
+        }
     }
     // 1. The pending map.
     let pending = ShardsDoc {
@@ -315,7 +333,17 @@ pub async fn change(
     for (d, (mine, top)) in &to_advance {
         let etcd = &shards[d];
         let to = allocate_epoch(coord, *top).await?;
-        epoch::advance_to(etcd, *mine, to).await?;
+        let by = AdvancedBy {
+            request: String::new(),
+            reason: format!(
+                "shard map {} -> {}: {d} receives keys from epoch {top}",
+                old.version, next.version
+            ),
+            requester: "lockctl shards --advance-destination (etcd root)".into(),
+            approver: String::new(),
+            break_glass: true,
+        };
+        epoch::advance(etcd, *mine, Some(to), Some(by)).await?;
         progress(&format!("shard {d}: epoch {mine} -> {to}"));
         advanced.insert(d.clone(), (*mine, to));
     }

@@ -245,6 +245,7 @@ impl Releaser<'_> {
             CompareOp::Equal,
             epoch.mod_revision,
         )];
+        compares.extend(epoch.fence_compare());
         let token_compare = !self.bugs.has(Bug::ReleaseWithoutTokenCompare);
         if token_compare {
             compares.push(Compare::mod_revision(hkey, CompareOp::Equal, revision));
@@ -287,14 +288,23 @@ impl Releaser<'_> {
         let txn = Txn::new()
             .when(compares)
             .and_then(vec![TxnOp::delete(hkey, None)])
-            .or_else(vec![TxnOp::get(EPOCH_KEY, None)]);
+            .or_else(
+                std::iter::once(TxnOp::get(EPOCH_KEY, None))
+                    .chain(epoch.fence_read())
+                    .collect::<Vec<_>>(),
+            );
         let resp = sealed
             .txn_batched(txn, vec![hkey.to_owned()], 3 * hkey.len() + 64)
             .await?;
-        let epoch_seen = match resp.op_responses().first() {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first().map(KeyValue::mod_revision),
+        let ops = resp.op_responses();
+        let got = |i: usize| match ops.get(i) {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first(),
             _ => None,
         };
+        // A moved fence counts as a moved epoch: re-read both.
+        let epoch_seen = got(0)
+            .filter(|_| epoch.fence_unchanged(got(1)))
+            .map(KeyValue::mod_revision);
         let committed = resp
             .succeeded()
             .then(|| resp.header().map_or(0, |h| h.revision()));
@@ -323,6 +333,7 @@ impl Releaser<'_> {
             CompareOp::Equal,
             epoch.mod_revision,
         )];
+        compares.extend(epoch.fence_compare());
         if !self.bugs.has(Bug::HandoffWithoutHolderCompare) {
             compares.push(Compare::mod_revision(hkey, CompareOp::Equal, revision));
             compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
@@ -360,6 +371,9 @@ impl Releaser<'_> {
         if let Some(entry) = &head.entry {
             failure.push(TxnOp::get(entry.key.as_str(), None));
         }
+        // Last, so the reads above keep their places.
+        let fence_at = failure.len();
+        failure.extend(epoch.fence_read());
         let txn = Txn::new().when(compares).and_then(success).or_else(failure);
         let resp = sealed
             .txn_creating_batched(txn, hkey, writes, bytes)
@@ -377,7 +391,8 @@ impl Releaser<'_> {
             Some(TxnOpResponse::Get(g)) => g.kvs().first(),
             _ => None,
         };
-        let epoch_unchanged = got(0).map(KeyValue::mod_revision) == Some(epoch.mod_revision);
+        let epoch_unchanged = got(0).map(KeyValue::mod_revision) == Some(epoch.mod_revision)
+            && epoch.fence_unchanged(got(fence_at));
         // A durable head that left the queue (deadline, cancelled) is gone as a head too.
         let head_bound =
             got(1).map(KeyValue::create_revision) == Some(head.session_create_revision)

@@ -1,12 +1,13 @@
 //! The shard map's I/O (ADR-07, 09): the document on the coord cluster, its cached copy in
-//! every arbiter (kept by a watch, re-read on demand), each shard's fence in its epoch
-//! record, and epoch numbers allocated from the coord cluster. The decisions are pure, in
+//! every arbiter (kept by a watch, re-read on demand), each shard's fence at
+//! `/sys/shard-fence`, and epoch numbers allocated from the coord cluster. The decisions are pure, in
 //! `lock_config::shards` ([`placement`](lock_config::shards::placement)).
 
 use crate::error::ArbiterError;
 use crate::etcd::Etcd;
 use crate::layout::{
-    EPOCH_ALLOCATOR_KEY, EPOCH_KEY, EpochAllocator, EpochRecord, SHARDS_KEY, decode, encode,
+    EPOCH_ALLOCATOR_KEY, EPOCH_KEY, EpochAllocator, EpochRecord, SHARD_FENCE_KEY, SHARDS_KEY,
+    decode, encode,
 };
 use arc_swap::ArcSwapOption;
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
@@ -94,28 +95,62 @@ pub async fn read_epoch(shard: &Etcd) -> Result<Option<(EpochRecord, i64)>, Arbi
         .and_then(|kv| decode::<EpochRecord>(kv.value()).map(|r| (r, kv.mod_revision()))))
 }
 
-/// Rewrites a shard's fence (epoch number and cluster ID unchanged). Every grant on that
-/// shard compares the record, so from this write on no arbiter grants there under an older
-/// view of the map.
-pub async fn write_fence(shard: &Etcd, fence: ShardFence) -> Result<EpochRecord, ArbiterError> {
+/// Whether this credential may write `/sys/epoch` on `etcd`, asked without writing: a Txn
+/// whose compare never holds, with the put in its success branch. etcd checks a Txn's
+/// permissions on both branches before evaluating it, so an operator's certificate is
+/// refused here exactly as its advance would be.
+pub async fn may_write_epoch(etcd: &Etcd) -> Result<bool, ArbiterError> {
+    let probe = Txn::new()
+        .when(vec![Compare::mod_revision(EPOCH_KEY, CompareOp::Less, 0)])
+        .and_then(vec![TxnOp::put(EPOCH_KEY, "", None)]);
+    match etcd.kv().txn(probe).await {
+        Ok(_) => Ok(true),
+        Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::PermissionDenied => {
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A shard's map fence (and its mod revision; 0: none).
+pub async fn read_fence(shard: &Etcd) -> Result<Option<(ShardFence, i64)>, ArbiterError> {
+    let resp = shard.get(SHARD_FENCE_KEY).await?;
+    match resp.kvs().first() {
+        None => Ok(None),
+        Some(kv) => decode::<ShardFence>(kv.value())
+            .map(|f| Some((f, kv.mod_revision())))
+            .ok_or_else(|| ArbiterError::Store("the shard fence is not decodable".into())),
+    }
+}
+
+/// Writes a shard's fence. Every grant, handoff and release on that shard compares it, so
+/// from this write on no arbiter writes there under an older view of the map. Refused
+/// when the cluster already carries another shard's fence.
+pub async fn write_fence(shard: &Etcd, fence: ShardFence) -> Result<ShardFence, ArbiterError> {
     for _ in 0..CAS_ATTEMPTS {
-        let (mut record, revision) = read_epoch(shard).await?.ok_or_else(|| {
-            ArbiterError::Store(format!("shard {} has no epoch record", fence.name))
-        })?;
-        record.shards = Some(fence.clone());
+        let revision = match read_fence(shard).await? {
+            Some((f, _)) if f.name != fence.name => {
+                return Err(ArbiterError::Store(format!(
+                    "the cluster given as shard {} is shard {}",
+                    fence.name, f.name
+                )));
+            }
+            Some((_, rev)) => rev,
+            None => 0,
+        };
         let txn = Txn::new()
             .when(vec![Compare::mod_revision(
-                EPOCH_KEY,
+                SHARD_FENCE_KEY,
                 CompareOp::Equal,
                 revision,
             )])
-            .and_then(vec![TxnOp::put(EPOCH_KEY, encode(&record), None)]);
+            .and_then(vec![TxnOp::put(SHARD_FENCE_KEY, encode(&fence), None)]);
         if shard.txn(txn).await?.succeeded() {
-            return Ok(record);
+            return Ok(fence);
         }
     }
     Err(ArbiterError::Store(format!(
-        "shard {}'s epoch record kept changing under the fence write",
+        "shard {}'s fence kept changing under the write",
         fence.name
     )))
 }

@@ -52,9 +52,9 @@ impl ShardRole {
         key: &LockKey,
         doc: Option<&ShardsDoc>,
     ) -> Result<Placement, ArbiterError> {
-        let fence = sealed.epoch().record.shards.as_ref().ok_or_else(|| {
+        let fence = sealed.epoch().fence.as_deref().ok_or_else(|| {
             ArbiterError::Sealed(format!(
-                "shard {} has no map fence in its epoch record: run `lockctl shards init`",
+                "shard {} has no map fence (/sys/shard-fence): run `lockctl shards init`",
                 self.name
             ))
         })?;

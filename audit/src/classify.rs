@@ -14,7 +14,8 @@
 //! Durable waiters (`/q/`) are not audited: a wait is not a hold.
 
 use lock_arbiter::layout::{
-    EPOCH_KEY, EpochRecord, HOLDER_PREFIX, Holder, SESSION_PREFIX, SessionRecord, decode,
+    EPOCH_KEY, EpochRecord, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARD_FENCE_KEY, SessionRecord,
+    decode,
 };
 pub use lock_arbiter::layout::{FORCE_PREFIX, FORCE_REQUEST_PREFIX};
 use std::collections::BTreeSet;
@@ -143,8 +144,8 @@ fn epoch_number(v: &Option<Vec<u8>>) -> Option<u16> {
 
 /// The rows for the changes committed at `revision`, in key order.
 pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
-    // A put of the epoch record is an advance only if the epoch number changed; a move
-    // rewrites a shard's map fence in the same record and revokes nothing.
+    // A put of the epoch record is an advance only if the epoch number changed (a shard
+    // move writes its fence at its own key, `/sys/shard-fence`, and revokes nothing).
     let advance = changes.iter().any(|c| {
         c.key == EPOCH_KEY && c.value.is_some() && epoch_number(&c.value) != epoch_number(&c.prev)
     });
@@ -251,28 +252,42 @@ pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
                 String::new(),
                 detail,
             ));
-        } else if c.key == EPOCH_KEY && c.value.is_some() {
-            let (from, to) = (epoch_number(&c.prev), epoch_number(&c.value));
-            let (kind, detail) = if from == to {
-                let fence = c
-                    .value
-                    .as_deref()
-                    .and_then(decode::<EpochRecord>)
-                    .and_then(|r| r.shards);
-                let detail = serde_json::json!({
-                    "shard": fence.as_ref().map(|f| f.name.clone()),
-                    "serves": fence.as_ref().map(|f| f.version),
-                    "moving_to": fence.and_then(|f| f.pending),
-                });
-                (Kind::ShardMap, detail)
-            } else {
-                (
-                    Kind::EpochAdvance,
-                    serde_json::json!({"from": from, "to": to}),
-                )
-            };
+        } else if c.key == SHARD_FENCE_KEY && c.value.is_some() {
+            let fence = c
+                .value
+                .as_deref()
+                .and_then(decode::<serde_json::Value>)
+                .unwrap_or_default();
+            let detail = serde_json::json!({
+                "shard": fence.get("name"),
+                "serves": fence.get("version"),
+                "moving_to": fence.get("pending"),
+            });
             rows.push(row(
-                kind,
+                Kind::ShardMap,
+                SHARD_FENCE_KEY,
+                String::new(),
+                String::new(),
+                String::new(),
+                detail.to_string(),
+            ));
+        } else if c.key == EPOCH_KEY && c.value.is_some() && advance {
+            // Who advanced it rides in the record itself (ADR-03): both operators, or
+            // break-glass.
+            let by = c
+                .value
+                .as_deref()
+                .and_then(decode::<EpochRecord>)
+                .and_then(|r| r.advanced_by);
+            let mut detail = serde_json::json!({
+                "from": epoch_number(&c.prev),
+                "to": epoch_number(&c.value),
+            });
+            if let Some(by) = by {
+                detail["advanced_by"] = serde_json::json!(by);
+            }
+            rows.push(row(
+                Kind::EpochAdvance,
                 EPOCH_KEY,
                 String::new(),
                 String::new(),
@@ -445,11 +460,11 @@ mod tests {
             (
                 "a move rewrites a shard's fence: no advance, nothing revoked",
                 vec![Change::put(
-                    "/sys/epoch",
-                    br#"{"epoch":3,"cluster_id":"c","shards":{"name":"e1","version":1,"pending":2}}"#,
-                    Some(br#"{"epoch":3,"cluster_id":"c","shards":{"name":"e1","version":1}}"#),
+                    "/sys/shard-fence",
+                    br#"{"name":"e1","version":1,"pending":2}"#,
+                    Some(br#"{"name":"e1","version":1}"#),
                 )],
-                vec![(s("/sys/epoch"), ShardMap)],
+                vec![(s("/sys/shard-fence"), ShardMap)],
             ),
             (
                 "force release writes its record with the delete",
@@ -526,6 +541,21 @@ mod tests {
             )],
         );
         assert_eq!(advance[0].detail, r#"{"from":1,"to":2}"#);
+        // Two operators' advance: both named, from the record itself.
+        let approved = classify(
+            4,
+            &[Change::put(
+                "/sys/epoch",
+                br#"{"epoch":3,"cluster_id":"c","advanced_by":{"request":"r1","reason":"restore","requester":"alice","approver":"bob","break_glass":false}}"#,
+                Some(br#"{"epoch":2,"cluster_id":"c"}"#),
+            )],
+        );
+        assert!(
+            approved[0].detail.contains(r#""requester":"alice""#)
+                && approved[0].detail.contains(r#""approver":"bob""#),
+            "{}",
+            approved[0].detail
+        );
         assert_eq!(gap(5, 9).detail, r#"{"from":5,"to":9}"#);
         for k in Kind::ALL {
             assert_eq!(Kind::parse(k.as_str()), Some(k));

@@ -155,7 +155,7 @@ impl Reason {
                 "The key's class needs a session of another TTL; metadata `class` and `ttl_seconds` say which. The clients open one and retry."
             }
             Reason::Sealed => {
-                "No epoch record, or the store's cluster ID (or revision) differs from the one the epoch record is bound to: etcd was restored or replaced. No grants until an operator runs `lockctl epoch advance`."
+                "No epoch record, or the store's cluster ID (or revision) differs from the one the epoch record is bound to: etcd was restored or replaced. No grants until two operators advance the epoch (`lockctl epoch advance request`, then `approve` by a second)."
             }
             Reason::NoQuorum => {
                 "etcd is unreachable or did not answer within the store timeout: no grant and no renewal (the closed posture). The outcome is unknown, not a refusal: a write etcd had not answered may still be applied (a stopped leader applies it when it resumes), so an Acquire answered NO_QUORUM may have been granted. The clients retry inside the deadline with the same session, and a retried Acquire gets that grant back; holders drain, then fence."

@@ -7,8 +7,13 @@
 //! GET  /v1/requests               {pending: [...], executed: [...]}      any operator
 //! POST /v1/requests               {key, reason, revoke_session} -> 201   any operator
 //! POST /v1/requests/{id}/approve  -> 200 {record, warning}               another operator
+//! GET  /v1/advances               {pending: [...]}                        any operator
+//! POST /v1/advances               {from, reason} -> 201                   any operator
+//! POST /v1/advances/{id}/approve  -> 200 {record}  (the new epoch record) another operator
 //! ```
 
+use crate::advance::AdvanceRequest;
+use crate::advance_store::AdvanceStore;
 use crate::oidc::{Operator, TokenRefused, Verifier};
 use crate::request::{ForceRecord, ForceRequest, Refusal, warning};
 use crate::store::{Executed, ForceError, ForceStore};
@@ -47,7 +52,11 @@ impl AdminError {
                 Refusal::NotHeld
                 | Refusal::Expired
                 | Refusal::HoldChanged { .. }
-                | Refusal::HoldGone => S::CONFLICT,
+                | Refusal::HoldGone
+                | Refusal::NoEpoch
+                | Refusal::EpochMoved { .. }
+                | Refusal::ClusterChanged { .. }
+                | Refusal::EpochSpaceExhausted => S::CONFLICT,
             },
             AdminError::BadRequest(_) => S::BAD_REQUEST,
         }
@@ -74,6 +83,10 @@ impl AdminError {
                 Refusal::NotFound => "NOT_FOUND",
                 Refusal::HoldChanged { .. } => "HOLD_CHANGED",
                 Refusal::HoldGone => "HOLD_GONE",
+                Refusal::NoEpoch => "NO_EPOCH",
+                Refusal::EpochMoved { .. } => "EPOCH_MOVED",
+                Refusal::ClusterChanged { .. } => "CLUSTER_CHANGED",
+                Refusal::EpochSpaceExhausted => "EPOCH_SPACE_EXHAUSTED",
             },
             AdminError::BadRequest(_) => "BAD_REQUEST",
         }
@@ -104,6 +117,8 @@ impl IntoResponse for AdminError {
 
 pub struct App {
     pub store: ForceStore,
+    /// Two-person epoch advances (ADR-03), on the same etcd credential.
+    pub advances: AdvanceStore,
     pub verifier: Verifier,
     pub page: crate::web_session::PageState,
 }
@@ -254,6 +269,72 @@ pub async fn execute(app: &App, id: &str, approver: &Operator) -> Result<Approve
         }
         Err(e) => {
             tracing::info!(id, approver = %approver.subject, error = %e, "force release refused");
+            Err(e.into())
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AdvanceListing {
+    pub pending: Vec<AdvanceRequest>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AdvanceBody {
+    pub from: u16,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Advanced {
+    /// The new epoch record, naming both operators.
+    pub record: lock_arbiter::layout::EpochRecord,
+}
+
+pub async fn list_advances(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Json<AdvanceListing>, AdminError> {
+    operator(&app, &headers).await?;
+    Ok(Json(AdvanceListing {
+        pending: app.advances.pending().await?,
+    }))
+}
+
+pub async fn file_advance(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Json<AdvanceBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<AdvanceRequest>), AdminError> {
+    let requester = operator(&app, &headers).await?;
+    let Json(body) = body.map_err(|e| AdminError::BadRequest(e.body_text()))?;
+    let req = app
+        .advances
+        .file(body.from, &body.reason, &requester)
+        .await?;
+    tracing::warn!(
+        id = %req.id, from = req.from, cluster = %req.cluster_id,
+        requester = %requester.subject, "epoch advance filed"
+    );
+    Ok((StatusCode::CREATED, Json(req)))
+}
+
+pub async fn approve_advance(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Advanced>, AdminError> {
+    let approver = operator(&app, &headers).await?;
+    match app.advances.approve(&id, &approver).await {
+        Ok(record) => {
+            tracing::warn!(
+                id, epoch = record.epoch, cluster = %record.cluster_id,
+                approver = %approver.subject, "epoch advance executed: every hold ended"
+            );
+            Ok(Json(Advanced { record }))
+        }
+        Err(e) => {
+            tracing::info!(id, approver = %approver.subject, error = %e, "epoch advance refused");
             Err(e.into())
         }
     }

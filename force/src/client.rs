@@ -3,7 +3,8 @@
 //! admin server names: lockctl prints a URL and a code, the operator signs in (with MFA)
 //! in any browser, and lockctl gets the ID token.
 
-use crate::api::{Approved, ErrorBody, Listing, OidcInfo, Pending};
+use crate::advance::AdvanceRequest;
+use crate::api::{AdvanceListing, Advanced, Approved, ErrorBody, Listing, OidcInfo, Pending};
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
@@ -82,6 +83,44 @@ impl AdminClient {
         answer(
             self.http
                 .get(format!("{}/v1/requests", self.base))
+                .bearer_auth(&self.token)
+                .send()
+                .await,
+        )
+        .await
+    }
+
+    pub async fn file_advance(
+        &self,
+        from: u16,
+        reason: &str,
+    ) -> Result<AdvanceRequest, ClientError> {
+        answer(
+            self.http
+                .post(format!("{}/v1/advances", self.base))
+                .bearer_auth(&self.token)
+                .json(&serde_json::json!({"from": from, "reason": reason}))
+                .send()
+                .await,
+        )
+        .await
+    }
+
+    pub async fn list_advances(&self) -> Result<AdvanceListing, ClientError> {
+        answer(
+            self.http
+                .get(format!("{}/v1/advances", self.base))
+                .bearer_auth(&self.token)
+                .send()
+                .await,
+        )
+        .await
+    }
+
+    pub async fn approve_advance(&self, id: &str) -> Result<Advanced, ClientError> {
+        answer(
+            self.http
+                .post(format!("{}/v1/advances/{id}/approve", self.base))
                 .bearer_auth(&self.token)
                 .send()
                 .await,

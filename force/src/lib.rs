@@ -6,7 +6,13 @@
 //! `sign_in.rs`, its session kept by `web_session.rs`) → `request.rs` (may they: pure) →
 //! `store.rs` (one etcd Txn that re-checks the hold). `server.rs` puts the routes on their
 //! own listener; `client.rs` is `lockctl force-release`.
+//!
+//! The two-person epoch advance (ADR-03) runs here too, under the same sign-in rules:
+//! `advance.rs` (pure) → `advance_store.rs` (the compare-and-advance Txn with the
+//! request's compare and delete in it); `lockctl epoch advance request|approve|list`.
 
+pub mod advance;
+pub mod advance_store;
 pub mod api;
 pub mod client;
 pub mod oidc;

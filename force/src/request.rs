@@ -124,6 +124,18 @@ pub enum Refusal {
         "the hold the request named has ended (released or expired): nothing to release; the request is withdrawn"
     )]
     HoldGone,
+    #[error("the store has no epoch record: `lockctl epoch init` (etcd root) first")]
+    NoEpoch,
+    #[error(
+        "the store is at epoch {now}, not {filed} as filed: nothing was advanced and the request is withdrawn; file a new one if it is still needed"
+    )]
+    EpochMoved { filed: u16, now: u16 },
+    #[error(
+        "the store now reports cluster ID {now}, not {filed} as filed (restored again?): nothing was advanced and the request is withdrawn; file a new one"
+    )]
+    ClusterChanged { filed: String, now: String },
+    #[error("the epoch space is exhausted: no epoch above this one can be minted")]
+    EpochSpaceExhausted,
 }
 
 /// May `requester` file a release of `key` (held as `hold`)?

@@ -24,6 +24,11 @@ pub fn router(app: Shared) -> Router {
         .route("/v1/oidc", get(api::oidc_info))
         .route("/v1/requests", get(api::list).post(api::file))
         .route("/v1/requests/{id}/approve", post(api::approve))
+        .route(
+            "/v1/advances",
+            get(api::list_advances).post(api::file_advance),
+        )
+        .route("/v1/advances/{id}/approve", post(api::approve_advance))
         .with_state(app)
 }
 

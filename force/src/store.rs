@@ -84,7 +84,7 @@ fn record_key(id: &str) -> String {
 
 /// Request ids are random (64 bits), lower-case hex: unguessable enough that a page link
 /// names one request, and short enough to type.
-fn new_id() -> String {
+pub fn new_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 

@@ -6,6 +6,7 @@
 //! (`integration/gate`), the benchmarks (`integration/bench`) and the pause-test kit
 //! (`integration/pause-test`).
 
+pub mod admin;
 pub mod arbiter;
 pub mod audit;
 pub mod docs;

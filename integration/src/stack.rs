@@ -8,6 +8,7 @@ use crate::netlab::NetLab;
 use crate::paths::{dev_registry, workspace_bin};
 use crate::pki::{Pki, SvidFiles, TRUST_DOMAIN};
 use anyhow::{Context as _, bail};
+use lock_arbiter::layout::EpochRecord;
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::{self as remote, Svid};
 use lock_config::FilterConfig;
@@ -147,28 +148,12 @@ impl Stack {
         Ok((stack, reg, keys))
     }
 
-    /// The operator's `lockctl epoch advance --from FROM` on this stack's etcd. Its output,
-    /// for a caller that tells outcomes apart (exit 3: unreachable, outcome unknown).
-    pub fn epoch_advance(&self, from: u16) -> anyhow::Result<Output> {
-        let from = from.to_string();
-        let urls = self.etcd_urls();
-        lockctl_etcd(
-            &["epoch", "advance", "--etcd", &urls, "--from", &from],
-            &self.etcd.pki,
-            "operator",
-        )
-    }
-
-    /// As [`Stack::epoch_advance`], which must succeed.
-    pub fn advance_epoch(&self, from: u16) -> anyhow::Result<()> {
-        let out = self.epoch_advance(from)?;
-        if !out.status.success() {
-            bail!(
-                "lockctl epoch advance --from {from} failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+    /// The two-person epoch advance from `from` on this stack's etcd, through lock-admin's
+    /// own filing and approval code (`crate::admin`); it must succeed.
+    pub async fn advance_epoch(&self, from: u16) -> anyhow::Result<EpochRecord> {
+        crate::admin::advance_epoch(self, from, "test")
+            .await?
+            .map_err(|e| anyhow::anyhow!("the epoch advance from {from} failed: {e}"))
     }
 
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
@@ -203,7 +188,8 @@ impl Stack {
         let urls = urls.join(",");
         etcd.client().await.context("etcd not answering")?;
         if opts.init_epoch {
-            let out = lockctl_etcd(&["epoch", "init", "--etcd", &urls], &etcd.pki, "operator")?;
+            // A bootstrap step: /sys/epoch is root's (and lock-admin's) to write.
+            let out = lockctl_etcd(&["epoch", "init", "--etcd", &urls], &etcd.pki, "root")?;
             if !out.status.success() {
                 bail!(
                     "lockctl epoch init failed: {}",
@@ -228,7 +214,8 @@ impl Stack {
                 shards.push(shard);
             }
             let init: Vec<&str> = init.iter().map(String::as_str).collect();
-            let out = lockctl_etcd(&init, &etcd.pki, "operator")?;
+            // Bootstrap: it creates each shard's epoch record (root's to write).
+            let out = lockctl_etcd(&init, &etcd.pki, "root")?;
             if !out.status.success() {
                 bail!(
                     "lockctl shards init failed: {}",

@@ -189,7 +189,7 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
     })
     .await
     .unwrap();
-    stack.advance_epoch(1).unwrap();
+    stack.advance_epoch(1).await.unwrap();
 
     // Every event of etcd's history, exactly once.
     let at = head(&stack).await;

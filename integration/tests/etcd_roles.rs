@@ -1,7 +1,8 @@
 //! etcd as a trust boundary (issue 21, item 4): TLS with client certificates from etcd's own
 //! CA, auth enabled, and the roles of `lock_arbiter::etcd_roles` applied by `lockctl roles
-//! apply`. The arbiter's credential cannot move the epoch; nothing without a certificate of
-//! an etcd user can read or write. Each refusal is also shown to be the roles' doing: the
+//! apply`. Neither the arbiter's credential nor one operator's can move the epoch or
+//! delete a hold (lock-admin's can, after a second operator's approval); nothing without
+//! a certificate of an etcd user can read or write. Each refusal is also shown to be the roles' doing: the
 //! same probe on a cluster with auth off succeeds.
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -117,8 +118,36 @@ async fn the_arbiter_cannot_move_the_epoch_and_strangers_cannot_touch_anything()
     arbiter.lease_revoke(lease).await.unwrap();
     assert_eq!(root.get("/l/pay/ledger/2", None).await.unwrap().count(), 0);
 
-    // The operator moves the epoch (lockctl epoch) and clears holds.
-    assert_eq!(reach(&etcd, "operator").await, [true; 4]);
+    // One operator can neither move the epoch nor delete a hold (ADR-03, ADR-20: both
+    // are two-person, through lock-admin); it reads everything and moves shards.
+    assert_eq!(reach(&etcd, "operator").await, [true, false, true, false]);
+    let mut operator = connect(&etcd, "operator").await.unwrap();
+    let e = operator.delete("/l/pay/ledger/1", None).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    let e = operator
+        .delete("/l/", Some(etcd_client::DeleteOptions::new().with_prefix()))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    for allowed in ["/sys/shards", "/sys/shard-fence"] {
+        assert!(operator.put(allowed, "{}", None).await.is_ok(), "{allowed}");
+    }
+    // Nor the advance's own transaction, nor the probe `lockctl shards` makes first (a
+    // compare that never holds: etcd checks both branches' permissions regardless).
+    let advance = Txn::new()
+        .when([Compare::version("/sys/epoch", CompareOp::Greater, 0)])
+        .and_then([
+            TxnOp::put("/sys/epoch", "forged", None),
+            TxnOp::delete("/l/", Some(etcd_client::DeleteOptions::new().with_prefix())),
+        ]);
+    let e = operator.txn(advance).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    let probe = Txn::new()
+        .when([Compare::mod_revision("/sys/epoch", CompareOp::Less, 0)])
+        .and_then([TxnOp::put("/sys/epoch", "", None)]);
+    let e = operator.txn(probe.clone()).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    assert!(!root.txn(probe).await.unwrap().succeeded());
 
     // lock-admin (`force`): its approval Txn and a session revoke, but never the epoch.
     let mut force = connect(&etcd, "force").await.unwrap();
@@ -142,16 +171,26 @@ async fn the_arbiter_cannot_move_the_epoch_and_strangers_cannot_touch_anything()
         ]);
     assert!(force.txn(approve).await.unwrap().succeeded());
     force.lease_revoke(lease).await.unwrap();
-    for forbidden in ["/sys/epoch", "/sys/other", "/audit/election"] {
+    for forbidden in [
+        "/sys/shards",
+        "/sys/shard-fence",
+        "/sys/other",
+        "/audit/election",
+    ] {
         let e = force.put(forbidden, "forged", None).await.unwrap_err();
         assert_eq!(code(&e), Some(Code::PermissionDenied), "{forbidden}: {e}");
     }
-    let smuggled = Txn::new().and_then([
-        TxnOp::delete("/l/pay/ledger/4", None),
-        TxnOp::put("/sys/epoch", "forged", None),
-    ]);
-    let e = force.txn(smuggled).await.unwrap_err();
-    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
+    // lock-admin runs the approved advance: the epoch record, every hold and waiter, and
+    // the request, in one transaction.
+    let approved_advance = Txn::new()
+        .when([Compare::version("/sys/epoch", CompareOp::Greater, 0)])
+        .and_then([
+            TxnOp::put("/sys/epoch", "{\"epoch\":2}", None),
+            TxnOp::delete("/l/", Some(etcd_client::DeleteOptions::new().with_prefix())),
+            TxnOp::delete("/q/", Some(etcd_client::DeleteOptions::new().with_prefix())),
+            TxnOp::delete("/sys/advance-request/a1", None),
+        ]);
+    assert!(force.txn(approved_advance).await.unwrap().succeeded());
 
     // A certificate from etcd's CA whose CN is no etcd user: nothing.
     assert_eq!(reach(&etcd, "stranger").await, [false; 4]);
@@ -244,7 +283,17 @@ async fn without_roles_the_same_probes_succeed_until_lockctl_roles_apply() {
         .remove(0);
     etcd.client().await.unwrap();
     assert_eq!(reach(&etcd, "arbiter").await, [true; 4]);
+    assert_eq!(reach(&etcd, "operator").await, [true; 4]);
     assert_eq!(reach(&etcd, "stranger").await, [true; 4]);
+    // The operator's advance and delete of every hold, refused above, go through.
+    let mut operator = connect(&etcd, "operator").await.unwrap();
+    let advance = Txn::new()
+        .when([Compare::version("/sys/epoch", CompareOp::Greater, 0)])
+        .and_then([
+            TxnOp::put("/sys/epoch", "forged", None),
+            TxnOp::delete("/l/", Some(etcd_client::DeleteOptions::new().with_prefix())),
+        ]);
+    assert!(operator.txn(advance).await.is_ok());
     // With auth off the gateway reads (its refusal above is auth's doing).
     let gateway = gateway_range(&etcd, "root", "/sys/epoch");
     assert!(gateway.contains("\"kvs\""), "{gateway}");

@@ -90,7 +90,7 @@ async fn health_follows_the_seal_and_envoy_sees_it() {
     let out = lock_integration::stack::lockctl_etcd(
         &["epoch", "init", "--etcd", &urls],
         &stack.etcd.pki,
-        "operator",
+        "root",
     )
     .unwrap();
     assert!(out.status.success());

@@ -1,7 +1,7 @@
 //! Restore drill (ADR-03, DESIGN 8) with a real snapshot of a real etcd.
 //!
 //! 1. Through the project's path (`lockctl restore`, fresh cluster token): the restored
-//!    cluster has a new cluster ID, the arbiters answer SEALED until `lockctl epoch advance`,
+//!    cluster has a new cluster ID, the arbiters answer SEALED until the two-person epoch advance,
 //!    and every token after the advance is larger than every token issued before.
 //! 2. A naive `etcdutl snapshot restore` with the original flags keeps the cluster ID (seen
 //!    here with etcd 3.5.16): the cluster-ID seal cannot see it. The second guard — running
@@ -212,7 +212,7 @@ async fn project_restore_seals_until_epoch_advance() {
         0
     );
 
-    stack.advance_epoch(1).unwrap();
+    stack.advance_epoch(1).await.unwrap();
     // Restored holds are gone; every new token is larger than every token before.
     assert_eq!(
         etcd.get("/l/", Some(etcd_client::GetOptions::new().with_prefix()))
@@ -229,9 +229,21 @@ async fn project_restore_seals_until_epoch_advance() {
         );
         assert_eq!(t >> 48, 2);
     }
-    // Advancing twice from the same epoch is refused.
-    let out = stack.epoch_advance(1).unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // Advancing twice from the same epoch is refused at filing: the store is at 2.
+    let again = lock_integration::admin::advance_epoch(&stack, 1, "again")
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(
+            again,
+            lock_force::store::ForceError::Refused(lock_force::request::Refusal::EpochMoved {
+                filed: 1,
+                now: 2
+            })
+        ),
+        "{again}"
+    );
 }
 
 #[tokio::test]
@@ -294,7 +306,7 @@ async fn naive_restore_keeps_the_cluster_id_and_only_the_revision_guard_sees_it(
     );
 
     // The epoch advance repairs it for everyone.
-    stack.advance_epoch(1).unwrap();
+    stack.advance_epoch(1).await.unwrap();
     for t in grants(&mut ops, "post", 3).await {
         assert!(t > max_before);
     }

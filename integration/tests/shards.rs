@@ -135,11 +135,16 @@ async fn tiers_and_shards_put_each_key_on_one_cluster() {
 }
 
 fn lockctl(stack: &Stack, args: &[&str]) -> (bool, String) {
+    lockctl_as(stack, "operator", args)
+}
+
+/// `lockctl shards ARGS` with etcd user `user`'s certificate.
+fn lockctl_as(stack: &Stack, user: &str, args: &[&str]) -> (bool, String) {
     let coord = stack.etcd_urls();
     let mut all = vec!["shards"];
     all.extend_from_slice(args);
     all.extend(["--etcd", coord.as_str()]);
-    let out = lock_integration::stack::lockctl_etcd(&all, &stack.etcd.pki, "operator").unwrap();
+    let out = lock_integration::stack::lockctl_etcd(&all, &stack.etcd.pki, user).unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -182,17 +187,32 @@ async fn a_drain_that_needs_an_epoch_advance_is_refused_unless_accepted() {
     assert_eq!(doc(&stack).await.current.version, 1, "nothing written");
     assert_eq!(doc(&stack).await.pending, None);
 
-    let (ok, text) = lockctl(
-        &stack,
-        &["drain", "e2", "--wait", "5", "--advance-destination"],
-    );
+    // Accepted, but an advance writes /sys/epoch: not the operator's (ADR-03). Refused
+    // before anything is written.
+    let drain = ["drain", "e2", "--wait", "5", "--advance-destination"];
+    let (ok, text) = lockctl(&stack, &drain);
+    assert!(!ok, "{text}");
+    assert!(text.contains("etcd root"), "{text}");
+    assert_eq!(doc(&stack).await.pending, None, "nothing written");
+    assert!(holder_lease(&stack.shards[0], &k1).await.is_some());
+    // Root's certificate (break-glass): the advance is recorded as such.
+    let (ok, text) = lockctl_as(&stack, "root", &drain);
     assert!(ok, "{text}");
     assert!(text.contains("epochs advanced: e1 2->4"), "{text}");
     let after = doc(&stack).await.current;
     assert_eq!(after.version, 2);
     assert!(after.shards.iter().all(|s| s.name != "e2"));
-    // e1's hold ended with the advance.
+    // e1's hold ended with the advance, which its epoch record names as break-glass.
     assert_eq!(holder_lease(&stack.shards[0], &k1).await, None);
+    let mut e1 = stack.shards[0].client().await.unwrap();
+    let rec = e1.get("/sys/epoch", None).await.unwrap();
+    let rec: lock_arbiter::layout::EpochRecord =
+        serde_json::from_slice(rec.kvs()[0].value()).unwrap();
+    let by = rec.advanced_by.expect("the advance names who ran it");
+    assert!(
+        by.break_glass && by.reason.contains("e1 receives"),
+        "{by:?}"
+    );
     drop(h1);
     // e2's key now lives on e1, with a token above every one e2 gave.
     let again = client

@@ -502,7 +502,7 @@ async fn a_durable_waiter_outlives_an_epoch_advance() {
     let waiting = tokio::spawn(async move { acquire(&mut c, &k, s, 30_000).await });
     until_waiters(&holder, &key, 1).await.unwrap();
 
-    stack.advance_epoch(1).unwrap();
+    stack.advance_epoch(1).await.unwrap();
     let granted = tokio::time::timeout(Duration::from_secs(20), waiting)
         .await
         .unwrap()
@@ -565,7 +565,7 @@ async fn a_release_reaches_an_arbiter_whose_epoch_cache_is_behind() {
         let t = c.acquire(acq(&k)).await.unwrap().into_inner().token;
         c.release(rel(&k, t)).await.unwrap();
     }
-    stack.advance_epoch(1).unwrap();
+    stack.advance_epoch(1).await.unwrap();
     // Arbiter 0 learns the new epoch from its grant's failed compare; arbiter 1 has not.
     let token = a.acquire(acq(&key)).await.unwrap().into_inner().token;
     assert_eq!(FencingToken::from_u64(token).unwrap().epoch(), 2);

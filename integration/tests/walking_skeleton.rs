@@ -436,7 +436,7 @@ async fn no_epoch_no_grant_until_lockctl_epoch_init() {
     let out = lock_integration::stack::lockctl_etcd(
         &["epoch", "init", "--etcd", &stack.etcd.client_url],
         &stack.etcd.pki,
-        "operator",
+        "root",
     )
     .unwrap();
     assert!(
@@ -449,7 +449,7 @@ async fn no_epoch_no_grant_until_lockctl_epoch_init() {
     let out = lock_integration::stack::lockctl_etcd(
         &["epoch", "init", "--etcd", &stack.etcd.client_url],
         &stack.etcd.pki,
-        "operator",
+        "root",
     )
     .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("already exists"));

@@ -8,7 +8,7 @@ use crate::store::{EtcdArgs, failed};
 use clap::Subcommand;
 use lock_arbiter::etcd_tls::EtcdTlsFiles;
 use lock_arbiter::rehome::{self, Connect, MoveOptions};
-use lock_arbiter::shard_map::{read_doc, read_epoch};
+use lock_arbiter::shard_map::{read_doc, read_epoch, read_fence};
 use lock_arbiter::{ArbiterError, Etcd};
 use lock_config::shards::{Shard, ShardMap, moves};
 use std::collections::BTreeMap;
@@ -248,21 +248,21 @@ async fn show_with(coord: &Etcd, connect: &Connector) -> Result<(), Failure> {
     );
     for s in doc.shards() {
         let state = match connect.connect(s).await {
-            Ok(etcd) => match read_epoch(&etcd).await {
-                Ok(Some((r, _))) => format!(
+            Ok(etcd) => match (read_epoch(&etcd).await, read_fence(&etcd).await) {
+                (Ok(Some((r, _))), Ok(fence)) => format!(
                     "epoch {}, serves map {}{}",
                     r.epoch,
-                    r.shards
+                    fence
                         .as_ref()
-                        .map_or("-".into(), |f| f.version.to_string()),
-                    r.shards
+                        .map_or("-".into(), |(f, _)| f.version.to_string()),
+                    fence
                         .as_ref()
-                        .and_then(|f| f.pending)
+                        .and_then(|(f, _)| f.pending)
                         .map(|p| format!(" (moving to {p})"))
                         .unwrap_or_default()
                 ),
-                Ok(None) => "no epoch record".into(),
-                Err(e) => format!("unreadable: {e}"),
+                (Ok(None), _) => "no epoch record".into(),
+                (Err(e), _) | (_, Err(e)) => format!("unreadable: {e}"),
             },
             Err(e) => format!("unreachable: {e}"),
         };
@@ -340,7 +340,6 @@ pub async fn change(
     Ok(())
 }
 
-/// `lockctl epoch advance --coord`: the next epoch allocated from the coord cluster.
 /// `lockctl shards simulate`: what adding one shard moves, and the balance after.
 fn simulate(keys: usize, namespaces: usize, shards: &[usize], depth: u8) {
     use lock_config::shards::{sample_keys, simulate_add};

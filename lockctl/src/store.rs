@@ -3,8 +3,10 @@
 //! token.
 
 use crate::Failure;
+use crate::force::AdminConn;
 use clap::Subcommand;
 use lock_arbiter::etcd_tls::EtcdTlsFiles;
+use lock_arbiter::layout::AdvancedBy;
 use lock_arbiter::{ArbiterError, Etcd, epoch};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,23 +28,68 @@ pub struct EtcdArgs {
 
 #[derive(Subcommand)]
 pub enum EpochCmd {
-    /// Create /sys/epoch (epoch 1, bound to the cluster ID) if absent.
+    /// Create /sys/epoch bound to the cluster ID, if absent: epoch 1, or with `--coord` an
+    /// epoch allocated from the coord cluster (a new entity shard's). etcd root's: a
+    /// bootstrap step beside `roles apply`.
     Init {
         #[command(flatten)]
         store: EtcdArgs,
+        /// With several clusters: the coord cluster's URLs, where the first epoch is
+        /// allocated above every epoch any cluster has had.
+        #[arg(long, value_delimiter = ',')]
+        coord: Vec<String>,
     },
-    /// After a restore: one transaction that moves the epoch from FROM to FROM+1, binds it
-    /// to the store's current cluster ID and deletes every hold and durable waiter. Every
-    /// token issued afterwards is larger than every token issued before.
+    /// The epoch advance (after a restore): one transaction that moves the epoch from E,
+    /// binds it to the store's current cluster ID and deletes every hold and durable
+    /// waiter. It ends every hold, so it takes two people: one files, another approves
+    /// (lock-admin, ADR-03).
     Advance {
-        #[command(flatten)]
-        store: EtcdArgs,
-        /// The epoch the store is at now (a guard against advancing twice).
+        #[command(subcommand)]
+        cmd: AdvanceCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum AdvanceCmd {
+    /// File an advance from epoch FROM; prints the request id. Another operator approves.
+    Request {
+        /// The epoch the store is at now (the approval advances from exactly it).
         #[arg(long)]
         from: u16,
-        /// With several clusters (tiers and shards): the coord cluster's URLs. The new
-        /// epoch is allocated there, above every epoch any cluster has had, instead of
-        /// FROM+1 (which another cluster may already have used).
+        /// Why (kept in the epoch record and the audit trail).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        admin: AdminConn,
+    },
+    /// Approve and run request ID (never your own): every hold on the cluster ends.
+    Approve {
+        id: String,
+        #[command(flatten)]
+        admin: AdminConn,
+    },
+    /// Pending advance requests.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        admin: AdminConn,
+    },
+    /// Break-glass: advance now, alone, with etcd root's certificate (the operator's is
+    /// refused by etcd). For when lock-admin or the IdP is down. Recorded in the epoch
+    /// record and the audit trail as break-glass, with your name and reason.
+    BreakGlass {
+        #[command(flatten)]
+        store: EtcdArgs,
+        #[arg(long)]
+        from: u16,
+        #[arg(long)]
+        reason: String,
+        /// Who is doing this (kept in the record).
+        #[arg(long)]
+        operator: String,
+        /// With several clusters: the coord cluster's URLs; the new epoch is allocated
+        /// there, above every epoch any cluster has had, instead of FROM+1.
         #[arg(long, value_delimiter = ',')]
         coord: Vec<String>,
     },
@@ -68,14 +115,44 @@ pub enum RolesCmd {
 /// `lockctl epoch ...`.
 pub async fn epoch(cmd: EpochCmd) -> Result<(), Failure> {
     match cmd {
-        EpochCmd::Init { store } => epoch_init(&store.etcd, &store.tls).await,
-        EpochCmd::Advance { store, from, coord } => {
-            let next = match coord.is_empty() {
-                true => None,
-                false => Some(allocate(&coord, &store.tls, from).await?),
+        EpochCmd::Init { store, coord } => {
+            let first = match coord.is_empty() {
+                true => 1,
+                false => allocate(&coord, &store.tls, 0).await?,
             };
-            epoch_advance(&store.etcd, &store.tls, from, next).await
+            epoch_init(&store.etcd, &store.tls, first).await
         }
+        EpochCmd::Advance { cmd } => match cmd {
+            AdvanceCmd::BreakGlass {
+                store,
+                from,
+                reason,
+                operator,
+                coord,
+            } => {
+                if reason.trim().is_empty() || operator.trim().is_empty() {
+                    return Err(Failure::input(
+                        "break-glass needs --reason and --operator: they are kept in the record",
+                    ));
+                }
+                let next = match coord.is_empty() {
+                    true => None,
+                    false => Some(allocate(&coord, &store.tls, from).await?),
+                };
+                eprintln!(
+                    "WARNING: break-glass epoch advance by {operator}, without a second operator: every hold on this cluster ends, and the record and audit trail say so."
+                );
+                let by = AdvancedBy {
+                    request: String::new(),
+                    reason: reason.trim().to_owned(),
+                    requester: operator.trim().to_owned(),
+                    approver: String::new(),
+                    break_glass: true,
+                };
+                epoch_advance(&store.etcd, &store.tls, from, next, by).await
+            }
+            other => crate::force::advance(other).await,
+        },
     }
 }
 
@@ -150,27 +227,29 @@ async fn epoch_advance(
     tls: &EtcdTlsFiles,
     from: u16,
     next: Option<u16>,
+    by: AdvancedBy,
 ) -> Result<(), Failure> {
     let store = connect(etcd, tls).await?;
-    let advanced = match next {
-        Some(next) => epoch::advance_to(&store, from, next).await,
-        None => epoch::advance(&store, from).await,
-    };
-    match advanced {
+    match epoch::advance(&store, from, next, Some(by)).await {
         Ok(rec) => {
             println!(
-                "epoch advanced {from} -> {}, bound to cluster {}; every hold and durable waiter deleted",
+                "epoch advanced {from} -> {} (break-glass), bound to cluster {}; every hold and durable waiter deleted",
                 rec.epoch, rec.cluster_id
             );
             Ok(())
+        }
+        Err(ArbiterError::Store(m)) if m.contains("permission denied") => {
+            Err(Failure::refused(format!(
+                "etcd refused ({m}): break-glass needs etcd root's certificate; operators advance through lock-admin (`lockctl epoch advance request`)"
+            )))
         }
         Err(e) => Err(failed(e)),
     }
 }
 
-async fn epoch_init(etcd: &[String], tls: &EtcdTlsFiles) -> Result<(), Failure> {
+async fn epoch_init(etcd: &[String], tls: &EtcdTlsFiles, first: u16) -> Result<(), Failure> {
     let store = connect(etcd, tls).await?;
-    match epoch::init(&store).await {
+    match epoch::init_with(&store, first).await {
         Ok((rec, true)) => {
             println!(
                 "epoch {} created, bound to cluster {}",
@@ -246,7 +325,7 @@ pub fn restore(a: &RestoreArgs) -> Result<(), Failure> {
         a.data_dir.display()
     );
     println!(
-        "start the member(s) on it; arbiters answer SEALED until `lockctl epoch advance --from <epoch>`"
+        "start the member(s) on it; arbiters answer SEALED until an epoch advance (`lockctl epoch advance request --from <epoch>`, approved by a second operator)"
     );
     Ok(())
 }

@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::Parser;
 use lock_arbiter::Etcd;
 use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
+use lock_force::advance_store::AdvanceStore;
 use lock_force::api::App;
 use lock_force::oidc::{OidcSettings, Verifier};
 use lock_force::server;
@@ -79,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
         .public_url
         .unwrap_or_else(|| format!("{scheme}://{local}"));
     let app = Arc::new(App {
+        advances: AdvanceStore::new(etcd.clone(), Duration::from_secs(args.request_ttl)),
         store: ForceStore::new(etcd, args.registry, Duration::from_secs(args.request_ttl)),
         verifier,
         page: PageState::new(public_url.clone(), tls.is_some(), http),

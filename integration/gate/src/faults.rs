@@ -1,7 +1,7 @@
 //! The faults the gate injects, each bounded in time and undone before the next:
 //! processes killed and restarted, frozen and thawed, the etcd leader cut off from its
 //! peers by blackhole routes in the members' network namespaces, Envoy restarted, and the
-//! operator's epoch advance and force release.
+//! operators' two-person epoch advance and force release (lock-admin's own code).
 
 use super::history::{Kind, Phase};
 use lock_integration::process::Proc;
@@ -28,7 +28,8 @@ pub enum Fault {
     IsolateLeader,
     /// kill -9 Envoy and start it again on the same ports.
     RestartEnvoy,
-    /// `lockctl epoch advance`: every hold is deleted and tokens move to a new epoch.
+    /// A two-person epoch advance (lock-admin's filing and approval): every hold is
+    /// deleted and tokens move to a new epoch.
     EpochAdvance,
     /// A rolling update: each arbiter in turn gets SIGTERM, drains (waiters answered
     /// DRAINING, retried by clients at the key's next owner) and exits by itself, then
@@ -178,27 +179,26 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
         }
         Fault::ForceRelease => force_release(t.stack, t.record, t.pick).await?,
         Fault::EpochAdvance => {
+            // Two operators through lock-admin's own filing and approval code (ADR-03).
             let from = *t.epoch;
             (t.record)(Kind::Advance, Phase::Invoke, None, None);
-            let out = tokio::task::block_in_place(|| t.stack.epoch_advance(from))?;
-            if out.status.success() {
-                *t.epoch += 1;
-                (t.record)(Kind::Advance, Phase::Ok, None, None);
-            } else {
-                // Exit 3: unreachable, the advance may or may not have committed.
-                let phase = if out.status.code() == Some(3) {
-                    Phase::Info
-                } else {
-                    Phase::Fail
-                };
-                (t.record)(
-                    Kind::Advance,
-                    phase,
-                    None,
-                    Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
-                );
-                if let Some(e) = current_epoch(t.stack).await {
-                    *t.epoch = e;
+            match lock_integration::admin::advance_epoch(t.stack, from, "release gate fault")
+                .await?
+            {
+                Ok(record) => {
+                    *t.epoch = record.epoch;
+                    (t.record)(Kind::Advance, Phase::Ok, None, None);
+                }
+                Err(e) => {
+                    // A definite refusal wrote nothing; a store error may have committed.
+                    let phase = match e {
+                        lock_force::store::ForceError::Refused(_) => Phase::Fail,
+                        lock_force::store::ForceError::Store(_) => Phase::Info,
+                    };
+                    (t.record)(Kind::Advance, phase, None, Some(e.to_string()));
+                    if let Some(e) = current_epoch(t.stack).await {
+                        *t.epoch = e;
+                    }
                 }
             }
             format!("epoch {from} -> {}", t.epoch)
@@ -245,8 +245,6 @@ async fn force_release(
     record: &dyn Fn(Kind, Phase, Option<String>, Option<String>) -> u64,
     pick: usize,
 ) -> anyhow::Result<String> {
-    use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
-    use lock_force::oidc::Operator;
     let mut root = stack.etcd_client().await?;
     let held = root
         .get(
@@ -268,23 +266,9 @@ async fn force_release(
     let Some(key) = keys.get(pick % keys.len().max(1)).cloned() else {
         return Ok("no key was held".into());
     };
-    let env: std::collections::HashMap<String, String> =
-        stack.etcd.pki.lockctl_env("force").into_iter().collect();
-    let file = |name: &str| env.get(name).map(std::path::PathBuf::from);
-    let creds = EtcdTlsFiles {
-        ca: file("LOCK_ETCD_CA"),
-        cert: file("LOCK_ETCD_CERT"),
-        key: file("LOCK_ETCD_KEY"),
-    };
-    let urls: Vec<String> = stack.etcd_urls().split(',').map(str::to_owned).collect();
-    let tls = etcd_tls::load(&urls, &creds)?;
-    let etcd = lock_arbiter::Etcd::connect(&urls, Duration::from_secs(5), tls.as_ref()).await?;
+    let etcd = lock_integration::admin::force_etcd(stack).await?;
     let store = lock_force::store::ForceStore::new(etcd, None, Duration::from_secs(600));
-    let operator = |who: &str| Operator {
-        issuer: "gate".into(),
-        subject: who.into(),
-        name: who.into(),
-    };
+    let operator = lock_integration::admin::operator;
     record(Kind::Force, Phase::Invoke, Some(key.clone()), None);
     let outcome = async {
         let req = store

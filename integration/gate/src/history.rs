@@ -36,7 +36,8 @@ pub enum Kind {
     Write,
     /// A guarded write to the PostgreSQL reference fence.
     PgWrite,
-    /// `lockctl epoch advance`, run by the gate as an operator would after a restore.
+    /// A two-person epoch advance (lock-admin's filing and approval), as operators would
+    /// run one after a restore.
     Advance,
     /// A two-person force release of one key's current hold (lock-force's transaction,
     /// run by the gate as the admin server would after an approval).

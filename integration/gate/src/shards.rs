@@ -425,6 +425,19 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     })
     .await?;
     let e3 = Etcd::start_sharing(&stack.dir, "e3", stack.etcd.pki.clone())?;
+    // A new cluster's first epoch is a bootstrap step, root's (ADR-03: the operator who
+    // adds the shard may not write /sys/epoch); the add itself is the operator's.
+    let coord = stack.etcd_urls();
+    let init = lockctl_etcd(
+        &["epoch", "init", "--coord", &coord, "--etcd", &e3.client_url],
+        &stack.etcd.pki,
+        "root",
+    )?;
+    anyhow::ensure!(
+        init.status.success(),
+        "lockctl epoch init --coord on e3: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     let buggy = if opts.inject_bug {
         Some(Arbiter::start_with(
             &stack.dir,
