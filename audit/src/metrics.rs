@@ -17,8 +17,17 @@ pub struct HoldEndLabel {
     pub kind: &'static str,
 }
 
+/// A class, alone (the longest hold's label).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: String,
+}
+
 pub struct Metrics {
     registry: Registry,
+    /// The age of the oldest hold of each class now, by the elected tailer's scan
+    /// (`longest.rs`); a class with no hold has no series.
+    pub longest_hold: Family<ClassLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Holds ended, by class and how: expiries (a holder that never released) per class
     /// reach the owning team's alerts. A failover's replay may count a row again.
     pub hold_ends: Family<HoldEndLabel, Counter>,
@@ -45,6 +54,7 @@ impl Metrics {
         let m = Self {
             registry: Registry::default(),
             hold_ends: Family::default(),
+            longest_hold: Family::default(),
             rows: Counter::default(),
             gaps: Counter::default(),
             force_releases: Counter::default(),
@@ -58,6 +68,11 @@ impl Metrics {
             "hold_ends",
             "Holds ended, by class and how (expiry: the holder never released)",
             m.hold_ends.clone(),
+        );
+        registry.register(
+            "longest_hold_seconds",
+            "Age of the oldest hold of each class (wall clock), from the elected tailer's scan",
+            m.longest_hold.clone(),
         );
         registry.register(
             "gaps",

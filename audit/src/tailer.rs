@@ -40,6 +40,8 @@ pub struct TailerOptions {
     pub compaction_window: Option<i64>,
     /// The election lease's TTL: how soon a standby takes over from a dead leader.
     pub lease_ttl: i64,
+    /// How often the leader scans the holds for the longest per class (None: never).
+    pub hold_scan_every: Option<Duration>,
 }
 
 impl Default for TailerOptions {
@@ -49,6 +51,7 @@ impl Default for TailerOptions {
             checkpoint_every: Duration::from_secs(2),
             compaction_window: None,
             lease_ttl: 5,
+            hold_scan_every: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -115,6 +118,8 @@ pub async fn run<S: AuditStore + Sync>(
         tokio::select! {
             r = round => {
                 METRICS.leader.set(0);
+                // A standby reports no holds: only the leader's scan is current.
+                METRICS.longest_hold.clear();
                 match r {
                     Ok(()) => return Ok(()),
                     Err(e) => tracing::warn!(error = %e, "audit tailer round ended; campaigning again"),
@@ -154,7 +159,18 @@ async fn lead_and_tail<S: AuditStore + Sync>(
             .await?;
         METRICS.leader.set(1);
         tracing::info!(id = %opts.id, "audit tailer elected");
-        tail(client.clone(), store, opts, stop).await
+        let scan = async {
+            match opts.hold_scan_every {
+                Some(every) => Err(TailError::Etcd(
+                    crate::longest::run(client.clone(), every).await,
+                )),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = tail(client.clone(), store, opts, stop) => r,
+            r = scan => r,
+        }
     };
     let result = tokio::select! {
         r = keep => r,

@@ -39,13 +39,17 @@ impl Tailer {
         })
     }
 
-    /// A metric's value from its `/metrics` (0 when absent).
+    /// A metric's value from its `/metrics` (0 when absent; a gauge's fraction dropped).
     pub fn metric(&self, name: &str) -> anyhow::Result<i64> {
+        Ok(self.metric_value(name)?.map_or(0, |v| v as i64))
+    }
+
+    /// A metric's value, None when the series is absent.
+    pub fn metric_value(&self, name: &str) -> anyhow::Result<Option<f64>> {
         let body = crate::admin_get(self.admin, "/metrics")?;
         Ok(body
             .lines()
             .find(|l| l.starts_with(&format!("{name} ")))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok()))
     }
 }

@@ -10,7 +10,7 @@ use lock_audit::store::{AuditStore, Postgres as AuditDb};
 use lock_config::proto::v1::*;
 use lock_integration::audit::Tailer;
 use lock_integration::postgres::Postgres;
-use lock_integration::registry::{FAST_PREFIX, waiter_id};
+use lock_integration::registry::{FAST_PREFIX, SLOW_PREFIX, waiter_id};
 use lock_integration::stack::Stack;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -677,4 +677,80 @@ async fn an_entity_shards_tailers_hold_their_election_on_the_coord_cluster() {
         assert!(Instant::now() < deadline, "e1's grant was never recorded");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The longest hold per class (ADR-22): the elected tailer's scan reports the age of the
+/// oldest hold of each class, across two processes of one identity; a standby reports
+/// nothing; the series goes when the class's last hold ends (seen failing with the
+/// family's clear removed: the ended hold's series stayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_elected_tailer_reports_the_longest_hold_per_class() {
+    let (stack, _registry) = Stack::with_test_registry().await.unwrap();
+    let pg = Postgres::start(&stack.dir.join("audit-pg")).unwrap();
+    let access = stack.etcd_access();
+    let scan = ["--hold-scan-seconds", "1"];
+    let a = Tailer::start(&stack.dir, &access, &pg.url(), "tailer-a", &scan).unwrap();
+    let b = Tailer::start(&stack.dir, &access, &pg.url(), "tailer-b", &scan).unwrap();
+    let series = r#"lock_audit_longest_hold_seconds{class="pay-slow"}"#;
+    let leader = || {
+        [&a, &b]
+            .into_iter()
+            .find(|t| t.metric("lock_audit_leader").unwrap_or(0) == 1)
+    };
+    // Two replicas of one identity, each holding a key of the class.
+    let id = waiter_id(0);
+    let svid = stack.pki.svid("replica", &id).unwrap();
+    let first = stack.lock_client_with(&svid, Some("replica-1")).unwrap();
+    let second = stack.lock_client_with(&svid, Some("replica-2")).unwrap();
+    let old = first
+        .acquire(
+            &format!("{SLOW_PREFIX}/longest/1"),
+            Duration::from_secs(10),
+            || {},
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let young = second
+        .acquire(
+            &format!("{SLOW_PREFIX}/longest/2"),
+            Duration::from_secs(10),
+            || {},
+        )
+        .await
+        .unwrap();
+    // The oldest hold's age, by the leader; the standby has no series.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let age = loop {
+        if let Some(l) = leader()
+            && let Some(age) = l.metric_value(series).unwrap()
+            && age >= 3.0
+        {
+            let standby = if std::ptr::eq(l, &a) { &b } else { &a };
+            assert_eq!(standby.metric_value(series).unwrap(), None);
+            break age;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no longest-hold series of 3 s or more"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(age < 600.0, "{age}");
+    // The class's last hold ends: its series goes at the next scan.
+    old.release().await.unwrap();
+    young.release().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while leader()
+        .and_then(|l| l.metric_value(series).unwrap())
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ended holds' series stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    first.shutdown().await.unwrap();
+    second.shutdown().await.unwrap();
 }

@@ -49,6 +49,10 @@ enum Cmd {
         /// The election lease TTL (seconds): how soon a standby takes over.
         #[arg(long, default_value_t = 5)]
         lease_ttl: i64,
+        /// How often the elected tailer reads every hold for the longest per class
+        /// (`lock_audit_longest_hold_seconds`); 0: never.
+        #[arg(long, default_value_t = 30)]
+        hold_scan_seconds: u64,
         /// `GET /metrics` here (plaintext; loopback or a pod address).
         #[arg(long, default_value = "127.0.0.1:0")]
         admin_listen: SocketAddr,
@@ -88,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
             checkpoint_every_ms,
             compaction_window,
             lease_ttl,
+            hold_scan_seconds,
             admin_listen,
         } => {
             let tls = etcd_tls::load(&etcd, &credential).context("etcd transport")?;
@@ -124,6 +129,8 @@ async fn main() -> anyhow::Result<()> {
                 checkpoint_every: Duration::from_millis(checkpoint_every_ms),
                 compaction_window,
                 lease_ttl,
+                hold_scan_every: (hold_scan_seconds > 0)
+                    .then(|| Duration::from_secs(hold_scan_seconds)),
             };
             tailer::run(client, election, &store, &opts, stop).await?;
         }
