@@ -681,8 +681,8 @@ async fn an_entity_shards_tailers_hold_their_election_on_the_coord_cluster() {
 
 /// The longest hold per class (ADR-22): the elected tailer's scan reports the age of the
 /// oldest hold of each class, across two processes of one identity; a standby reports
-/// nothing; the series goes when the class's last hold ends (seen failing with the
-/// family's clear removed: the ended hold's series stayed).
+/// nothing; the series goes when the class's last hold ends (each scan clears the
+/// family before setting it: without that, the ended hold's series would stay).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_elected_tailer_reports_the_longest_hold_per_class() {
     let (stack, _registry) = Stack::with_test_registry().await.unwrap();
