@@ -3,7 +3,7 @@
 //! operators named here. The sign-in itself (OIDC, MFA, the same-person rule through the
 //! API) is tested against a real IdP in `tests/force_release.rs` and `tests/epoch_advance.rs`.
 
-use crate::stack::Stack;
+use crate::etcd::Access;
 use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
 use lock_arbiter::layout::EpochRecord;
 use lock_force::advance_store::AdvanceStore;
@@ -21,16 +21,16 @@ pub fn operator(who: &str) -> Operator {
 }
 
 /// etcd as lock-admin reaches it: the `force` user's certificate.
-pub async fn force_etcd(stack: &Stack) -> anyhow::Result<lock_arbiter::Etcd> {
+pub async fn force_etcd(etcd: &Access) -> anyhow::Result<lock_arbiter::Etcd> {
     let env: std::collections::HashMap<String, String> =
-        stack.etcd.pki.lockctl_env("force").into_iter().collect();
+        etcd.pki.lockctl_env("force").into_iter().collect();
     let file = |name: &str| env.get(name).map(std::path::PathBuf::from);
     let creds = EtcdTlsFiles {
         ca: file("LOCK_ETCD_CA"),
         cert: file("LOCK_ETCD_CERT"),
         key: file("LOCK_ETCD_KEY"),
     };
-    let urls: Vec<String> = stack.etcd_urls().split(',').map(str::to_owned).collect();
+    let urls: Vec<String> = etcd.urls.split(',').map(str::to_owned).collect();
     let tls = etcd_tls::load(&urls, &creds)?;
     Ok(lock_arbiter::Etcd::connect(&urls, Duration::from_secs(5), tls.as_ref()).await?)
 }
@@ -39,11 +39,11 @@ pub async fn force_etcd(stack: &Stack) -> anyhow::Result<lock_arbiter::Etcd> {
 /// Outer error: lock-admin's etcd could not be reached at all. Inner: the advance's own
 /// answer (a refusal, or a store error whose outcome is unknown).
 pub async fn advance_epoch(
-    stack: &Stack,
+    etcd: &Access,
     from: u16,
     reason: &str,
 ) -> anyhow::Result<Result<EpochRecord, ForceError>> {
-    let store = AdvanceStore::new(force_etcd(stack).await?, Duration::from_secs(600));
+    let store = AdvanceStore::new(force_etcd(etcd).await?, Duration::from_secs(600));
     Ok(async {
         let req = store.file(from, reason, &operator("requester")).await?;
         store.approve(&req.id, &operator("approver")).await

@@ -151,7 +151,7 @@ impl Stack {
     /// The two-person epoch advance from `from` on this stack's etcd, through lock-admin's
     /// own filing and approval code (`crate::admin`); it must succeed.
     pub async fn advance_epoch(&self, from: u16) -> anyhow::Result<EpochRecord> {
-        crate::admin::advance_epoch(self, from, "test")
+        crate::admin::advance_epoch(&self.etcd_access(), from, "test")
             .await?
             .map_err(|e| anyhow::anyhow!("the epoch advance from {from} failed: {e}"))
     }

@@ -230,7 +230,7 @@ async fn project_restore_seals_until_epoch_advance() {
         assert_eq!(t >> 48, 2);
     }
     // Advancing twice from the same epoch is refused at filing: the store is at 2.
-    let again = lock_integration::admin::advance_epoch(&stack, 1, "again")
+    let again = lock_integration::admin::advance_epoch(&stack.etcd_access(), 1, "again")
         .await
         .unwrap()
         .unwrap_err();

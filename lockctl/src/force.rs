@@ -1,5 +1,5 @@
-//! `lockctl force-release request|approve|list` and `lockctl epoch advance
-//! request|approve|list`: the admin API's client (lock-force).
+//! `lockctl force-release request|approve|list`: the admin API's client (lock-force), and
+//! the sign-in `lockctl epoch advance` shares.
 
 use crate::Failure;
 use clap::Subcommand;
@@ -59,7 +59,7 @@ impl From<ClientError> for Failure {
     }
 }
 
-async fn client(conn: &AdminConn) -> Result<AdminClient, Failure> {
+pub(crate) async fn client(conn: &AdminConn) -> Result<AdminClient, Failure> {
     let token = if let Some(f) = &conn.id_token_file {
         std::fs::read_to_string(f)
             .map_err(|e| Failure::input(format!("{}: {e}", f.display())))?
@@ -155,58 +155,5 @@ pub async fn run(cmd: ForceCmd) -> Result<(), Failure> {
             }
             Ok(())
         }
-    }
-}
-
-/// `lockctl epoch advance request|approve|list` (break-glass is `store.rs`'s).
-pub async fn advance(cmd: crate::store::AdvanceCmd) -> Result<(), Failure> {
-    use crate::store::AdvanceCmd;
-    match cmd {
-        AdvanceCmd::Request {
-            from,
-            reason,
-            admin,
-        } => {
-            let r = client(&admin).await?.file_advance(from, &reason).await?;
-            println!("{}", r.id);
-            eprintln!(
-                "filed: advance cluster {} from epoch {}; every hold on it ends when another operator approves `{}`",
-                r.cluster_id, r.from, r.id
-            );
-            Ok(())
-        }
-        AdvanceCmd::Approve { id, admin } => {
-            let a = client(&admin).await?.approve_advance(&id).await?;
-            let by = a.record.advanced_by.as_ref();
-            println!(
-                "epoch advanced to {}, bound to cluster {}; every hold and durable waiter deleted; requested by {}, approved by {}",
-                a.record.epoch,
-                a.record.cluster_id,
-                by.map_or("?", |b| b.requester.as_str()),
-                by.map_or("?", |b| b.approver.as_str()),
-            );
-            Ok(())
-        }
-        AdvanceCmd::List {
-            json: as_json,
-            admin,
-        } => {
-            let l = client(&admin).await?.list_advances().await?;
-            if as_json {
-                println!("{}", serde_json::to_string_pretty(&l).unwrap_or_default());
-                return Ok(());
-            }
-            println!("pending:");
-            for r in &l.pending {
-                println!(
-                    "  {}  from epoch {}  cluster {}  by {}  reason: {}",
-                    r.id, r.from, r.cluster_id, r.requester.name, r.reason
-                );
-            }
-            Ok(())
-        }
-        AdvanceCmd::BreakGlass { .. } => Err(Failure::input(
-            "break-glass runs against etcd, not lock-admin",
-        )),
     }
 }

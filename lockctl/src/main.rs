@@ -10,6 +10,7 @@
 mod audit;
 mod conn;
 mod defrag;
+mod epoch;
 mod force;
 mod grants;
 mod refusal;
@@ -92,7 +93,7 @@ enum Cmd {
     /// Epoch record administration (ADR-03).
     Epoch {
         #[command(subcommand)]
-        cmd: store::EpochCmd,
+        cmd: epoch::EpochCmd,
     },
     /// A key's history from the audit store (ADR-21): grants, handoffs, releases,
     /// expiries, forced releases, oldest first.
@@ -157,7 +158,7 @@ async fn main() -> ExitCode {
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await.map(done),
         Cmd::Inspect { key, conn } => remote::inspect(&conn, &key).await.map(done),
         Cmd::Validate { key, token, conn } => remote::validate(&conn, &key, token).await.map(done),
-        Cmd::Epoch { cmd } => store::epoch(cmd).await.map(done),
+        Cmd::Epoch { cmd } => epoch::run(cmd).await.map(done),
         Cmd::Roles { cmd } => store::roles(cmd).await.map(done),
         Cmd::Etcd { cmd } => defrag::run(cmd).await.map(done),
         Cmd::Restore(args) => store::restore(&args).map(done),

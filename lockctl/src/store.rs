@@ -1,13 +1,11 @@
-//! Commands that talk to etcd directly as an operator (or etcd root): the epoch record
-//! (ADR-03), users and roles, and restoring a member from a snapshot with a fresh cluster
-//! token.
+//! Commands that talk to etcd directly as an operator (or etcd root): users and roles, and
+//! restoring a member from a snapshot with a fresh cluster token; the connection and
+//! error mapping the other etcd commands (`epoch`, `shards`) share.
 
 use crate::Failure;
-use crate::force::AdminConn;
 use clap::Subcommand;
 use lock_arbiter::etcd_tls::EtcdTlsFiles;
-use lock_arbiter::layout::AdvancedBy;
-use lock_arbiter::{ArbiterError, Etcd, epoch};
+use lock_arbiter::{ArbiterError, Etcd};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,75 +25,6 @@ pub struct EtcdArgs {
 }
 
 #[derive(Subcommand)]
-pub enum EpochCmd {
-    /// Create /sys/epoch bound to the cluster ID, if absent: epoch 1, or with `--coord` an
-    /// epoch allocated from the coord cluster (a new entity shard's). etcd root's: a
-    /// bootstrap step beside `roles apply`.
-    Init {
-        #[command(flatten)]
-        store: EtcdArgs,
-        /// With several clusters: the coord cluster's URLs, where the first epoch is
-        /// allocated above every epoch any cluster has had.
-        #[arg(long, value_delimiter = ',')]
-        coord: Vec<String>,
-    },
-    /// The epoch advance (after a restore): one transaction that moves the epoch from E,
-    /// binds it to the store's current cluster ID and deletes every hold and durable
-    /// waiter. It ends every hold, so it takes two people: one files, another approves
-    /// (lock-admin, ADR-03).
-    Advance {
-        #[command(subcommand)]
-        cmd: AdvanceCmd,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum AdvanceCmd {
-    /// File an advance from epoch FROM; prints the request id. Another operator approves.
-    Request {
-        /// The epoch the store is at now (the approval advances from exactly it).
-        #[arg(long)]
-        from: u16,
-        /// Why (kept in the epoch record and the audit trail).
-        #[arg(long)]
-        reason: String,
-        #[command(flatten)]
-        admin: AdminConn,
-    },
-    /// Approve and run request ID (never your own): every hold on the cluster ends.
-    Approve {
-        id: String,
-        #[command(flatten)]
-        admin: AdminConn,
-    },
-    /// Pending advance requests.
-    List {
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        admin: AdminConn,
-    },
-    /// Break-glass: advance now, alone, with etcd root's certificate (the operator's is
-    /// refused by etcd). For when lock-admin or the IdP is down. Recorded in the epoch
-    /// record and the audit trail as break-glass, with your name and reason.
-    BreakGlass {
-        #[command(flatten)]
-        store: EtcdArgs,
-        #[arg(long)]
-        from: u16,
-        #[arg(long)]
-        reason: String,
-        /// Who is doing this (kept in the record).
-        #[arg(long)]
-        operator: String,
-        /// With several clusters: the coord cluster's URLs; the new epoch is allocated
-        /// there, above every epoch any cluster has had, instead of FROM+1.
-        #[arg(long, value_delimiter = ',')]
-        coord: Vec<String>,
-    },
-}
-
-#[derive(Subcommand)]
 pub enum RolesCmd {
     /// Create or correct the users and roles, then enable auth; a second run changes nothing.
     Apply {
@@ -112,50 +41,6 @@ pub enum RolesCmd {
     },
 }
 
-/// `lockctl epoch ...`.
-pub async fn epoch(cmd: EpochCmd) -> Result<(), Failure> {
-    match cmd {
-        EpochCmd::Init { store, coord } => {
-            let first = match coord.is_empty() {
-                true => 1,
-                false => allocate(&coord, &store.tls, 0).await?,
-            };
-            epoch_init(&store.etcd, &store.tls, first).await
-        }
-        EpochCmd::Advance { cmd } => match cmd {
-            AdvanceCmd::BreakGlass {
-                store,
-                from,
-                reason,
-                operator,
-                coord,
-            } => {
-                if reason.trim().is_empty() || operator.trim().is_empty() {
-                    return Err(Failure::input(
-                        "break-glass needs --reason and --operator: they are kept in the record",
-                    ));
-                }
-                let next = match coord.is_empty() {
-                    true => None,
-                    false => Some(allocate(&coord, &store.tls, from).await?),
-                };
-                eprintln!(
-                    "WARNING: break-glass epoch advance by {operator}, without a second operator: every hold on this cluster ends, and the record and audit trail say so."
-                );
-                let by = AdvancedBy {
-                    request: String::new(),
-                    reason: reason.trim().to_owned(),
-                    requester: operator.trim().to_owned(),
-                    approver: String::new(),
-                    break_glass: true,
-                };
-                epoch_advance(&store.etcd, &store.tls, from, next, by).await
-            }
-            other => crate::force::advance(other).await,
-        },
-    }
-}
-
 /// A store error as lockctl reports it: no quorum is "unreachable" (exit 3), anything
 /// else a refusal (exit 1).
 pub fn failed(e: ArbiterError) -> Failure {
@@ -167,7 +52,11 @@ pub fn failed(e: ArbiterError) -> Failure {
 
 /// The next epoch from the coord cluster's allocator, above `above` and every epoch any
 /// cluster has had (tiers and shards: ADR-03, 07).
-async fn allocate(coord_urls: &[String], tls: &EtcdTlsFiles, above: u16) -> Result<u16, Failure> {
+pub(crate) async fn allocate(
+    coord_urls: &[String],
+    tls: &EtcdTlsFiles,
+    above: u16,
+) -> Result<u16, Failure> {
     let coord = connect(coord_urls, tls).await?;
     lock_arbiter::shard_map::allocate_epoch(&coord, above)
         .await
@@ -220,52 +109,6 @@ async fn roles_plan(etcd: &[String], tls: &EtcdTlsFiles, apply: bool) -> Result<
         println!("auth enabled");
     }
     Ok(())
-}
-
-async fn epoch_advance(
-    etcd: &[String],
-    tls: &EtcdTlsFiles,
-    from: u16,
-    next: Option<u16>,
-    by: AdvancedBy,
-) -> Result<(), Failure> {
-    let store = connect(etcd, tls).await?;
-    match epoch::advance(&store, from, next, Some(by)).await {
-        Ok(rec) => {
-            println!(
-                "epoch advanced {from} -> {} (break-glass), bound to cluster {}; every hold and durable waiter deleted",
-                rec.epoch, rec.cluster_id
-            );
-            Ok(())
-        }
-        Err(ArbiterError::Store(m)) if m.contains("permission denied") => {
-            Err(Failure::refused(format!(
-                "etcd refused ({m}): break-glass needs etcd root's certificate; operators advance through lock-admin (`lockctl epoch advance request`)"
-            )))
-        }
-        Err(e) => Err(failed(e)),
-    }
-}
-
-async fn epoch_init(etcd: &[String], tls: &EtcdTlsFiles, first: u16) -> Result<(), Failure> {
-    let store = connect(etcd, tls).await?;
-    match epoch::init_with(&store, first).await {
-        Ok((rec, true)) => {
-            println!(
-                "epoch {} created, bound to cluster {}",
-                rec.epoch, rec.cluster_id
-            );
-            Ok(())
-        }
-        Ok((rec, false)) => {
-            println!(
-                "epoch {} already exists, bound to cluster {}",
-                rec.epoch, rec.cluster_id
-            );
-            Ok(())
-        }
-        Err(e) => Err(failed(e)),
-    }
 }
 
 /// `lockctl restore`.

@@ -182,8 +182,12 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
             // Two operators through lock-admin's own filing and approval code (ADR-03).
             let from = *t.epoch;
             (t.record)(Kind::Advance, Phase::Invoke, None, None);
-            match lock_integration::admin::advance_epoch(t.stack, from, "release gate fault")
-                .await?
+            match lock_integration::admin::advance_epoch(
+                &t.stack.etcd_access(),
+                from,
+                "release gate fault",
+            )
+            .await?
             {
                 Ok(record) => {
                     *t.epoch = record.epoch;
@@ -266,7 +270,7 @@ async fn force_release(
     let Some(key) = keys.get(pick % keys.len().max(1)).cloned() else {
         return Ok("no key was held".into());
     };
-    let etcd = lock_integration::admin::force_etcd(stack).await?;
+    let etcd = lock_integration::admin::force_etcd(&stack.etcd_access()).await?;
     let store = lock_force::store::ForceStore::new(etcd, None, Duration::from_secs(600));
     let operator = lock_integration::admin::operator;
     record(Kind::Force, Phase::Invoke, Some(key.clone()), None);
