@@ -33,7 +33,23 @@ pub fn node_tools() -> PathBuf {
 
 impl Idp {
     /// Starts the provider on loopback `port`, accepting `redirects` for `lock-admin`.
+    /// A port picked free may be taken by the time node binds it (tests pick ports in
+    /// parallel): the provider then never says ready, and it is started again on a fresh
+    /// port, twice at most. Callers read the issuer (and so the port) from the result.
     pub fn start(dir: &Path, port: u16, redirects: &[String]) -> anyhow::Result<Self> {
+        let mut port = port;
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::start_once(dir, port, redirects) {
+                Ok(idp) => return Ok(idp),
+                Err(e) => last = Some(e),
+            }
+            port = crate::process::free_ports(1)?[0];
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("oidc-provider did not start")))
+    }
+
+    fn start_once(dir: &Path, port: u16, redirects: &[String]) -> anyhow::Result<Self> {
         let key_pem = dir.join("idp-key.pem");
         let mut cmd = Command::new("node");
         cmd.arg(workspace_root().join("integration/node/oidc-provider.mjs"))
