@@ -8,7 +8,7 @@ use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
 use crate::etcd::Etcd;
 use crate::layout::{AdvancedBy, EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode, encode};
-use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, Txn, TxnOp};
 use lock_config::shards::ShardFence;
 use std::sync::{Arc, RwLock};
 
@@ -21,8 +21,8 @@ pub struct Epoch {
     /// strings (issue 33: a clone per view allocated).
     pub record: Arc<EpochRecord>,
     pub mod_revision: i64,
-    /// On an entity shard: its map fence (`/sys/shard-fence`), read at the same revision
-    /// as the record; every write that compares the record compares this too.
+    /// On an entity shard: its map fence (`/sys/shard-fence`), read with the record;
+    /// every write that compares the record compares this too.
     pub fence: Option<Arc<ShardFence>>,
     pub fence_mod_revision: i64,
     /// The highest revision this arbiter had seen in this epoch when the operation began.
@@ -188,20 +188,19 @@ impl EpochCache {
             .map_or(0, |hw| if hw.0 == epoch { hw.1 } else { 0 })
     }
 
-    /// Re-reads the epoch record and the shard fence (one read, one revision) and checks
-    /// the seal on the read itself.
+    /// Re-reads the epoch record and the shard fence and checks the seal on the read
+    /// itself.
     pub async fn refresh(&self, store: &Etcd) -> Result<Epoch, ArbiterError> {
         // Taken before the read: the read's revision may not be below it.
         let floors = self.high_water.lock().map_or((0, 0), |hw| *hw);
-        let resp = store
-            .txn(Txn::new().and_then(vec![
-                TxnOp::get(EPOCH_KEY, None),
-                TxnOp::get(SHARD_FENCE_KEY, None),
-            ]))
-            .await?;
-        let got = |i: usize| match resp.op_responses().get(i) {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
-            _ => None,
+        // Two reads, not one Txn: the record and the fence are compared each by its own mod
+        // revision, so they need not be read at one revision (a fence that moved between
+        // the reads fails the next compare, which re-reads both).
+        let resp = store.get(EPOCH_KEY).await?;
+        let fence_resp = store.get(SHARD_FENCE_KEY).await?;
+        let got = |i: usize| match i {
+            0 => resp.kvs().first().cloned(),
+            _ => fence_resp.kvs().first().cloned(),
         };
         let fence = got(1).and_then(|kv| {
             decode::<ShardFence>(kv.value()).map(|f| (Arc::new(f), kv.mod_revision()))
