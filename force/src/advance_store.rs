@@ -15,8 +15,8 @@
 use crate::advance::{AdvanceRequest, StoreNow, approve_verdict, file_verdict, is_dead};
 use crate::oidc::Operator;
 use crate::request::Refusal;
-use crate::store::{ForceError, is_request_id, new_id, now_ms};
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use crate::store::{ForceError, delete_if_unchanged, is_request_id, new_id, now_ms};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, TxnOp};
 use lock_arbiter::layout::{ADVANCE_REQUEST_PREFIX, EPOCH_KEY, EpochRecord, decode, encode};
 use lock_arbiter::{Etcd, epoch};
 use std::time::Duration;
@@ -120,16 +120,9 @@ impl AdvanceStore {
     }
 
     /// A request the store has moved past can never be approved: deleted (if still the
-    /// one read). Best effort: an error leaves it to expire.
+    /// one read).
     async fn withdraw(&self, id: &str, rev: i64) {
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                request_key(id),
-                CompareOp::Equal,
-                rev,
-            )])
-            .and_then([TxnOp::delete(request_key(id), None)]);
-        let _ = self.etcd.txn(txn).await;
+        delete_if_unchanged(&self.etcd, &request_key(id), rev).await;
     }
 
     /// Approves and executes request `id` as `approver`: the new epoch record.

@@ -88,6 +88,15 @@ pub fn new_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// Deletes `key` if it is still at mod revision `rev` (a pending request withdrawn).
+/// Best effort: an error leaves it to expire on its lease.
+pub async fn delete_if_unchanged(etcd: &Etcd, key: &str, rev: i64) {
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key, CompareOp::Equal, rev)])
+        .and_then([TxnOp::delete(key, None)]);
+    let _ = etcd.txn(txn).await;
+}
+
 pub fn is_request_id(id: &str) -> bool {
     id.len() == 16
         && id
@@ -230,14 +239,7 @@ impl ForceStore {
     /// error leaves it to expire.
     async fn withdraw_if_dead(&self, refusal: &Refusal, id: &str, rev: i64) {
         if matches!(refusal, Refusal::HoldChanged { .. } | Refusal::HoldGone) {
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    request_key(id),
-                    CompareOp::Equal,
-                    rev,
-                )])
-                .and_then([TxnOp::delete(request_key(id), None)]);
-            let _ = self.etcd.txn(txn).await;
+            delete_if_unchanged(&self.etcd, &request_key(id), rev).await;
         }
     }
 
