@@ -51,6 +51,10 @@ pub enum Bug {
     /// A granted Acquire's span carries its token (issue 38, ADR-22: a token is a
     /// capability, never in telemetry). The traces test's scan names it.
     TokenInSpan,
+    /// A durable waiter whose wait ended answers its refusal without reading the holder
+    /// record back (issue 34): a release that handed it the key just before leaves a grant
+    /// in the store that its holder was told it did not get.
+    DurableLeaveWithoutReadBack,
 }
 
 impl FromStr for Bug {
@@ -70,8 +74,9 @@ impl FromStr for Bug {
             "hold-key-from-message" => Ok(Bug::HoldKeyFromMessage),
             "wall-clock-deadline" => Ok(Bug::WallClockDeadline),
             "token-in-span" => Ok(Bug::TokenInSpan),
+            "durable-leave-without-read-back" => Ok(Bug::DurableLeaveWithoutReadBack),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back)"
             )),
         }
     }

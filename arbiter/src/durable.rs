@@ -13,6 +13,7 @@
 //! whatever arbiter the waiter waits (`release.rs`). The first waiter therefore watches
 //! the holder record for overwrites as well as deletes, and finds the record its own.
 
+use crate::bugs::Bug;
 use crate::error::ArbiterError;
 use crate::grant::{Attempt, Grant, Granter, QueuePlace};
 use crate::layout::{QUEUE_PREFIX, SessionRecord, decode, holder_key, lease_hex, session_key};
@@ -196,6 +197,12 @@ async fn leave(
                 Ok(()) => Event::Fenced,
                 Err(e) => Event::Refused(e),
             },
+            // The injected bug (issue 34): the refusal answered without looking whether a
+            // release handed the key to this waiter first; its grant then outlives a
+            // definite "no", which the handoff-race test and the gate catch.
+            Then::ReadBack if granter.bugs.has(Bug::DurableLeaveWithoutReadBack) => {
+                Event::ReadBack(None)
+            }
             Then::ReadBack => match granter.held_by(session, key, class).await {
                 Ok(grant) => Event::ReadBack(grant),
                 Err(e) => Event::Refused(e),

@@ -13,6 +13,7 @@ pub mod docs;
 pub mod envoy;
 pub mod etcd;
 pub mod h2raw;
+pub mod link;
 pub mod manifests;
 pub mod netlab;
 pub mod oidc;

@@ -99,14 +99,30 @@ impl NetLab {
         self.routes(i, "del")
     }
 
+    /// Cuts the link between hosts `i` and `j` only. With three hosts, cutting two of them
+    /// apart leaves a bridge partition: two halves that share the third member.
+    pub fn cut(&self, i: usize, j: usize) -> anyhow::Result<()> {
+        self.pair(i, j, "add")
+    }
+
+    /// Undoes [`NetLab::cut`].
+    pub fn mend(&self, i: usize, j: usize) -> anyhow::Result<()> {
+        self.pair(i, j, "del")
+    }
+
     fn routes(&self, i: usize, verb: &str) -> anyhow::Result<()> {
         for j in (0..self.hosts).filter(|j| *j != i) {
-            for (from, to) in [(i, j), (j, i)] {
-                in_ns(
-                    &self.namespace(from),
-                    &["route", verb, "blackhole", &format!("{}/32", self.host(to))],
-                )?;
-            }
+            self.pair(i, j, verb)?;
+        }
+        Ok(())
+    }
+
+    fn pair(&self, i: usize, j: usize, verb: &str) -> anyhow::Result<()> {
+        for (from, to) in [(i, j), (j, i)] {
+            in_ns(
+                &self.namespace(from),
+                &["route", verb, "blackhole", &format!("{}/32", self.host(to))],
+            )?;
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 use crate::arbiter::Arbiter;
 use crate::envoy::{Envoy, EnvoyConfig};
 use crate::etcd::Etcd;
+use crate::link::Link;
 use crate::netlab::NetLab;
 use crate::paths::{dev_registry, workspace_bin};
 use crate::pki::{Pki, SvidFiles, TRUST_DOMAIN};
@@ -51,6 +52,9 @@ pub struct StackOptions {
     /// Envoy's worker threads (None: the harness's two, which tests of state shared across
     /// workers need; the bench runs the shipped edge's one).
     pub envoy_workers: Option<usize>,
+    /// Every arbiter's link to each etcd member, and Envoy's link to each arbiter, through
+    /// a relay (`link.rs`) that a test can slow, make lossy or cut, one way or both.
+    pub relayed_links: bool,
 }
 
 impl Default for StackOptions {
@@ -72,6 +76,7 @@ impl Default for StackOptions {
             entity_shards: 0,
             shard_depth: 1,
             envoy_workers: None,
+            relayed_links: false,
         }
     }
 }
@@ -89,6 +94,10 @@ pub struct Stack {
     pub pki: Pki,
     /// The members' network namespaces (with `isolatable_etcd`).
     pub lab: Option<NetLab>,
+    /// With `relayed_links`: arbiter `i`'s link to member `j` is `etcd_links[i][j]`.
+    pub etcd_links: Vec<Vec<Link>>,
+    /// With `relayed_links`: Envoy's link to arbiter `i`.
+    pub edge_links: Vec<Link>,
     pub dir: PathBuf,
     /// Envoy's rendered config, kept for restarts.
     pub envoy_config: EnvoyConfig,
@@ -225,8 +234,23 @@ impl Stack {
             arbiter_args.push("--shards".into());
         }
         let mut arbiters = Vec::new();
+        let mut etcd_links = Vec::new();
         let extra: Vec<&str> = arbiter_args.iter().map(String::as_str).collect();
         for i in 0..opts.arbiters {
+            let urls = if opts.relayed_links {
+                let links = std::iter::once(&etcd)
+                    .chain(&etcd_peers)
+                    .map(|m| Link::start(m.client_addr))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let relayed: Vec<String> = links
+                    .iter()
+                    .map(|l| format!("https://{}", l.addr))
+                    .collect();
+                etcd_links.push(links);
+                relayed.join(",")
+            } else {
+                urls.clone()
+            };
             arbiters.push(Arbiter::start_with_env(
                 &dir,
                 &format!("arbiter-{i}"),
@@ -241,8 +265,20 @@ impl Stack {
         let mut filter =
             FilterConfig::from_registry(&registry, &opts.region, &[TRUST_DOMAIN.to_owned()], None);
         filter.unsafe_test_switches = opts.filter_switches.clone();
-        let mut config =
-            EnvoyConfig::new(&pki.dir, filter, arbiters.iter().map(|a| a.addr).collect())?;
+        let edge_links = if opts.relayed_links {
+            arbiters
+                .iter()
+                .map(|a| Link::start(a.addr))
+                .collect::<anyhow::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        let upstreams = if opts.relayed_links {
+            edge_links.iter().map(|l| l.addr).collect()
+        } else {
+            arbiters.iter().map(|a| a.addr).collect()
+        };
+        let mut config = EnvoyConfig::new(&pki.dir, filter, upstreams)?;
         if !opts.filter_switches.is_empty() {
             config.wasm = crate::paths::filter_wasm_debug()?;
         }
@@ -264,6 +300,8 @@ impl Stack {
             shards,
             pki,
             lab,
+            etcd_links,
+            edge_links,
             dir,
             envoy_config: config,
             _tmp: tmp,

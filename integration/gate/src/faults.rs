@@ -1,9 +1,12 @@
 //! The faults the gate injects, each bounded in time and undone before the next:
 //! processes killed and restarted, frozen and thawed, the etcd leader cut off from its
-//! peers by blackhole routes in the members' network namespaces, Envoy restarted, and the
-//! operators' two-person epoch advance and force release (lock-admin's own code).
+//! peers (or from one peer: a bridge) by blackhole routes in the members' network
+//! namespaces, an arbiter's links to etcd or Envoy's link to an arbiter slowed or cut, one
+//! way or both, by the harness's relays (`link.rs`), Envoy restarted, and the operators'
+//! two-person epoch advance and force release (lock-admin's own code).
 
 use super::history::{Kind, Phase};
+use lock_integration::link::{Lane, Shape};
 use lock_integration::process::Proc;
 use lock_integration::stack::Stack;
 use std::str::FromStr;
@@ -39,9 +42,30 @@ pub enum Fault {
     /// etcd's `force` user): the hold is deleted under its holder, who may still believe
     /// it holds; the next waiter is granted.
     ForceRelease,
+    /// One arbiter's links to every etcd member slow (50–400 ms each way), lossy (20% of
+    /// chunks a retransmission late) and narrow (256 KiB/s), for longer than a session's
+    /// TTL.
+    SlowLinks,
+    /// One arbiter hears nothing from etcd, which still hears it: its writes commit and it
+    /// never learns (every outcome unknown), its watches go quiet.
+    ArbiterDeaf,
+    /// etcd hears nothing from one arbiter, which still hears etcd: its writes and lease
+    /// renewals never arrive while its watches keep reporting.
+    ArbiterMute,
+    /// One arbiter cut from etcd both ways while Envoy and the direct clients still reach
+    /// it.
+    CutArbiterEtcd,
+    /// Envoy cut from one arbiter both ways while that arbiter keeps etcd.
+    CutEdgeArbiter,
+    /// The etcd leader cut from one follower only: two halves that share the third member.
+    BridgePartition,
 }
 
-pub const ALL: [Fault; 11] = [
+/// How long each link fault lasts: longer than a session's TTL (`GATE_TTL`, 5 s), so the
+/// sessions renewed over the faulty link can expire.
+const LINK_FAULT: Duration = Duration::from_secs(6);
+
+pub const ALL: [Fault; 17] = [
     Fault::KillMember,
     Fault::KillLeader,
     Fault::KillArbiter,
@@ -53,6 +77,12 @@ pub const ALL: [Fault; 11] = [
     Fault::EpochAdvance,
     Fault::RollingRestart,
     Fault::ForceRelease,
+    Fault::SlowLinks,
+    Fault::ArbiterDeaf,
+    Fault::ArbiterMute,
+    Fault::CutArbiterEtcd,
+    Fault::CutEdgeArbiter,
+    Fault::BridgePartition,
 ];
 
 impl Fault {
@@ -69,6 +99,12 @@ impl Fault {
             Fault::EpochAdvance => "epoch-advance",
             Fault::RollingRestart => "rolling-restart",
             Fault::ForceRelease => "force-release",
+            Fault::SlowLinks => "slow-links",
+            Fault::ArbiterDeaf => "arbiter-deaf",
+            Fault::ArbiterMute => "arbiter-mute",
+            Fault::CutArbiterEtcd => "cut-arbiter-etcd",
+            Fault::CutEdgeArbiter => "cut-edge-arbiter",
+            Fault::BridgePartition => "bridge-partition",
         }
     }
 }
@@ -178,6 +214,53 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
             "envoy".into()
         }
         Fault::ForceRelease => force_release(t.stack, t.record, t.pick).await?,
+        Fault::SlowLinks => {
+            let lane = Lane::slow(
+                Duration::from_millis(50),
+                Duration::from_millis(350),
+                20,
+                256 * 1024,
+            );
+            arbiter_links(t.stack, t.pick, Shape::both(lane)).await?
+        }
+        Fault::ArbiterDeaf => {
+            let shape = Shape {
+                up: Lane::default(),
+                down: Lane::cut(),
+            };
+            arbiter_links(t.stack, t.pick, shape).await?
+        }
+        Fault::ArbiterMute => {
+            let shape = Shape {
+                up: Lane::cut(),
+                down: Lane::default(),
+            };
+            arbiter_links(t.stack, t.pick, shape).await?
+        }
+        Fault::CutArbiterEtcd => arbiter_links(t.stack, t.pick, Shape::both(Lane::cut())).await?,
+        Fault::CutEdgeArbiter => {
+            let i = t.pick % t.stack.edge_links.len().max(1);
+            let Some(link) = t.stack.edge_links.get(i) else {
+                anyhow::bail!("cut-edge-arbiter needs the stack's relayed links");
+            };
+            link.set(Shape::both(Lane::cut()));
+            tokio::time::sleep(LINK_FAULT).await;
+            link.heal();
+            format!("envoy -> arbiter {i}")
+        }
+        Fault::BridgePartition => {
+            let leader = member(t.stack, true, t.pick).await;
+            let n = t.stack.members().count();
+            let Some(lab) = &t.stack.lab else {
+                anyhow::bail!("bridge-partition needs the members in network namespaces");
+            };
+            // The leader and one follower lose each other; both still reach the third.
+            let other = (leader + 1 + t.pick % (n - 1).max(1)) % n.max(1);
+            lab.cut(leader, other)?;
+            tokio::time::sleep(LINK_FAULT).await;
+            lab.mend(leader, other)?;
+            format!("etcd members {leader} x {other}")
+        }
         Fault::EpochAdvance => {
             // Two operators through lock-admin's own filing and approval code (ADR-03).
             let from = *t.epoch;
@@ -214,6 +297,22 @@ pub async fn inject(fault: Fault, t: Target<'_>) -> anyhow::Result<Injected> {
         started_at,
         took: start.elapsed(),
     })
+}
+
+/// Shapes arbiter `pick`'s links to every etcd member for [`LINK_FAULT`], then heals them.
+async fn arbiter_links(stack: &Stack, pick: usize, shape: Shape) -> anyhow::Result<String> {
+    let i = pick % stack.etcd_links.len().max(1);
+    let Some(links) = stack.etcd_links.get(i) else {
+        anyhow::bail!("link faults need the stack's relayed links");
+    };
+    for l in links {
+        l.set(shape);
+    }
+    tokio::time::sleep(LINK_FAULT).await;
+    for l in links {
+        l.heal();
+    }
+    Ok(format!("arbiter {i} <-> etcd"))
 }
 
 /// The leader (waiting up to 5 s for one), or a follower.

@@ -4,6 +4,7 @@
 //! ([`checker`]) and for linearizability against a fenced mutex ([`linearize`]).
 
 pub mod checker;
+pub mod effects;
 pub mod faults;
 pub mod history;
 pub mod linearize;
@@ -132,6 +133,8 @@ pub struct GateReport {
     /// The attacker's calls by attack and outcome (`refused <REASON>`, `ok`, `unknown`).
     pub attacks: BTreeMap<(String, String), usize>,
     pub faults: Vec<Injected>,
+    /// What each fault kind did in its windows, beside the quiet time (`effects.rs`).
+    pub effects: BTreeMap<String, effects::Effect>,
     pub violations: Vec<checker::Violation>,
     pub linearizable: usize,
     pub not_linearizable: Vec<String>,
@@ -182,6 +185,12 @@ impl GateReport {
         ));
         let list: Vec<String> = per_fault.iter().map(|(k, n)| format!("{k} x{n}")).collect();
         s.push_str(&format!("  faults: {}\n", list.join(", ")));
+        if !self.effects.is_empty() {
+            s.push_str("  what each fault did (its windows and one TTL after; refusals but a held key's):\n");
+            for (kind, e) in &self.effects {
+                s.push_str(&format!("    {kind:>16}: {}\n", e.line()));
+            }
+        }
         s.push_str(&format!(
             "  replicas (clients 2k-1, 2k: one identity, two instances): {} sibling handoffs, {} LEAKED_HOLD answers, each to the client's own earlier hold\n",
             self.sibling_handoffs, self.sibling_leaks
@@ -263,6 +272,7 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
         arbiters: 2,
         etcd_members: 3,
         isolatable_etcd: true,
+        relayed_links: true,
         registry,
         keep_dir: Some(dir.join("stack")),
         arbiter_args,
@@ -504,6 +514,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
     let replicas = siblings::check(&ops);
     violations.extend(replicas.violations.iter().cloned());
     let verdicts = linearize::check_all(&ops, &truth, steps);
+    let effects = fault_effects(history_dir, &ops, &truth);
     let mut by_kind = BTreeMap::new();
     for op in &ops {
         let outcome = match op.done {
@@ -567,6 +578,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         by_kind,
         by_route,
         faults: Vec::new(),
+        effects,
         violations,
         linearizable: verdicts
             .values()
@@ -590,6 +602,42 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         elapsed: started.elapsed(),
     };
     Ok(report)
+}
+
+/// [`effects::measure`] over the run's fault windows (`faults.json`, absent for a run
+/// without faults) from the first operation to the last acquire asked for (after it the
+/// workers stop and close their sessions, which is not a fault's doing).
+fn fault_effects(
+    history_dir: &std::path::Path,
+    ops: &[history::Op],
+    truth: &store_log::StoreTruth,
+) -> BTreeMap<String, effects::Effect> {
+    let spans: Vec<timeline::FaultSpan> = std::fs::read_to_string(history_dir.join("faults.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let windows: Vec<effects::Window> = spans
+        .into_iter()
+        .map(|f| effects::Window {
+            kind: f.name,
+            from: f.from,
+            to: f.to,
+        })
+        .collect();
+    let start = ops.iter().map(|o| o.invoked).min().unwrap_or(0);
+    let end = ops
+        .iter()
+        .filter(|o| o.kind == history::Kind::Acquire)
+        .map(|o| o.invoked)
+        .max()
+        .unwrap_or(0);
+    effects::measure(
+        ops,
+        truth,
+        &windows,
+        Duration::from_secs(u64::from(GATE_TTL)),
+        (start, end),
+    )
 }
 
 /// Writes `timeline-<key>.html` into `history_dir` for every key a check failed on;

@@ -30,8 +30,11 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         clients_per_worker: usize,
         /// Faults to cycle through (default: all).
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', conflicts_with = "no_faults")]
         faults: Vec<Fault>,
+        /// No faults at all: the quiet baseline a fault's effects are told from.
+        #[arg(long)]
+        no_faults: bool,
         /// Seconds between faults.
         #[arg(long, default_value_t = 2)]
         fault_gap: u64,
@@ -179,6 +182,7 @@ fn main() -> std::process::ExitCode {
             workers,
             clients_per_worker,
             faults,
+            no_faults,
             fault_gap,
             inject_bug,
             stall_percent,
@@ -198,7 +202,9 @@ fn main() -> std::process::ExitCode {
                 seed,
                 ..GateOptions::default()
             };
-            if !faults.is_empty() {
+            if no_faults {
+                opts.faults.clear();
+            } else if !faults.is_empty() {
                 opts.faults = faults;
             }
             match rt.block_on(lock_gate::run(&opts)) {
