@@ -72,8 +72,8 @@ gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; then s
 	target/debug/gate run --seconds $(GATE_SECONDS) $(GATE_ARGS)
 	target/debug/gate shards
 
-soak: build ## The gate for SOAK_MINUTES (60), round after round; one line per round in soak.log
-	target/debug/gate soak --minutes $(SOAK_MINUTES) --log soak.log
+soak: build ## The gate for SOAK_MINUTES (60), round after round on one long-lived stack (arbiter RSS and etcd size per round); one line per round in soak.log
+	target/debug/gate soak --minutes $(SOAK_MINUTES) --long-lived --log soak.log
 
 bench: deps ## Side-by-side benchmark (release build): writes bench-results/latest.md
 	$(CARGO) build --release -p lock-filter -p lock-noop-filter --target wasm32-wasip1

@@ -223,18 +223,24 @@ async fn delete(store: &Store, key: &str) -> Result<(), ArbiterError> {
 }
 
 /// Puts this session's entry (if absent) on the session lease; returns it with its place.
+///
+/// The put is conditional on the session record too: a lease that expired since the
+/// session was looked up makes etcd fail the whole request ("requested lease not found",
+/// which reads as INTERNAL), while a failed compare is an answer: the session is gone
+/// (SESSION_EXPIRED, as a grant's own session compare says). Seen under the gate's
+/// arbiter-mute fault, whose renewals never arrive.
 async fn enqueue(
     store: &Store,
     session: &Session,
     prefix: &str,
 ) -> Result<QueuePlace, ArbiterError> {
     let key = format!("{prefix}{}", lease_hex(session.lease));
+    let skey = session_key(session.lease);
     let txn = Txn::new()
-        .when(vec![Compare::create_revision(
-            key.as_str(),
-            CompareOp::Equal,
-            0,
-        )])
+        .when(vec![
+            Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+            Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+        ])
         .and_then(vec![TxnOp::put(
             key.as_str(),
             Vec::<u8>::new(),

@@ -56,6 +56,20 @@ pub fn revision(token: u64) -> i64 {
 
 /// Every check, over every key.
 pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
+    let mut out = check_keys(ops, truth, &|c| gate_client_identity(c as usize));
+    attacks(ops, &mut out);
+    store_identity(ops, truth, &mut out);
+    out
+}
+
+/// The per-key checks alone (tokens, store backing, exclusion, releases, fences): what
+/// the shard gate runs per cluster. `identity` names client `c`'s certificate identity
+/// (the shard gate's clients are not the main gate's).
+pub fn check_keys(
+    ops: &[Op],
+    truth: &StoreTruth,
+    identity: &dyn Fn(u32) -> String,
+) -> Vec<Violation> {
     let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
     for op in ops {
         if let Some(k) = op.key.as_deref() {
@@ -71,7 +85,7 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
             .collect();
         token_order(key, &grants, &mut out);
         token_unique(key, &grants, &mut out);
-        backed(key, &grants, truth, &mut out);
+        backed(key, &grants, truth, identity, &mut out);
         exclusion(key, &ops, truth, &mut out);
         releases(key, &ops, truth, &mut out);
         for kind in [Kind::Write, Kind::PgWrite] {
@@ -86,8 +100,6 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
             }
         }
     }
-    attacks(ops, &mut out);
-    store_identity(ops, truth, &mut out);
     out
 }
 
@@ -219,7 +231,13 @@ fn token_unique(key: &str, grants: &[&Op], out: &mut Vec<Violation>) {
     }
 }
 
-fn backed(key: &str, grants: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
+fn backed(
+    key: &str,
+    grants: &[&Op],
+    truth: &StoreTruth,
+    identity: &dyn Fn(u32) -> String,
+    out: &mut Vec<Violation>,
+) {
     for g in grants {
         let t = g.token.unwrap_or(0);
         let rev = revision(t);
@@ -232,7 +250,7 @@ fn backed(key: &str, grants: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
                 "the holder record at revision {rev} is on lease {lease:x}, not the grantee's session"
             ))
         } else if let Some(who) = truth.identity_of(key, rev)
-            && who != gate_client_identity(g.client as usize)
+            && who != identity(g.client)
         {
             Some(format!(
                 "the holder record at revision {rev} names {who}, not the identity of the certificate that asked"

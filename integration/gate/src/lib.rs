@@ -9,24 +9,22 @@ pub mod faults;
 pub mod history;
 pub mod linearize;
 pub mod register;
+pub mod round;
+pub mod shard_checks;
 pub mod shards;
 pub mod siblings;
+pub mod soak;
 pub mod store_log;
 pub mod timeline;
 pub mod worker;
 
+pub use round::{GateEnv, round, run};
+
 use faults::{Fault, Injected};
-use history::{Event, Kind, Phase, Recorder, mono_ns};
-use lock_integration::paths::workspace_bin;
-use lock_integration::process::Proc;
-use lock_integration::registry::{
-    GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, gate_id, write_test_registry,
-};
-use lock_integration::{Stack, StackOptions};
+use history::{Kind, Phase};
+use lock_integration::registry::GATE_TTL;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The attacker's client id (and identity, `gate_id`): granted the gate's prefixes like
@@ -77,6 +75,10 @@ pub struct GateOptions {
     /// Keep the temp folder of a failed run (its evidence). Off for runs meant to fail (an
     /// injected bug): each leaves ~370 MB of etcd data, and a CI disk fills up with them.
     pub keep_failed: bool,
+    /// An arbiter the faults never restart (kill, rolling restart), so a soak on one
+    /// environment can watch a process that lived through every round (`soak
+    /// --long-lived`); it is still frozen, cut off and slowed.
+    pub spare_arbiter: Option<usize>,
     pub seed: u64,
 }
 
@@ -87,7 +89,7 @@ impl Default for GateOptions {
             min_faults: 0,
             workers: 3,
             clients_per_worker: 3,
-            faults: faults::ALL.to_vec(),
+            faults: faults::DEFAULT.to_vec(),
             fault_gap: Duration::from_secs(2),
             inject_bugs: Vec::new(),
             filter_switches: Vec::new(),
@@ -105,6 +107,7 @@ impl Default for GateOptions {
             linearizability_steps: 2_000_000,
             out_dir: None,
             keep_failed: true,
+            spare_arbiter: None,
             seed: 7,
         }
     }
@@ -249,239 +252,6 @@ impl GateReport {
     }
 }
 
-/// Runs the gate: stack up, workers and faults for `duration`, then the checks.
-pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
-    let started = Instant::now();
-    let (tmp, dir) = match &opts.out_dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            (None, d.clone())
-        }
-        None => {
-            let t = tempfile::Builder::new().prefix("lock-gate-").tempdir()?;
-            let p = t.path().to_path_buf();
-            (Some(t), p)
-        }
-    };
-    let registry = write_test_registry(&dir)?;
-    let mut arbiter_args = vec!["--store-timeout-ms".to_owned(), "1500".to_owned()];
-    for b in &opts.inject_bugs {
-        arbiter_args.extend(["--inject-bug".to_owned(), b.clone()]);
-    }
-    let mut stack = Stack::start(StackOptions {
-        arbiters: 2,
-        etcd_members: 3,
-        isolatable_etcd: true,
-        relayed_links: true,
-        registry,
-        keep_dir: Some(dir.join("stack")),
-        arbiter_args,
-        filter_switches: opts.filter_switches.clone(),
-        ..StackOptions::default()
-    })
-    .await?;
-    let register = register::Register::start().await?;
-    let pg = if opts.postgres {
-        let pg = lock_integration::postgres::Postgres::start(&dir.join("pg"))?;
-        let db = lock_pause_test::connect(&pg.url()).await?;
-        lock_pause_test::fence::create_schema(&db).await?;
-        Some(pg)
-    } else {
-        None
-    };
-    let watcher = store_log::StoreWatcher::start(
-        stack.members().map(|m| m.client_url.clone()).collect(),
-        stack.etcd.pki.tls("root")?,
-    );
-    let history_dir = dir.join("history");
-    std::fs::create_dir_all(&history_dir)?;
-    let origin = mono_ns();
-    // Workers run until told to stop (the stop file), or at the latest `until`.
-    let soft_end = origin + u64::try_from(opts.duration.as_nanos())?;
-    let until = soft_end + u64::try_from(MAX_EXTENSION.as_nanos())?;
-    let stop_file = dir.join("stop");
-    let run_id = format!("r{:x}", origin % 0xfffff);
-    let mut workers = Vec::new();
-    let histories: Vec<PathBuf> = (0..opts.workers)
-        .map(|w| history_dir.join(format!("worker-{w}.jsonl")))
-        .collect();
-    for w in 0..opts.workers {
-        let mut clients = Vec::new();
-        for c in 0..opts.clients_per_worker {
-            let id = u32::try_from(1 + w * opts.clients_per_worker + c)?;
-            // Clients 2k-1 and 2k are replicas: one identity, two instances (issue 32).
-            let spiffe_id = lock_integration::registry::gate_client_identity(id as usize);
-            let svid = stack.pki.svid(&format!("gate-c{id}"), &spiffe_id)?;
-            clients.push(worker::ClientPlan {
-                id,
-                spiffe_id,
-                cert: svid.cert,
-                key: svid.key,
-                ca: svid.ca,
-            });
-        }
-        let history = histories[w].clone();
-        let attacker = if w == 0 && opts.attacker {
-            let svid = stack.pki.svid("gate-attacker", &gate_id(ATTACKER))?;
-            Some(worker::AttackerPlan {
-                id: u32::try_from(ATTACKER)?,
-                cert: svid.cert,
-                key: svid.key,
-                ca: svid.ca,
-                victims: histories.clone(),
-                own_prefix: format!("{GATE_PREFIX}/{run_id}/attacker"),
-                ungranted_key: "pay/ledger/gate-attack".into(),
-            })
-        } else {
-            None
-        };
-        let plan = worker::WorkerPlan {
-            clients,
-            endpoint: stack.endpoint(),
-            arbiters: stack.arbiters.iter().map(|a| a.addr).collect(),
-            edge_cert: stack.pki.edge_svid().cert,
-            edge_key: stack.pki.edge_svid().key,
-            direct_percent: opts.direct_percent,
-            keys: worker::KeyPlan {
-                fifo_prefix: GATE_PREFIX.into(),
-                durable_prefix: GATE_DURABLE_PREFIX.into(),
-                run: run_id.clone(),
-                per_generation: opts.keys_per_generation,
-                generation_ms: u64::try_from(opts.generation.as_millis())?,
-                durable_percent: opts.durable_percent,
-                lookback_percent: opts.lookback_percent,
-                lookback: opts.lookback,
-            },
-            origin,
-            until,
-            stop_file: stop_file.clone(),
-            max_ops_per_client: 1_000_000,
-            register: register.addr,
-            postgres: pg.as_ref().map(|p| p.url()),
-            history: history.clone(),
-            seed: opts.seed.wrapping_mul(1000).wrapping_add(w as u64),
-            replay_percent: opts.replay_percent,
-            stall_percent: opts.stall_percent,
-            leak_percent: opts.leak_percent,
-            // Past the TTL by two seconds: the store has ended the session (renewals stop
-            // with the stall) and a waiter has been granted and written.
-            stall_ms: u64::from(GATE_TTL) * 1000 + 2000,
-            attacker,
-        };
-        let plan_path = dir.join(format!("worker-{w}.json"));
-        std::fs::write(&plan_path, serde_json::to_string_pretty(&plan)?)?;
-        let mut cmd = Command::new(workspace_bin("gate")?);
-        cmd.arg("worker").arg("--plan").arg(&plan_path);
-        workers.push(Proc::spawn(&format!("worker-{w}"), cmd, &dir)?);
-    }
-    let driver_history = history_dir.join("driver.jsonl");
-    let driver = Recorder::create(&driver_history)?;
-    let driver_ops = AtomicU64::new(0);
-    let record = |f: Kind, ph: Phase, key: Option<String>, why: Option<String>| -> u64 {
-        let op = if ph == Phase::Invoke {
-            driver_ops.fetch_add(1, Ordering::SeqCst) + 1
-        } else {
-            driver_ops.load(Ordering::SeqCst)
-        };
-        driver.record(&Event {
-            c: 0,
-            op,
-            t: mono_ns(),
-            ph,
-            f,
-            key,
-            session: None,
-            token: None,
-            why,
-            via: None,
-            served: None,
-            rev: None,
-        });
-        op
-    };
-
-    // Faults, round after round, until the run's duration is over (leaving time for the
-    // last) and at least `min_faults` were injected, within the hard end.
-    let mut injected = Vec::new();
-    let mut epoch = 1u16;
-    tokio::time::sleep(opts.fault_gap).await;
-    let mut n = 0usize;
-    while !opts.faults.is_empty() {
-        let fault = opts.faults[n % opts.faults.len()];
-        let room = |end: u64| mono_ns() + 8_000_000_000 <= end;
-        if !room(until) || (!room(soft_end) && injected.len() >= opts.min_faults) {
-            break;
-        }
-        let target = faults::Target {
-            stack: &mut stack,
-            workers: &mut workers,
-            holder_pause: Duration::from_secs(u64::from(GATE_TTL) + 2),
-            epoch: &mut epoch,
-            record: &record,
-            // Round number plus position: each round moves every fault to another target
-            // (with two arbiters, alternating between them).
-            pick: n / opts.faults.len() + n % opts.faults.len(),
-        };
-        let done = faults::inject(fault, target).await?;
-        println!(
-            "gate: {:>14} on {} ({:.1} s)",
-            fault.name(),
-            done.target,
-            done.took.as_secs_f64()
-        );
-        injected.push(done);
-        n += 1;
-        tokio::time::sleep(opts.fault_gap).await;
-    }
-    // Load for the whole duration, then tell the workers to stop; bound the wait.
-    let left = soft_end.saturating_sub(mono_ns());
-    tokio::time::sleep(Duration::from_nanos(left)).await;
-    std::fs::write(&stop_file, b"stop")?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for w in &mut workers {
-        while w.check_running().is_ok() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        w.kill();
-    }
-    let store_events = watcher.finish().await?;
-    std::fs::write(
-        history_dir.join("store.jsonl"),
-        store_events
-            .iter()
-            .filter_map(|e| serde_json::to_string(e).ok())
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )?;
-    let spans: Vec<timeline::FaultSpan> = injected
-        .iter()
-        .map(|f| timeline::FaultSpan {
-            name: f.fault.name().to_owned(),
-            target: f.target.clone(),
-            from: f.started_at,
-            to: f.started_at + u64::try_from(f.took.as_nanos()).unwrap_or(u64::MAX),
-        })
-        .collect();
-    std::fs::write(
-        history_dir.join("faults.json"),
-        serde_json::to_string(&spans)?,
-    )?;
-    let mut report = check_history(&history_dir, opts.linearizability_steps)?;
-    report.faults = injected;
-    report.dir = dir.clone();
-    report.elapsed = started.elapsed();
-    drop(stack);
-    drop(pg);
-    // Keep the evidence of a failure; a passing run's temp folder goes.
-    if let Some(t) = tmp
-        && !report.passed()
-        && opts.keep_failed
-    {
-        let _ = t.keep();
-    }
-    Ok(report)
-}
-
 /// A recorded history folder's operations (every `*.jsonl` but the store's) and the store
 /// log (`store.jsonl`).
 pub fn read_history(
@@ -509,7 +279,12 @@ pub fn read_history(
 pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Result<GateReport> {
     let started = Instant::now();
     let (ops, store_events) = read_history(history_dir)?;
-    let truth = store_log::StoreTruth::from_events(&store_events);
+    let mut truth = store_log::StoreTruth::from_events(&store_events);
+    // A soak round's log starts mid-store: the epochs before it are counted from here.
+    if let Ok(text) = std::fs::read_to_string(history_dir.join(round::STORE_START)) {
+        let start: store_log::StoreStart = serde_json::from_str(&text)?;
+        truth.epochs_before = start.epoch;
+    }
     let mut violations = checker::check(&ops, &truth);
     let replicas = siblings::check(&ops);
     violations.extend(replicas.violations.iter().cloned());

@@ -383,9 +383,7 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
         });
     }
     // The epoch record's writes after the first (epoch init) are the advances, in order.
-    let mut writes: Vec<i64> = truth.epoch_writes.iter().copied().collect();
-    writes.sort_unstable();
-    let advanced: Vec<i64> = writes.into_iter().skip(1).collect();
+    let advanced = truth.advances();
     let mut in_order: Vec<&&Op> = advances.iter().collect();
     in_order.sort_by_key(|a| a.invoked);
     let known = advanced.len() == in_order.len();

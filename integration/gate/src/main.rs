@@ -29,7 +29,7 @@ enum Cmd {
         workers: usize,
         #[arg(long, default_value_t = 3)]
         clients_per_worker: usize,
-        /// Faults to cycle through (default: all).
+        /// Faults to cycle through (default: every one but bridge-partition; see faults.rs).
         #[arg(long, value_delimiter = ',', conflicts_with = "no_faults")]
         faults: Vec<Fault>,
         /// No faults at all: the quiet baseline a fault's effects are told from.
@@ -65,6 +65,10 @@ enum Cmd {
         rounds: u64,
         #[arg(long, default_value = "soak.log")]
         log: PathBuf,
+        /// Every round on one environment (arbiter 0 never restarted), with its RSS and
+        /// etcd's size read after each round and etcd compacted and defragmented.
+        #[arg(long)]
+        long_lived: bool,
     },
     /// The gate across shards: a coord cluster and entity shards, two arbiters, workers
     /// under shard moves (add a shard, pin the namespace to it); the history checked per
@@ -161,7 +165,23 @@ fn main() -> std::process::ExitCode {
             round_seconds,
             rounds,
             log,
-        } => soak(&rt, minutes, round_seconds, rounds, &log),
+            long_lived,
+        } => {
+            let opts = lock_gate::soak::SoakOptions {
+                minutes,
+                round_seconds,
+                rounds,
+                long_lived,
+            };
+            match rt.block_on(lock_gate::soak::soak(&opts, &log)) {
+                Ok(true) => std::process::ExitCode::SUCCESS,
+                Ok(false) => std::process::ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("gate soak: {e:#}");
+                    std::process::ExitCode::from(2)
+                }
+            }
+        }
         Cmd::Check { dir, steps } => match lock_gate::check_history(&dir, steps) {
             Ok(report) => {
                 print!("{}", report.summary());
@@ -226,73 +246,6 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
-}
-
-/// `gate soak`: rounds until the time is up, each line `time round seed verdict counts`.
-fn soak(
-    rt: &tokio::runtime::Runtime,
-    minutes: u64,
-    round_seconds: u64,
-    rounds: u64,
-    log: &std::path::Path,
-) -> std::process::ExitCode {
-    use std::io::Write as _;
-    let until = std::time::Instant::now() + Duration::from_secs(minutes * 60);
-    for round in 1..=rounds {
-        // A round must fit: its load, the faults' extension at most, and the checks.
-        let need = Duration::from_secs(round_seconds) + lock_gate::MAX_EXTENSION;
-        if std::time::Instant::now() + need > until && round > 1 {
-            break;
-        }
-        let opts = GateOptions {
-            duration: Duration::from_secs(round_seconds),
-            seed: 1000 + round,
-            ..GateOptions::default()
-        };
-        let (line, passed) = match rt.block_on(lock_gate::run(&opts)) {
-            Ok(r) => (
-                format!(
-                    "{} ops, {} grants, {} faults, {} violations, {} not linearizable, {} unchecked, stale refused {:?}{}",
-                    r.operations,
-                    r.grants,
-                    r.faults.len(),
-                    r.violations.len(),
-                    r.not_linearizable.len(),
-                    r.unchecked.len(),
-                    r.stale_refused,
-                    if r.passed() {
-                        String::new()
-                    } else {
-                        format!(", history {}", r.dir.display())
-                    }
-                ),
-                r.passed(),
-            ),
-            Err(e) => (format!("could not run: {e:#}"), false),
-        };
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let verdict = if passed { "PASS" } else { "FAIL" };
-        let text = format!(
-            "{stamp} round {round} seed {} {verdict}: {line}\n",
-            1000 + round
-        );
-        print!("{text}");
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .and_then(|mut f| f.write_all(text.as_bytes()));
-        if let Err(e) = appended {
-            eprintln!("gate soak: {}: {e}", log.display());
-            return std::process::ExitCode::from(2);
-        }
-        if !passed {
-            return std::process::ExitCode::from(1);
-        }
-    }
-    std::process::ExitCode::SUCCESS
 }
 
 /// A failing run's keys as pictures (`timeline-<key>.html` beside the history).

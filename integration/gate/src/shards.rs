@@ -9,7 +9,9 @@
 //!   release not yet sent) — two clusters holding a key at once shows up here;
 //! - tokens rise: each grant's token is above the key's previous one, across the moves;
 //! - nothing lost: when the workers stop, no hold is left on any cluster;
-//! - moves end: no MOVING answer to an Acquire that began and ended outside every move.
+//! - moves end: no MOVING answer to an Acquire that began and ended outside every move;
+//! - and, per cluster against that cluster's own store log, the main gate's per-key checks
+//!   and its linearizability search (`shard_checks.rs`).
 //!
 //! With `inject_bug`, the second arbiter runs `--inject-bug shard-fence-off` (it keeps the
 //! map it started with and grants without the shard's fence): the checks must catch it.
@@ -21,11 +23,13 @@
 //! workers' calls. Workers close their sessions when they stop, as a process that exits
 //! does, so a grant whose answer a fault lost leaves no hold behind.
 //!
-//! What this gate does not do (the main gate does, on one cluster): network partitions,
-//! the linearizability search. Sessions live 30 s (the dev class's TTL) and are replaced
+//! What this gate does not do (the main gate does, on one cluster): network partitions
+//! and link faults. Sessions live 30 s (the dev class's TTL) and are replaced
 //! every 15 s, so no hold here ends by expiry, and no move here needs an epoch advance.
 
 use crate::history::{self, Event, Kind, Phase, Recorder, mono_ns};
+use crate::shard_checks;
+use crate::store_log::StoreWatcher;
 use lock_config::proto::v1::{
     AcquireRequest, CloseSessionRequest, OpenSessionRequest, ReleaseRequest,
 };
@@ -86,6 +90,8 @@ pub struct ShardGateReport {
     pub history: PathBuf,
     /// The run had `--inject-bug`: meant to fail, its history is not kept.
     pub inject_bug: bool,
+    /// The main gate's checks per cluster (`shard_checks.rs`), in one line.
+    pub per_cluster: String,
 }
 
 impl ShardGateReport {
@@ -195,9 +201,14 @@ type Rpc = lock_client::proto::lock_client::LockClient<tonic::transport::Channel
 
 /// One worker (client `c`): a session per cluster (replaced every 15 s), random keys,
 /// bounded in count; stops between operations only, never holding a key unreleased.
+/// Client `c`'s identity: workers pair up on one (a pair's contention is LEAKED_HOLD,
+/// others queue).
+fn identity_of(c: u32) -> String {
+    format!("{IDENTITY}-{}", c % 3)
+}
+
 async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
-    // Workers pair up on an identity: a pair's contention is LEAKED_HOLD, others queue.
-    let me = format!("{IDENTITY}-{}", c % 3);
+    let me = identity_of(c);
     let me = Some(me.as_str());
     let mut sessions: HashMap<u8, (i64, Instant)> = HashMap::new();
     let mut places: HashMap<String, u8> = HashMap::new();
@@ -255,6 +266,7 @@ async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
                 let op = s.op.fetch_add(1, Ordering::Relaxed);
                 let mut inv = s.event(c, op, Phase::Invoke, Kind::Release, key);
                 inv.token = Some(token);
+                inv.session = Some(session);
                 s.rec.record(&inv);
                 let rel = ReleaseRequest {
                     key: key.clone(),
@@ -276,9 +288,14 @@ async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
                 } else {
                     Phase::Info
                 };
+                // As the main gate records them (`worker.rs`): a wait that ran out is
+                // HELD on the wire, recorded apart so the model does not read it as held.
                 done.why = Some(reason.as_ref().map_or_else(
                     || status.message().to_owned(),
-                    |(r, _)| r.as_str().to_owned(),
+                    |(r, _)| match r {
+                        Reason::HeldDeadline => "HELD_DEADLINE".to_owned(),
+                        r => r.as_str().to_owned(),
+                    },
                 ));
                 s.rec.record(&done);
                 match reason {
@@ -424,7 +441,21 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         ..Default::default()
     })
     .await?;
+    // Each entity cluster's store log, from its first revision (`shard_checks.rs`).
+    let root = stack.etcd.pki.tls("root")?;
+    let mut watchers: Vec<(String, StoreWatcher)> = stack
+        .shards
+        .iter()
+        .map(|c| {
+            let w = StoreWatcher::start(vec![c.client_url.clone()], root.clone());
+            (c.name.clone(), w)
+        })
+        .collect();
     let e3 = Etcd::start_sharing(&stack.dir, "e3", stack.etcd.pki.clone())?;
+    watchers.push((
+        e3.name.clone(),
+        StoreWatcher::start(vec![e3.client_url.clone()], root.clone()),
+    ));
     // A new cluster's first epoch is a bootstrap step, root's (ADR-03: the operator who
     // adds the shard may not write /sys/epoch); the add itself is the operator's.
     let coord = stack.etcd_urls();
@@ -556,6 +587,36 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         }
     }
     report.violations = check(&ops);
+    let mut clusters = Vec::new();
+    for (name, w) in watchers {
+        let events = w.finish().await?;
+        std::fs::write(
+            dir.join(format!("store-{name}.jsonl")),
+            events
+                .iter()
+                .filter_map(|e| serde_json::to_string(e).ok())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )?;
+        let node = std::iter::once(&stack.etcd)
+            .chain(&stack.shards)
+            .chain([&e3])
+            .find(|c| c.name == name)
+            .ok_or_else(|| anyhow::anyhow!("no cluster {name}"))?;
+        clusters.push(shard_checks::Cluster {
+            epoch: epoch_of(node).await?,
+            name,
+            events,
+        });
+    }
+    let per = shard_checks::check(&ops, &clusters, &identity_of, 2_000_000);
+    report.per_cluster = per.line();
+    report.violations.extend(per.violations);
+    report.violations.extend(
+        per.not_linearizable
+            .iter()
+            .map(|k| format!("{k}: not linearizable (no sequential fenced-mutex order fits)")),
+    );
     // Nothing lost: every grant released, so no hold is left on any cluster.
     for c in std::iter::once(&stack.etcd)
         .chain(&stack.shards)
@@ -582,6 +643,19 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         let _ = tmp.keep();
     }
     Ok(report)
+}
+
+/// The epoch a cluster's record names.
+async fn epoch_of(c: &Etcd) -> anyhow::Result<u16> {
+    let mut client = c.client().await?;
+    let r = client.get(lock_arbiter::layout::EPOCH_KEY, None).await?;
+    r.kvs()
+        .first()
+        .and_then(|kv| {
+            lock_arbiter::layout::decode::<lock_arbiter::layout::EpochRecord>(kv.value())
+        })
+        .map(|e| e.epoch)
+        .ok_or_else(|| anyhow::anyhow!("{} has no epoch record", c.name))
 }
 
 async fn left_held(c: &Etcd) -> anyhow::Result<Vec<String>> {
@@ -613,6 +687,9 @@ pub fn summary(r: &ShardGateReport, history: &Path) -> String {
     }
     for f in &r.faults {
         out.push_str(&format!("  fault: {f}\n"));
+    }
+    if !r.per_cluster.is_empty() {
+        out.push_str(&format!("  {}\n", r.per_cluster));
     }
     let kept = history_line(history.exists(), r.passed(), r.inject_bug);
     let kept = kept.replace("{}", &history.display().to_string());

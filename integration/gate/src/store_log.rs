@@ -43,6 +43,14 @@ impl StoreEvent {
     }
 }
 
+/// Where a log that does not start at the store's beginning starts (`store-start.json`
+/// beside `store.jsonl`): its first revision and the epoch the store was in just before.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct StoreStart {
+    pub from_revision: i64,
+    pub epoch: u32,
+}
+
 /// Records every event until stopped, then until it has caught up with the store.
 pub struct StoreWatcher {
     stop: Arc<AtomicBool>,
@@ -52,8 +60,14 @@ pub struct StoreWatcher {
 impl StoreWatcher {
     /// Watches the whole key space as etcd's root user (`tls`: root's credential).
     pub fn start(urls: Vec<String>, tls: etcd_client::TlsOptions) -> Self {
+        Self::start_at(urls, tls, 1)
+    }
+
+    /// As [`StoreWatcher::start`], from revision `from` (a soak round: earlier revisions
+    /// may be compacted away).
+    pub fn start_at(urls: Vec<String>, tls: etcd_client::TlsOptions, from: i64) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(watch_all(urls, tls, stop.clone()));
+        let task = tokio::spawn(watch_all(urls, tls, stop.clone(), from.max(1)));
         Self { stop, task }
     }
 
@@ -68,9 +82,10 @@ async fn watch_all(
     urls: Vec<String>,
     tls: etcd_client::TlsOptions,
     stop: Arc<AtomicBool>,
+    from: i64,
 ) -> Vec<StoreEvent> {
     let mut events = Vec::new();
-    let mut next = 1i64;
+    let mut next = from;
     // The revision to reach once stopped (read when the stop is first seen).
     let mut target: Option<i64> = None;
     loop {
@@ -183,6 +198,9 @@ pub struct StoreTruth {
     pub session_end: HashMap<i64, i64>,
     /// Revisions at which the epoch record was written (init or advance).
     pub epoch_writes: HashSet<i64>,
+    /// Epoch-record writes before the log's first revision: a log that starts mid-store
+    /// (a soak round on a long-lived stack, `StoreStart`) counts them from here.
+    pub epochs_before: u32,
     /// Revisions at which a force-release record was written: the hold deleted in the
     /// same transaction was taken away by operators, not released by its holder.
     pub force_writes: HashSet<i64>,
@@ -306,11 +324,20 @@ impl StoreTruth {
     /// written before it (init, then each advance). None when the log holds no epoch write
     /// (a history that does not start at the store's beginning cannot say).
     pub fn epoch_at(&self, revision: i64) -> Option<u32> {
-        if self.epoch_writes.is_empty() {
+        if self.epoch_writes.is_empty() && self.epochs_before == 0 {
             return None;
         }
         let n = self.epoch_writes.iter().filter(|w| **w < revision).count();
-        u32::try_from(n).ok()
+        u32::try_from(n).ok().map(|n| n + self.epochs_before)
+    }
+
+    /// The epoch writes in the log that were advances, in order: all of them when the log
+    /// starts mid-store, all but the first (`epoch init`) when it starts at revision 1.
+    pub fn advances(&self) -> Vec<i64> {
+        let mut writes: Vec<i64> = self.epoch_writes.iter().copied().collect();
+        writes.sort_unstable();
+        let init = usize::from(self.epochs_before == 0);
+        writes.into_iter().skip(init).collect()
     }
 
     /// The revision at which the hold created at `revision` was taken away by the service
