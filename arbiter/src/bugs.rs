@@ -55,6 +55,10 @@ pub enum Bug {
     /// record back (issue 34): a release that handed it the key just before leaves a grant
     /// in the store that its holder was told it did not get.
     DurableLeaveWithoutReadBack,
+    /// A grant transaction whose answer was lost (NO_QUORUM: a timeout, the connection
+    /// gone) is answered HELD, a definite refusal, though it may have committed (issue 34:
+    /// the gate's one-way link faults make such commits common).
+    InDoubtGrantAsHeld,
 }
 
 impl FromStr for Bug {
@@ -75,8 +79,9 @@ impl FromStr for Bug {
             "wall-clock-deadline" => Ok(Bug::WallClockDeadline),
             "token-in-span" => Ok(Bug::TokenInSpan),
             "durable-leave-without-read-back" => Ok(Bug::DurableLeaveWithoutReadBack),
+            "in-doubt-grant-as-held" => Ok(Bug::InDoubtGrantAsHeld),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held)"
             )),
         }
     }

@@ -226,6 +226,12 @@ impl Granter<'_> {
                 }
                 Ok(Verdict::EpochMoved) => sealed = self.store.resealed().await?,
                 Ok(Verdict::ReleasedMeanwhile) => sealed = self.store.sealed().await?,
+                // The injected bug (issue 34): a grant whose answer was lost read as a
+                // definite "held", though it may have committed (an arbiter etcd hears
+                // and does not answer: the gate's arbiter-deaf).
+                Err(ArbiterError::NoQuorum) if self.bugs.has(Bug::InDoubtGrantAsHeld) => {
+                    return Ok(Attempt::Held { revision: 0 });
+                }
                 Err(e) => sealed = reseal_once(self.store, e, attempt).await?,
             }
         }

@@ -353,6 +353,10 @@ struct Hold {
     token: u64,
     from: u64,
     until: u64,
+    /// Given back to a client whose release of this very grant had no answer: that
+    /// release may commit later (a frozen leader's proposal applied after it resumed) and
+    /// end this hold then, with no call of the client's to mark it.
+    pending_release: bool,
 }
 
 fn holds(ops: &[&Op]) -> Vec<Hold> {
@@ -364,6 +368,8 @@ fn holds(ops: &[&Op]) -> Vec<Hold> {
     for (client, mut ops) in per_client {
         ops.sort_by_key(|o| o.invoked);
         let mut open: Option<Hold> = None;
+        // Tokens this client sent a release for and heard nothing back.
+        let mut unanswered: Vec<u64> = Vec::new();
         for op in ops {
             match op.kind {
                 Kind::Acquire if op.ok() => {
@@ -380,11 +386,17 @@ fn holds(ops: &[&Op]) -> Vec<Hold> {
                                 token,
                                 from: op.returned().unwrap_or(op.invoked),
                                 until: u64::MAX,
+                                pending_release: unanswered.contains(&token),
                             });
                         }
                     }
                 }
                 Kind::Release if open.as_ref().is_some_and(|h| Some(h.token) == op.token) => {
+                    if op.unknown()
+                        && let Some(t) = op.token
+                    {
+                        unanswered.push(t);
+                    }
                     if let Some(mut h) = open.take() {
                         h.until = op.invoked;
                         out.push(h);
@@ -410,8 +422,20 @@ fn exclusion(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
                 continue;
             }
             let (ra, rb) = (revision(a.token), revision(b.token));
-            let a_gone_first = truth.revoked_at(key, ra).is_some_and(|d| d < rb);
-            let b_gone_first = truth.revoked_at(key, rb).is_some_and(|d| d < ra);
+            // A hold given back while its own release was unanswered ended when the store
+            // says it did, if that release committed late (the store's end, at or before
+            // the other grant's revision, is the proof).
+            let released_late = |h: &Hold, r: i64, other: i64| {
+                h.pending_release
+                    && truth
+                        .deleted_at(key, r)
+                        .flatten()
+                        .is_some_and(|d| d <= other)
+            };
+            let a_gone_first =
+                truth.revoked_at(key, ra).is_some_and(|d| d < rb) || released_late(a, ra, rb);
+            let b_gone_first =
+                truth.revoked_at(key, rb).is_some_and(|d| d < ra) || released_late(b, rb, ra);
             if !(a_gone_first || b_gone_first) {
                 out.push(Violation {
                     check: "exclusion",

@@ -284,6 +284,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
     if let Ok(text) = std::fs::read_to_string(history_dir.join(round::STORE_START)) {
         let start: store_log::StoreStart = serde_json::from_str(&text)?;
         truth.epochs_before = start.epoch;
+        truth.starts_mid_store = true;
     }
     let mut violations = checker::check(&ops, &truth);
     let replicas = siblings::check(&ops);

@@ -279,6 +279,36 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
         .filter(|o| o.key.as_deref() == Some(key))
         .collect();
     let effects = store_effects(key, &ops, truth);
+    // The latest invocation of a grant to each session: the grant's transaction compared
+    // the session's record, so the session had not ended when it committed, nor when it
+    // was invoked; its end falls after. (Releases are not counted: a retried release may
+    // be answered after its hold ended.) Without this bound a session that lives long and
+    // takes the key many times (the shard gate's, replaced every 15 s) ends "somewhere in"
+    // its whole life, and the search drowns in the places it could go.
+    let mut alive_at: BTreeMap<i64, u64> = BTreeMap::new();
+    for op in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
+        if let Some(s) = op.session {
+            let t = alive_at.entry(s).or_insert(op.invoked);
+            *t = (*t).max(op.invoked);
+        }
+    }
+    // Each acknowledged grant's commit revision (its token's) with its invocation: a
+    // session end committed at a later revision happened after that invocation. This pins
+    // an end near its place in the store's order, not only after its own session's calls.
+    let mut committed: Vec<(i64, u64)> = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Acquire && o.ok())
+        .filter_map(|o| Some((revision_bits(o.token?), o.invoked)))
+        .collect();
+    committed.sort_unstable();
+    let after_commits_below = |rev: i64| -> u64 {
+        committed
+            .iter()
+            .take_while(|(r, _)| *r < rev)
+            .map(|(_, t)| *t)
+            .max()
+            .unwrap_or(0)
+    };
     for op in &ops {
         let Some(session) = op.session else { continue };
         // Only a session that may have held the key (a grant acknowledged or of unknown
@@ -338,6 +368,10 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             ret: Some(ret),
         });
     }
+    let key_logged = {
+        let hkey = format!("{}{key}", lock_arbiter::layout::HOLDER_PREFIX);
+        truth.hold_lease.keys().any(|(k, _)| *k == hkey)
+    };
     for (session, first) in sessions {
         if let Some(seen) = truth.session_end_seen.get(&session) {
             // Ended before its first acquire that may have held was even invoked (that
@@ -347,8 +381,25 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             if *seen < first {
                 continue;
             }
-            pseudo += 1;
             let at = truth.session_end.get(&session).copied();
+            // An end that took no hold of this key away (every hold the store ever had on
+            // the session's lease for it was released or handed on first) changes nothing
+            // in the model: left out, it cannot change the verdict, and each end kept is
+            // one more operation the search must place (a session that lives long and
+            // releases everything, the shard gate's, ends holding nothing).
+            // (Only where the store log has this key's records at all: without them there
+            // is no evidence either way, and the end stays.)
+            let took_a_hold = truth.holds_on(key, session).iter().any(|(rev, _, _)| {
+                match truth.deleted_at(key, *rev) {
+                    Some(None) => true,
+                    Some(Some(deleted)) => Some(deleted) == at,
+                    None => false,
+                }
+            });
+            if key_logged && !took_a_hold {
+                continue;
+            }
+            pseudo += 1;
             out.push(ModelOp {
                 thread: pseudo,
                 op: MutexOp::Expire { session },
@@ -357,7 +408,11 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
                 // session ends after it was granted. (A session that ended before it ever
                 // held this key — a client answered SESSION_EXPIRED — is not here at all:
                 // its end happened before its first call, which once made this window lie.)
-                invoked: first,
+                invoked: alive_at
+                    .get(&session)
+                    .map_or(first, |t| first.max(*t))
+                    .max(at.map_or(0, after_commits_below))
+                    .min(*seen),
                 ret: Some((*seen, MutexRet::Done)),
             });
         }

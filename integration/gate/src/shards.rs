@@ -16,10 +16,11 @@
 //! With `inject_bug`, the second arbiter runs `--inject-bug shard-fence-off` (it keeps the
 //! map it started with and grants without the shard's fence): the checks must catch it.
 //!
-//! With `faults` (`make gate`; issue 34), each move runs under a fault: the add with shard
-//! `e1`'s etcd frozen (SIGSTOP) for 2 s, the pin with arbiter-0 frozen for 3 s, so it
-//! resumes mid-move holding the map it had; a move a fault made fail is run again (the same
-//! command finishes a half-done move). The summary counts what each fault did to the
+//! With `faults` (`make gate`; issue 34), each move runs under faults: the add with shard
+//! `e1`'s etcd frozen (SIGSTOP) for 2 s and the coord cluster's etcd (its leader: it is
+//! the only member) killed and restarted, the pin with arbiter-0 frozen for 3 s, so it
+//! resumes mid-move holding the map it had, and arbiter-1 killed and restarted; a move a
+//! fault made fail is run again (the same command finishes a half-done move). The summary counts what each fault did to the
 //! workers' calls. Workers close their sessions when they stop, as a process that exits
 //! does, so a grant whose answer a fault lost leaves no hold behind.
 //!
@@ -283,7 +284,10 @@ async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
             }
             Err(status) => {
                 let reason = reason_of(&status);
-                done.ph = if reason.is_some() {
+                // A connection that could not be made sent nothing: a definite failure
+                // with no effect (its arbiter killed), not an unknown outcome.
+                let not_sent = status.message().contains("tcp connect error");
+                done.ph = if reason.is_some() || not_sent {
                     Phase::Fail
                 } else {
                     Phase::Info
@@ -315,6 +319,10 @@ async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
                         sessions.retain(|_, (id, _)| *id != session);
                     }
                     Some((Reason::Held | Reason::HeldDeadline | Reason::LeakedHold, _)) => {}
+                    // No answer at all (its arbiter killed, the connection refused): wait
+                    // for the restart rather than fill the history with unknown outcomes,
+                    // each of which the linearizability search must place.
+                    None => tokio::time::sleep(Duration::from_millis(250)).await,
                     _ => tokio::time::sleep(Duration::from_millis(20)).await,
                 }
             }
@@ -391,6 +399,19 @@ async fn freeze(name: &str, pid: Option<u32>, hold: Duration) -> (String, u64, u
     (name.to_owned(), from, mono_ns())
 }
 
+/// A kill beside a move: 500 ms into it, `pid` gets SIGKILL (the caller restarts it and
+/// closes the window). Returns the fault's name and when it began.
+async fn kill_after(name: &str, pid: Option<u32>) -> (String, u64) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let from = mono_ns();
+    if let Some(pid) = pid {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    (name.to_owned(), from)
+}
+
 /// What the workers' calls met in a fault's window (and 2 s after, while it recovers):
 /// calls stalled over a second, unknown outcomes and refusals, by kind. Pure.
 pub fn fault_effect(ops: &[history::Op], from: u64, to: u64) -> String {
@@ -434,7 +455,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         }
         None => tmp.path().to_path_buf(),
     };
-    let stack = Stack::start(StackOptions {
+    let mut stack = Stack::start(StackOptions {
         registry: registry(),
         entity_shards: 2,
         keep_dir: Some(dir.join("stack")),
@@ -553,9 +574,39 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
                 None => None,
             }
         };
-        let ((mut ok, mut line), window) =
-            tokio::join!(shard_move(&stack, &shared, args.clone()), fault);
+        // And a kill beside the freeze: the coord cluster's etcd (its only member, so its
+        // leader) during the add, arbiter-1 during the pin; restarted once the move's
+        // first try returns.
+        let killed = [
+            (
+                "killed the coord's etcd during the add",
+                stack.etcd.proc.pid(),
+            ),
+            (
+                "killed arbiter-1 during the pin",
+                stack.arbiters[1].proc.pid(),
+            ),
+        ];
+        let kill = async {
+            match killed.get(i).filter(|_| opts.faults) {
+                Some((name, pid)) => Some(kill_after(name, *pid).await),
+                None => None,
+            }
+        };
+        let ((mut ok, mut line), window, kill) =
+            tokio::join!(shard_move(&stack, &shared, args.clone()), fault, kill);
         windows.extend(window);
+        if let Some((name, from)) = kill {
+            let restarted = match i {
+                0 => {
+                    tokio::task::block_in_place(|| stack.etcd.restart())?;
+                    stack.etcd.client().await.map(drop)
+                }
+                _ => tokio::task::block_in_place(|| stack.arbiters[1].restart()),
+            };
+            restarted.map_err(|e| anyhow::anyhow!("{name}: the restart failed: {e:#}"))?;
+            windows.push((name, from, mono_ns()));
+        }
         // A move a fault made fail is finished by the same command (bounded).
         for _ in 0..3 {
             if ok || !opts.faults {

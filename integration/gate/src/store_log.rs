@@ -198,9 +198,13 @@ pub struct StoreTruth {
     pub session_end: HashMap<i64, i64>,
     /// Revisions at which the epoch record was written (init or advance).
     pub epoch_writes: HashSet<i64>,
-    /// Epoch-record writes before the log's first revision: a log that starts mid-store
-    /// (a soak round on a long-lived stack, `StoreStart`) counts them from here.
+    /// Epoch-record writes the log does not hold: a log that starts mid-store (a soak
+    /// round on a long-lived stack, `StoreStart`) counts the ones before it from here; a
+    /// cluster whose first epoch came from the coord's allocator (a shard's) starts above 1.
     pub epochs_before: u32,
+    /// The log starts mid-store (`StoreStart`): its first epoch write is an advance, not
+    /// the `epoch init` a log from revision 1 begins with.
+    pub starts_mid_store: bool,
     /// Revisions at which a force-release record was written: the hold deleted in the
     /// same transaction was taken away by operators, not released by its holder.
     pub force_writes: HashSet<i64>,
@@ -336,7 +340,7 @@ impl StoreTruth {
     pub fn advances(&self) -> Vec<i64> {
         let mut writes: Vec<i64> = self.epoch_writes.iter().copied().collect();
         writes.sort_unstable();
-        let init = usize::from(self.epochs_before == 0);
+        let init = usize::from(!self.starts_mid_store);
         writes.into_iter().skip(init).collect()
     }
 

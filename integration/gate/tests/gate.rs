@@ -201,6 +201,23 @@ async fn catches_a_batch_that_cross_answers() {
 /// The attacker's forgeries succeed once the layers that stop them are switched off (the
 /// filter keeps `x-lock-*` trailers, the arbiter reads edge headers from merged metadata
 /// and admits any peer certificate), and the gate reports them.
+/// Issue 34: a grant whose answer was lost, answered as a definite HELD. The one-way link
+/// fault (etcd hears the arbiter, the arbiter hears nothing) makes such grants commit.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_lost_grant_answered_as_held_under_a_one_way_link() {
+    let report = run(with_bug(
+        "in-doubt-grant-as-held",
+        50,
+        vec![faults::Fault::ArbiterDeaf],
+    ))
+    .await;
+    assert!(
+        !report.passed(),
+        "a definite HELD for a grant that committed went unseen"
+    );
+}
+
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_the_attacker_once_the_boundary_is_switched_off() {

@@ -408,3 +408,38 @@ fn a_handoff_is_a_release_and_a_grant_in_one_write() {
     e[3].rev = None;
     assert_eq!(checks(&run(e, &store)), vec!["release"]);
 }
+
+/// Found by the long-lived soak (a frozen etcd leader): a release of grant 5 gets no
+/// answer, the client asks again and is given 5 back ("your grant back"), then the
+/// unanswered release commits late and hands the key to client 2 at revision 7. The
+/// client's belief in 5 ended with its own release, which the store shows at 7; only a
+/// store that never ended 5 before 7 makes the overlap a violation.
+fn given_back_then_released_late(store_end: i64) -> Vec<Violation> {
+    let s = 10;
+    let mut e = vec![
+        ev(1, 1, 0, Phase::Invoke, Kind::Acquire, s, None),
+        ev(1, 1, 10, Phase::Ok, Kind::Acquire, s, Some(tok(5))),
+        ev(1, 2, 20, Phase::Invoke, Kind::Release, s, Some(tok(5))),
+        ev(1, 2, 30, Phase::Info, Kind::Release, s, None),
+        ev(1, 3, 31, Phase::Invoke, Kind::Acquire, s, None),
+        ev(1, 3, 32, Phase::Ok, Kind::Acquire, s, Some(tok(5))),
+    ];
+    e.extend([
+        ev(2, 1, 25, Phase::Invoke, Kind::Acquire, 11, None),
+        ev(2, 1, 60, Phase::Ok, Kind::Acquire, 11, Some(tok(7))),
+        ev(2, 2, 70, Phase::Invoke, Kind::Release, 11, Some(tok(7))),
+        ev(2, 2, 71, Phase::Ok, Kind::Release, 11, None),
+    ]);
+    let store = [put(5, s), del(store_end, 5, s), put(7, 11), del(8, 7, 11)];
+    run(e, &store)
+}
+
+#[test]
+fn a_grant_given_back_ends_with_its_own_late_release() {
+    assert_eq!(
+        checks(&given_back_then_released_late(6)),
+        Vec::<&str>::new()
+    );
+    // The store ended 5 only after 7 was granted: two holders.
+    assert!(checks(&given_back_then_released_late(9)).contains(&"exclusion"));
+}
