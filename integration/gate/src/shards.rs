@@ -28,25 +28,22 @@
 //! and link faults. Sessions live 30 s (the dev class's TTL) and are replaced
 //! every 15 s, so no hold here ends by expiry, and no move here needs an epoch advance.
 
-use crate::history::{self, Event, Kind, Phase, Recorder, mono_ns};
+mod worker;
+
+use crate::history::{self, Kind, Recorder, mono_ns};
 use crate::shard_checks;
 use crate::store_log::StoreWatcher;
-use lock_config::proto::v1::{
-    AcquireRequest, CloseSessionRequest, OpenSessionRequest, ReleaseRequest,
-};
-use lock_config::shards::tag_of;
-use lock_config::{FencingToken, Reason};
+use lock_config::FencingToken;
 use lock_integration::arbiter::Arbiter;
 use lock_integration::etcd::Etcd;
 use lock_integration::stack::lockctl_etcd;
-use lock_integration::{Stack, StackOptions, as_from_edge, reason_of};
+use lock_integration::{Stack, StackOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const IDENTITY: &str = "spiffe://dev.lock.local/ns/orders/sa/worker";
+use worker::{Rpc, Shared, identity_of};
 
 #[derive(Debug, Clone)]
 pub struct ShardGateOptions {
@@ -152,197 +149,6 @@ pub fn check(ops: &[history::Op]) -> Vec<String> {
 /// The dev registry (the workers' namespace `orders` is `tier: entity`, the default).
 fn registry() -> PathBuf {
     lock_integration::paths::dev_registry()
-}
-
-/// Open moves: [start, end) in monotonic ns, end 0 while running.
-type Windows = Arc<Mutex<Vec<(u64, u64)>>>;
-
-struct Shared {
-    rec: Recorder,
-    op: AtomicU64,
-    stop: Mutex<Instant>,
-    windows: Windows,
-    moving_outside: AtomicU64,
-    moving: AtomicU64,
-    replaced: AtomicU64,
-}
-
-impl Shared {
-    fn event(&self, c: u32, op: u64, ph: Phase, f: Kind, key: &str) -> Event {
-        Event {
-            c,
-            op,
-            t: mono_ns(),
-            ph,
-            f,
-            key: Some(key.to_owned()),
-            session: None,
-            token: None,
-            why: None,
-            via: None,
-            served: None,
-            rev: None,
-        }
-    }
-
-    fn stopped(&self) -> bool {
-        self.stop.lock().map_or(true, |s| Instant::now() >= *s)
-    }
-
-    /// Did [sent, answered] miss every move?
-    fn outside_moves(&self, sent: u64, answered: u64) -> bool {
-        self.windows.lock().is_ok_and(|w| {
-            w.iter()
-                .all(|(s, e)| answered < *s || (*e != 0 && sent > *e))
-        })
-    }
-}
-
-type Rpc = lock_client::proto::lock_client::LockClient<tonic::transport::Channel>;
-
-/// One worker (client `c`): a session per cluster (replaced every 15 s), random keys,
-/// bounded in count; stops between operations only, never holding a key unreleased.
-/// Client `c`'s identity: workers pair up on one (a pair's contention is LEAKED_HOLD,
-/// others queue).
-fn identity_of(c: u32) -> String {
-    format!("{IDENTITY}-{}", c % 3)
-}
-
-async fn worker(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Shared>) {
-    let me = identity_of(c);
-    let me = Some(me.as_str());
-    let mut sessions: HashMap<u8, (i64, Instant)> = HashMap::new();
-    let mut places: HashMap<String, u8> = HashMap::new();
-    let mut n = u64::from(c) + 1;
-    for _ in 0..100_000 {
-        if s.stopped() {
-            break;
-        }
-        n = n
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let key = &keys[usize::try_from(n >> 33).unwrap_or(0) % keys.len()];
-        let known = places.get(key).and_then(|t| sessions.get(t)).copied();
-        let session = match known {
-            Some((id, opened)) if opened.elapsed() < Duration::from_secs(15) => id,
-            stale => {
-                if let Some((old, _)) = stale {
-                    sessions.retain(|_, (id, _)| *id != old);
-                    let close = CloseSessionRequest { session_id: old };
-                    let _ = rpc.close_session(as_from_edge(close, None, me)).await;
-                }
-                let open = OpenSessionRequest { key: key.clone() };
-                match rpc.open_session(as_from_edge(open, Some(key), me)).await {
-                    Ok(r) => {
-                        let id = r.into_inner().session_id;
-                        sessions.insert(tag_of(id), (id, Instant::now()));
-                        places.insert(key.clone(), tag_of(id));
-                        id
-                    }
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                }
-            }
-        };
-        let op = s.op.fetch_add(1, Ordering::Relaxed);
-        let mut inv = s.event(c, op, Phase::Invoke, Kind::Acquire, key);
-        inv.session = Some(session);
-        let sent = inv.t;
-        s.rec.record(&inv);
-        let req = AcquireRequest {
-            key: key.clone(),
-            session_id: session,
-            wait_millis: 500,
-        };
-        let answer = rpc.acquire(as_from_edge(req, Some(key), me)).await;
-        let mut done = s.event(c, op, Phase::Ok, Kind::Acquire, key);
-        match answer {
-            Ok(r) => {
-                let token = r.into_inner().token;
-                done.token = Some(token);
-                s.rec.record(&done);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let op = s.op.fetch_add(1, Ordering::Relaxed);
-                let mut inv = s.event(c, op, Phase::Invoke, Kind::Release, key);
-                inv.token = Some(token);
-                inv.session = Some(session);
-                s.rec.record(&inv);
-                let rel = ReleaseRequest {
-                    key: key.clone(),
-                    token,
-                    session_id: session,
-                };
-                let r = rpc.release(as_from_edge(rel, Some(key), me)).await;
-                let mut done = s.event(c, op, Phase::Ok, Kind::Release, key);
-                if let Err(e) = r {
-                    done.ph = Phase::Info;
-                    done.why = Some(e.message().to_owned());
-                }
-                s.rec.record(&done);
-            }
-            Err(status) => {
-                let reason = reason_of(&status);
-                // A connection that could not be made sent nothing: a definite failure
-                // with no effect (its arbiter killed), not an unknown outcome.
-                let not_sent = status.message().contains("tcp connect error");
-                done.ph = if reason.is_some() || not_sent {
-                    Phase::Fail
-                } else {
-                    Phase::Info
-                };
-                // As the main gate records them (`worker.rs`): a wait that ran out is
-                // HELD on the wire, recorded apart so the model does not read it as held.
-                done.why = Some(reason.as_ref().map_or_else(
-                    || status.message().to_owned(),
-                    |(r, _)| match r {
-                        Reason::HeldDeadline => "HELD_DEADLINE".to_owned(),
-                        r => r.as_str().to_owned(),
-                    },
-                ));
-                s.rec.record(&done);
-                match reason {
-                    Some((Reason::WrongSessionPlace, meta)) => {
-                        let cluster = meta.get("cluster").cloned().unwrap_or_default();
-                        places.insert(key.clone(), lock_config::shards::lease_tag(&cluster));
-                        s.replaced.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Some((Reason::Moving, _)) => {
-                        s.moving.fetch_add(1, Ordering::Relaxed);
-                        if s.outside_moves(sent, done.t) {
-                            s.moving_outside.fetch_add(1, Ordering::Relaxed);
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    Some((Reason::SessionExpired, _)) => {
-                        sessions.retain(|_, (id, _)| *id != session);
-                    }
-                    Some((Reason::Held | Reason::HeldDeadline | Reason::LeakedHold, _)) => {}
-                    // No answer at all (its arbiter killed, the connection refused): wait
-                    // for the restart rather than fill the history with unknown outcomes,
-                    // each of which the linearizability search must place.
-                    None => tokio::time::sleep(Duration::from_millis(250)).await,
-                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-            }
-        }
-    }
-    // Stopping closes every session, as an exiting process's client does: a grant whose
-    // answer was lost (a fault) ends with it, so "nothing left held" holds.
-    for (id, _) in sessions.into_values() {
-        let close = CloseSessionRequest { session_id: id };
-        for _ in 0..20 {
-            if rpc
-                .close_session(as_from_edge(close, None, me))
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
 }
 
 /// Runs a move (`lockctl shards ARGS` on the coord cluster) inside a recorded window.
@@ -527,7 +333,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
             &stack.pki.bundle(),
         )?;
         let c = u32::try_from(c)?;
-        tasks.push(tokio::spawn(worker(
+        tasks.push(tokio::spawn(worker::run(
             c,
             Rpc::new(channel),
             keys.clone(),
@@ -772,6 +578,7 @@ fn history_line(exists: bool, passed: bool, inject_bug: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::Phase;
 
     /// Issue 34: a run with --inject-bug failed with 883 violations and said its history
     /// was not kept because the run passed.
