@@ -66,6 +66,9 @@ pub enum Kind {
     SessionOpen,
     SessionClose,
     SessionExpiry,
+    /// The store's first epoch (`lockctl epoch init`, or a shard's from the coord's
+    /// allocator): a bootstrap, by no one, revoking nothing.
+    EpochInit,
     EpochAdvance,
     /// An entity shard's map fence rewritten by a move (`lockctl shards`), its epoch
     /// unchanged: from here the shard serves another map version (ADR-09).
@@ -75,7 +78,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Grant,
         Kind::Handoff,
         Kind::Release,
@@ -87,6 +90,7 @@ impl Kind {
         Kind::SessionOpen,
         Kind::SessionClose,
         Kind::SessionExpiry,
+        Kind::EpochInit,
         Kind::EpochAdvance,
         Kind::ShardMap,
         Kind::Gap,
@@ -105,6 +109,7 @@ impl Kind {
             Kind::SessionOpen => "session-open",
             Kind::SessionClose => "session-close",
             Kind::SessionExpiry => "session-expiry",
+            Kind::EpochInit => "epoch-init",
             Kind::EpochAdvance => "epoch-advance",
             Kind::ShardMap => "shard-map",
             Kind::Gap => "gap",
@@ -286,8 +291,14 @@ pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
             if let Some(by) = by {
                 detail["advanced_by"] = serde_json::json!(by);
             }
+            // No record before it: the store's first epoch, not an advance.
+            let kind = if c.prev.is_none() {
+                Kind::EpochInit
+            } else {
+                Kind::EpochAdvance
+            };
             rows.push(row(
-                Kind::EpochAdvance,
+                kind,
                 EPOCH_KEY,
                 String::new(),
                 String::new(),
@@ -456,6 +467,15 @@ mod tests {
                     (s("/sys/epoch"), EpochAdvance),
                     (s("pay/1"), RevokedByAdvance),
                 ],
+            ),
+            (
+                "the first epoch record is its init, not an advance",
+                vec![Change::put(
+                    "/sys/epoch",
+                    br#"{"epoch":1,"cluster_id":"c"}"#,
+                    None,
+                )],
+                vec![(s("/sys/epoch"), EpochInit)],
             ),
             (
                 "a move rewrites a shard's fence: no advance, nothing revoked",
