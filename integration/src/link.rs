@@ -91,7 +91,6 @@ const IN_FLIGHT: usize = 64;
 pub struct Link {
     /// Where the client connects instead of `target`.
     pub addr: SocketAddr,
-    pub target: SocketAddr,
     shape: watch::Sender<Shape>,
     accept: JoinHandle<()>,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
@@ -137,7 +136,6 @@ impl Link {
         });
         Ok(Self {
             addr,
-            target,
             shape,
             accept,
             conns,
@@ -152,10 +150,6 @@ impl Link {
     /// Back to a clean link; whatever waited behind a cut is delivered.
     pub fn heal(&self) {
         self.set(Shape::default());
-    }
-
-    pub fn shape(&self) -> Shape {
-        *self.shape.borrow()
     }
 
     /// Connections relayed now.

@@ -206,3 +206,22 @@ pub fn run_text(cmd: &mut std::process::Command) -> anyhow::Result<(bool, String
         ),
     ))
 }
+
+/// A test's working folder: `keep` (created if missing, left in place), or a new temp
+/// folder named `prefix...`, removed when the returned handle drops.
+pub fn work_dir(
+    keep: Option<&Path>,
+    prefix: &str,
+) -> std::io::Result<(Option<tempfile::TempDir>, PathBuf)> {
+    match keep {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            Ok((None, d.to_path_buf()))
+        }
+        None => {
+            let t = tempfile::Builder::new().prefix(prefix).tempdir()?;
+            let p = t.path().to_path_buf();
+            Ok((Some(t), p))
+        }
+    }
+}

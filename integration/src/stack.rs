@@ -166,17 +166,7 @@ impl Stack {
     }
 
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
-        let (tmp, dir) = match &opts.keep_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d)?;
-                (None, d.clone())
-            }
-            None => {
-                let t = tempfile::Builder::new().prefix("lock-stack-").tempdir()?;
-                let p = t.path().to_path_buf();
-                (Some(t), p)
-            }
-        };
+        let (tmp, dir) = crate::process::work_dir(opts.keep_dir.as_deref(), "lock-stack-")?;
         let pki = Pki::create(&dir.join("pki"))?;
         let n = opts.etcd_members.max(1);
         let lab = if opts.isolatable_etcd {

@@ -86,31 +86,22 @@ pub const ALL: [Fault; 17] = [
     Fault::BridgePartition,
 ];
 
-/// The faults `make gate` and `make test` cycle through: all but `bridge-partition`,
-/// which finds an open issue (a grant proposal held in a cut follower's connection to the
-/// leader is applied after the heal, on the session of an acquire that had already been
-/// answered by a handoff: a hold its client never saw, flagged by the linearizability
-/// check; see the release gate's page). It joins once that is fixed.
-pub const DEFAULT: [Fault; 16] = [
-    Fault::KillMember,
-    Fault::KillLeader,
-    Fault::KillArbiter,
-    Fault::StopLeader,
-    Fault::StopArbiter,
-    Fault::StopHolder,
-    Fault::IsolateLeader,
-    Fault::RestartEnvoy,
-    Fault::EpochAdvance,
-    Fault::RollingRestart,
-    Fault::ForceRelease,
-    Fault::SlowLinks,
-    Fault::ArbiterDeaf,
-    Fault::ArbiterMute,
-    Fault::CutArbiterEtcd,
-    Fault::CutEdgeArbiter,
-];
+/// The faults `make gate` and `make test` cycle through: every one but those that
+/// [`Fault::in_default_cycle`] leaves out.
+pub fn default_cycle() -> Vec<Fault> {
+    ALL.into_iter().filter(|f| f.in_default_cycle()).collect()
+}
 
 impl Fault {
+    /// All but `bridge-partition`, which finds an open issue (a grant proposal held in a
+    /// cut follower's connection to the leader is applied after the heal, on the session
+    /// of an acquire that had already been answered by a handoff: a hold its client never
+    /// saw, flagged by the linearizability check; see the release gate's page). It joins
+    /// once that is fixed.
+    pub fn in_default_cycle(self) -> bool {
+        self != Fault::BridgePartition
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Fault::KillMember => "kill-member",

@@ -89,7 +89,7 @@ impl Default for GateOptions {
             min_faults: 0,
             workers: 3,
             clients_per_worker: 3,
-            faults: faults::DEFAULT.to_vec(),
+            faults: faults::default_cycle(),
             fault_gap: Duration::from_secs(2),
             inject_bugs: Vec::new(),
             filter_switches: Vec::new(),

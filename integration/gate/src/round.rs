@@ -39,17 +39,8 @@ pub struct GateEnv {
 impl GateEnv {
     /// Brings the environment up in `opts.out_dir` (or a temp folder).
     pub async fn start(opts: &GateOptions) -> anyhow::Result<Self> {
-        let (tmp, dir) = match &opts.out_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d)?;
-                (None, d.clone())
-            }
-            None => {
-                let t = tempfile::Builder::new().prefix("lock-gate-").tempdir()?;
-                let p = t.path().to_path_buf();
-                (Some(t), p)
-            }
-        };
+        let (tmp, dir) =
+            lock_integration::process::work_dir(opts.out_dir.as_deref(), "lock-gate-")?;
         let registry = write_test_registry(&dir)?;
         let mut arbiter_args = vec!["--store-timeout-ms".to_owned(), "1500".to_owned()];
         for b in &opts.inject_bugs {
@@ -319,14 +310,7 @@ pub async fn round(
         w.kill();
     }
     let store_events = watcher.finish().await?;
-    std::fs::write(
-        history_dir.join("store.jsonl"),
-        store_events
-            .iter()
-            .filter_map(|e| serde_json::to_string(e).ok())
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )?;
+    store_log::write_jsonl(&history_dir.join("store.jsonl"), &store_events)?;
     let spans: Vec<timeline::FaultSpan> = injected
         .iter()
         .map(|f| timeline::FaultSpan {

@@ -447,14 +447,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     let mut clusters = Vec::new();
     for (name, w) in watchers {
         let events = w.finish().await?;
-        std::fs::write(
-            dir.join(format!("store-{name}.jsonl")),
-            events
-                .iter()
-                .filter_map(|e| serde_json::to_string(e).ok())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        )?;
+        crate::store_log::write_jsonl(&dir.join(format!("store-{name}.jsonl")), &events)?;
         let node = std::iter::once(&stack.etcd)
             .chain(&stack.shards)
             .chain([&e3])

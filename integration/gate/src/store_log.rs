@@ -51,6 +51,15 @@ pub struct StoreStart {
     pub epoch: u32,
 }
 
+/// Writes a store log as JSON lines (`store.jsonl`, a shard gate's `store-<cluster>.jsonl`).
+pub fn write_jsonl(path: &std::path::Path, events: &[StoreEvent]) -> std::io::Result<()> {
+    let lines: Vec<String> = events
+        .iter()
+        .filter_map(|e| serde_json::to_string(e).ok())
+        .collect();
+    std::fs::write(path, lines.join("\n"))
+}
+
 /// Records every event until stopped, then until it has caught up with the store.
 pub struct StoreWatcher {
     stop: Arc<AtomicBool>,

@@ -23,11 +23,11 @@ async fn every_fault_kind_with_zero_violations() {
         duration: Duration::from_secs(55),
         // Every kind at least once, however long that takes (a slow machine extends the
         // run instead of skipping a fault).
-        min_faults: faults::DEFAULT.len(),
+        min_faults: faults::default_cycle().len(),
         ..GateOptions::default()
     })
     .await;
-    for kind in faults::DEFAULT {
+    for kind in faults::default_cycle() {
         assert!(
             report.faults.iter().any(|f| f.fault == kind),
             "{} was not injected",
