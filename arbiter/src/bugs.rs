@@ -56,9 +56,14 @@ pub enum Bug {
     /// in the store that its holder was told it did not get.
     DurableLeaveWithoutReadBack,
     /// A grant transaction whose answer was lost (NO_QUORUM: a timeout, the connection
-    /// gone) is answered HELD, a definite refusal, though it may have committed (issue 34:
-    /// the gate's one-way link faults make such commits common).
+    /// gone) is answered HELD, a definite refusal, without being settled, though it may
+    /// have committed (issue 34: the gate's one-way link faults make such commits common).
     InDoubtGrantAsHeld,
+    /// A FIFO grant attempt whose answer was lost is not settled (issue 34): no attempt
+    /// fence in its transaction, and the wait goes on as if it had failed. Held in a
+    /// partitioned member, it commits after its wait was answered otherwise: a hold on a
+    /// session whose every request was answered (the gate's bridge-partition found it).
+    GrantWithoutSettle,
 }
 
 impl FromStr for Bug {
@@ -80,8 +85,9 @@ impl FromStr for Bug {
             "token-in-span" => Ok(Bug::TokenInSpan),
             "durable-leave-without-read-back" => Ok(Bug::DurableLeaveWithoutReadBack),
             "in-doubt-grant-as-held" => Ok(Bug::InDoubtGrantAsHeld),
+            "grant-without-settle" => Ok(Bug::GrantWithoutSettle),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle)"
             )),
         }
     }

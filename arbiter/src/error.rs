@@ -42,6 +42,10 @@ pub enum ArbiterError {
     #[error("store unavailable or without quorum")]
     NoQuorum,
     #[error(
+        "store unavailable: this acquire's grant may still take effect (its transaction's answer was lost and it could not be settled); acquire again on this session to learn"
+    )]
+    GrantInDoubt,
+    #[error(
         "store is out of space (etcd NOSPACE alarm): no new grants until an operator frees space"
     )]
     StoreFull,
@@ -75,7 +79,7 @@ impl ArbiterError {
             ArbiterError::SessionNotFound => Reason::SessionExpired,
             ArbiterError::WrongSessionTtl { .. } => Reason::WrongSessionTtl,
             ArbiterError::Sealed(_) => Reason::Sealed,
-            ArbiterError::NoQuorum => Reason::NoQuorum,
+            ArbiterError::NoQuorum | ArbiterError::GrantInDoubt => Reason::NoQuorum,
             ArbiterError::StoreFull => Reason::StoreFull,
             ArbiterError::StreamFull { .. } => Reason::StreamFull,
             ArbiterError::Draining => Reason::Draining,

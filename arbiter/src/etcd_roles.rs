@@ -2,10 +2,10 @@
 //!
 //! | user     | role     | may                                                        |
 //! |----------|----------|------------------------------------------------------------|
-//! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`           |
-//! | operator | operator | read `/sys/`, `/l/`, `/s/`, `/q/`; read and write `/sys/shard*` (shard moves) |
+//! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`, `/x/`    |
+//! | operator | operator | read `/sys/`, `/l/`, `/s/`, `/q/`, `/x/`; read and write `/sys/shard*` (shard moves) |
 //! | auditor  | auditor  | read everything under `/`; read and write `/audit/` (its election) |
-//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/sys/force/`, `/sys/force-request/`, `/sys/epoch*`, `/sys/advance-request/` (lock-admin) |
+//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/x/`, `/sys/force/`, `/sys/force-request/`, `/sys/epoch*`, `/sys/advance-request/` (lock-admin) |
 //! | root     | root     | everything: users and roles (`lockctl roles apply`), `epoch init`, `shards init`, break-glass |
 //!
 //! Users have no password: etcd names them by the common name of their client certificate
@@ -44,7 +44,8 @@ pub struct UserSpec {
     pub roles: &'static [&'static str],
 }
 
-const LOCK_PREFIXES: [&str; 3] = ["/l/", "/s/", "/q/"];
+/// Holds, sessions, durable waiters, settled grant attempts (`layout.rs`).
+const LOCK_PREFIXES: [&str; 4] = ["/l/", "/s/", "/q/", "/x/"];
 
 /// The roles this service needs ("root" is etcd's built-in role: not listed, never edited).
 pub const ROLES: &[RoleSpec] = &[
@@ -55,6 +56,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[0], Access::ReadWrite),
             (LOCK_PREFIXES[1], Access::ReadWrite),
             (LOCK_PREFIXES[2], Access::ReadWrite),
+            (LOCK_PREFIXES[3], Access::ReadWrite),
         ],
     },
     // An operator reads everything the service keeps and moves shards (the map document
@@ -69,6 +71,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[0], Access::Read),
             (LOCK_PREFIXES[1], Access::Read),
             (LOCK_PREFIXES[2], Access::Read),
+            (LOCK_PREFIXES[3], Access::Read),
         ],
     },
     RoleSpec {
@@ -78,7 +81,7 @@ pub const ROLES: &[RoleSpec] = &[
     // The admin server (lock-admin): two-person force releases (ADR-20) and epoch
     // advances (ADR-03). It deletes holds (etcd has no delete-only permission: write on
     // `/l/`), revoking a session's lease needs write on every key attached to it (`/l/`,
-    // `/s/`, `/q/`), and it runs the approved advance (`/sys/epoch`). It cannot move
+    // `/s/`, `/q/`, `/x/`), and it runs the approved advance (`/sys/epoch`). It cannot move
     // shards.
     RoleSpec {
         name: "force",
@@ -86,6 +89,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[0], Access::ReadWrite),
             (LOCK_PREFIXES[1], Access::ReadWrite),
             (LOCK_PREFIXES[2], Access::ReadWrite),
+            (LOCK_PREFIXES[3], Access::ReadWrite),
             ("/sys/force/", Access::ReadWrite),
             ("/sys/force-request/", Access::ReadWrite),
             ("/sys/epoch", Access::ReadWrite),

@@ -8,11 +8,25 @@
 //! revision: a release may hand the key on by overwriting the record, `release.rs`); the store has checked the seal
 //! on its header before the verdict is made. FIFO waiting (`fifo.rs`) and durable waiting
 //! (`durable.rs`) both sit on [`Granter::attempt`], as etcd's v3lock sits on its Mutex.
+//!
+//! An attempt whose answer is lost is settled before anything is answered (issue 34). Its
+//! transaction may still be applied long after (the gate's bridge partition: held in a
+//! member cut from the leader, applied 30 ms after the heal, after its waiter had been
+//! handed the key and had released it: a hold on a session whose every request was
+//! answered). So each attempt also compares its own fence `/x/<session>/<nonce>` absent,
+//! and a lost answer is followed by one transaction that puts that fence and reads the
+//! holder back: after it, the attempt has either committed (the holder is this session's)
+//! or never will. A grant that commits pays one compare and no write; only a doubt pays a
+//! write. A settlement that cannot be made is [`ArbiterError::GrantInDoubt`]: NO_QUORUM,
+//! and the wait answers nothing definite after it (`waiter.rs`). A durable waiter's grant
+//! needs no fence: it consumes its queue entry, which its leaving deletes.
 
 use crate::bugs::{Bug, Bugs};
 use crate::epoch::Epoch;
 use crate::error::ArbiterError;
-use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
+use crate::layout::{
+    EPOCH_KEY, Holder, attempt_fence_key, decode, encode, holder_key, lease_hex, session_key,
+};
 use crate::sessions::{Session, Sessions};
 use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
@@ -23,6 +37,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Attempts per request when the epoch record moved or the key was released between the
 /// compare and the classification read; bounded so a flapping store cannot spin a request.
 pub const MAX_ATTEMPTS: usize = 3;
+
+/// Settlements tried for one attempt whose answer was lost, each bounded by the store
+/// timeout. A new try may reach another member (etcd-client balances over the endpoints),
+/// which is how a settlement gets past the member that holds the attempt.
+pub const SETTLE_TRIES: usize = 3;
 
 /// A successful grant.
 #[derive(Debug, Clone)]
@@ -160,6 +179,43 @@ pub fn holder_verdict(claimant: &Claimant<'_>, holder: &HolderSeen, read_at: i64
     }
 }
 
+/// What a settlement transaction returned (it puts the attempt's fence if absent and the
+/// session still bound, and reads the holder either way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettleSeen {
+    /// Its compares held: the fence is now in the store (put by this settlement).
+    pub fenced_now: bool,
+    /// Else: the fence was already there (an earlier try of this settlement committed).
+    pub fence_present: bool,
+    /// Else: the session record's create revision, if it is still there.
+    pub session_create_revision: Option<i64>,
+    pub holder: Option<HolderSeen>,
+}
+
+/// What a settled attempt means. Once the fence is in the store the attempt can never
+/// commit, so the holder read in the same transaction is the whole truth: this session's
+/// (the attempt committed, or a release handed the key on to it: held either way) or not
+/// (the attempt did not commit and never will; the store was unreachable: NO_QUORUM, a
+/// definite refusal now). A session that is gone can hold nothing, and its lease is gone,
+/// so no put on it can commit.
+pub fn settled(claimant: &Claimant<'_>, seen: &SettleSeen) -> Result<Verdict, ArbiterError> {
+    let fenced = seen.fenced_now || seen.fence_present;
+    if !fenced && seen.session_create_revision != Some(claimant.session_create_revision) {
+        return Ok(Verdict::SessionGone);
+    }
+    if !fenced {
+        return Err(ArbiterError::Store(
+            "a settlement refused with its session bound and no fence".into(),
+        ));
+    }
+    match &seen.holder {
+        Some(h) if h.session.as_deref() == Some(claimant.lease_hex) => Ok(Verdict::Granted {
+            revision: h.mod_revision,
+        }),
+        _ => Err(ArbiterError::NoQuorum),
+    }
+}
+
 /// A holder key-value as plain data.
 pub fn holder_seen(kv: &KeyValue) -> HolderSeen {
     let record = decode::<Holder>(kv.value());
@@ -286,9 +342,16 @@ impl Granter<'_> {
         if !self.bugs.has(Bug::ShardFenceOff) {
             compares.extend(epoch.fence_compare());
         }
+        // The attempt's fence (a durable grant consumes its queue entry instead).
+        let fence = (queued.is_none() && !self.bugs.has(Bug::GrantWithoutSettle))
+            .then(|| attempt_fence_key(session.lease, rand::random()));
+        if let Some(x) = &fence {
+            compares.push(Compare::create_revision(x.as_str(), CompareOp::Equal, 0));
+        }
         let record = encode(&holder_record(session, class));
         let mut writes = vec![hkey.clone()];
-        let mut bytes = record.len() + 3 * hkey.len() + skey.len() + 64;
+        let mut bytes =
+            record.len() + 3 * hkey.len() + skey.len() + fence.as_ref().map_or(0, String::len) + 64;
         let mut success = vec![TxnOp::put(
             hkey.as_str(),
             record,
@@ -313,8 +376,17 @@ impl Granter<'_> {
         let txn = Txn::new().when(compares).and_then(success).or_else(failure);
         let resp = match sealed.txn_creating_batched(txn, &hkey, writes, bytes).await {
             Ok(r) => r,
-            // The outcome is unknown: the transaction may have committed. Read back before
-            // answering so a committed grant is reported, not orphaned.
+            // The injected bug answers the doubt itself (below, in `attempt`), unsettled.
+            Err(ArbiterError::NoQuorum) if self.bugs.has(Bug::InDoubtGrantAsHeld) => {
+                return Err(ArbiterError::NoQuorum);
+            }
+            // The outcome is unknown: the transaction may have committed, or may yet.
+            // Settle it: after that, the holder record is the whole answer.
+            Err(ArbiterError::NoQuorum) if let Some(x) = &fence => {
+                return self.settle(sealed, session, &claimant, &hkey, x).await;
+            }
+            // A durable grant (or the injected bug): read back before answering so a
+            // committed grant is reported, not orphaned.
             Err(ArbiterError::NoQuorum) => {
                 let back = sealed.get(&hkey).await?;
                 return match back.kvs().first().map(holder_seen) {
@@ -354,6 +426,72 @@ impl Granter<'_> {
             }
         };
         Ok(verdict(&claimant, &seen))
+    }
+}
+
+impl Granter<'_> {
+    /// Settles an attempt whose answer was lost: puts its fence `x` (on the session's
+    /// lease, so it goes with the session) unless it is there, reading the holder in the
+    /// same transaction; tried [`SETTLE_TRIES`] times, then the attempt stays in doubt.
+    async fn settle(
+        &self,
+        sealed: &Sealed,
+        session: &Session,
+        claimant: &Claimant<'_>,
+        hkey: &str,
+        x: &str,
+    ) -> Result<Verdict, ArbiterError> {
+        let skey = session_key(session.lease);
+        for _ in 0..SETTLE_TRIES {
+            let txn = Txn::new()
+                .when(vec![
+                    Compare::create_revision(x, CompareOp::Equal, 0),
+                    Compare::create_revision(
+                        skey.as_str(),
+                        CompareOp::Equal,
+                        session.create_revision,
+                    ),
+                ])
+                .and_then(vec![
+                    TxnOp::put(x, "", Some(PutOptions::new().with_lease(session.lease))),
+                    TxnOp::get(hkey, None),
+                ])
+                .or_else(vec![
+                    TxnOp::get(hkey, None),
+                    TxnOp::get(x, None),
+                    TxnOp::get(skey.as_str(), None),
+                ]);
+            let bytes = 2 * x.len() + 2 * hkey.len() + skey.len() + 64;
+            let resp = match sealed.txn_batched(txn, vec![x.to_owned()], bytes).await {
+                Ok(r) => r,
+                Err(ArbiterError::NoQuorum) => continue,
+                Err(e) => return Err(e),
+            };
+            let ops = resp.op_responses();
+            let got = |i: usize| -> Option<&KeyValue> {
+                match ops.get(i) {
+                    Some(TxnOpResponse::Get(g)) => g.kvs().first(),
+                    _ => None,
+                }
+            };
+            let seen = if resp.succeeded() {
+                SettleSeen {
+                    fenced_now: true,
+                    fence_present: false,
+                    session_create_revision: Some(session.create_revision),
+                    holder: got(1).map(holder_seen),
+                }
+            } else {
+                SettleSeen {
+                    fenced_now: false,
+                    fence_present: got(1).is_some(),
+                    session_create_revision: got(2).map(KeyValue::create_revision),
+                    holder: got(0).map(holder_seen),
+                }
+            };
+            return settled(claimant, &seen);
+        }
+        Err(ArbiterError::GrantInDoubt)
     }
 }
 

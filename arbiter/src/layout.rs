@@ -8,6 +8,7 @@
 //! /l/<namespace>/<path>      Holder {spiffe_id, instance?, session, class, acquired_at_ms}  on the session lease
 //! /s/<lease-hex>             SessionRecord {spiffe_id, instance?, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
+//! /x/<lease-hex>/<nonce>     a settled grant attempt's fence (empty), on its session lease
 //! /sys/force-request/<id>    a filed force release awaiting a second operator (lock-force)
 //! /sys/force/<id>            an executed force release's record, on a 24 h lease (lock-force)
 //! /sys/advance-request/<id>  a filed epoch advance awaiting a second operator (lock-force)
@@ -38,6 +39,10 @@ pub const EPOCH_ALLOCATOR_KEY: &str = "/sys/epoch-allocator";
 pub const HOLDER_PREFIX: &str = "/l/";
 pub const SESSION_PREFIX: &str = "/s/";
 pub const QUEUE_PREFIX: &str = "/q/";
+/// Settled grant attempts (issue 34): a grant transaction whose answer was lost may still
+/// be applied later (held in a member cut from the leader). Each attempt compares its own
+/// key here absent; putting that key settles the attempt, which can then never commit.
+pub const ATTEMPT_FENCE_PREFIX: &str = "/x/";
 /// Executed force releases (ADR-20): written in the release's own transaction, so the
 /// audit trail classifies the hold's delete at that revision as a force release.
 pub const FORCE_PREFIX: &str = "/sys/force/";
@@ -47,6 +52,11 @@ pub const FORCE_REQUEST_PREFIX: &str = "/sys/force-request/";
 
 pub fn holder_key(key: &LockKey) -> String {
     format!("{HOLDER_PREFIX}{}", key.as_str())
+}
+
+/// The fence of one grant attempt of the session on `lease`.
+pub fn attempt_fence_key(lease: i64, nonce: u64) -> String {
+    format!("{ATTEMPT_FENCE_PREFIX}{}/{nonce:016x}", lease_hex(lease))
 }
 
 pub fn session_key(lease: i64) -> String {

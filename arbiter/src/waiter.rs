@@ -28,6 +28,12 @@
 //!   outcome unknown: the holder record is read back, and "not yet ours" is NO_QUORUM, never
 //!   a definite refusal a late commit could contradict (HELD_DEADLINE was answered and the
 //!   handoff committed 2.5 s later).
+//! - A wait whose own grant transaction could not be settled (`grant.rs`: its answer lost,
+//!   and the fence that would stop it could not be put) answers nothing definite after it,
+//!   not even a handoff: that transaction may commit once the key is free again, so a
+//!   grant answered now and released would leave a hold on a session whose every request
+//!   was answered (the gate's bridge partition found it). NO_QUORUM says the acquire may
+//!   yet take effect.
 //! - That doubt outlives the offer: a head whose taken offer's answer was lost stands a
 //!   fresh one and keeps waiting, but the lost handoff may still commit (a transaction sent
 //!   to a stopped etcd leader is applied when it resumes, long after its caller gave up),
@@ -219,10 +225,19 @@ fn ending(refusal: ArbiterError, doubt: bool) -> Transition {
 /// The refusal a wait ends with, or, when a lost handoff may still commit, the holder
 /// record read back first and NO_QUORUM unless it is this session's.
 fn refuse(refusal: ArbiterError, doubt: bool) -> Transition {
+    if unsettled(&refusal) {
+        return answer(Err(refusal));
+    }
     if doubt {
         return unsure(ArbiterError::NoQuorum);
     }
     answer(Err(refusal))
+}
+
+/// The wait's own grant transaction may still commit: no read-back and no handoff can make
+/// its answer definite.
+fn unsettled(refusal: &ArbiterError) -> bool {
+    matches!(refusal, ArbiterError::GrantInDoubt)
 }
 
 fn unsure(otherwise: ArbiterError) -> Transition {
@@ -351,17 +366,25 @@ pub fn step(state: State, event: Event) -> Transition {
             Effects::NONE,
             Then::AwaitAnswer,
         ),
+        (S::Ending { refusal, .. }, E::Fenced) if unsettled(&refusal) => answer(Err(refusal)),
         (S::Ending { refusal, doubt }, E::Fenced) => unsure(if doubt {
             ArbiterError::NoQuorum
         } else {
             refusal
         }),
         (S::Ending { .. }, E::Refused(e)) => answer(Err(e)),
+        // Handed the key, but the wait's own transaction is unsettled: once this grant is
+        // released, that one may commit. The handoff's hold stands, the answer is unknown.
+        (S::Offered { refusal, .. }, E::HandedOn(g)) if unsettled(&refusal) => Transition {
+            effects: Effects::held(g.revision),
+            ..answer(Err(refusal))
+        },
         (S::Offered { .. }, E::HandedOn(g)) => granted(g),
         (S::Offered { .. }, E::HandedSessionGone) => answer(Err(ArbiterError::SessionNotFound)),
         (S::Offered { refusal, doubt }, E::NotHandedOn) => refuse(refusal, doubt),
         // The release's transaction may still commit after its bound: not yet this
         // session's is an unknown outcome, never the wait's definite refusal.
+        (S::Offered { refusal, .. }, E::AnswerLost) if unsettled(&refusal) => answer(Err(refusal)),
         (S::Offered { .. }, E::AnswerLost) => unsure(ArbiterError::NoQuorum),
         (S::Unsure { .. }, E::ReadBack(Some(g))) => answer(Ok(g)),
         (S::Unsure { otherwise }, E::ReadBack(None)) => answer(Err(otherwise)),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Everything the watch covers: the lock key space (`/l/`, `/s/`, `/sys/`, and `/q/`, which
+/// Everything the watch covers: the lock key space (`/l/`, `/s/`, `/sys/`, and `/q/`, `/x/`, which
 /// `classify` skips) — every key of the service starts with `/`.
 pub const WATCHED_PREFIX: &str = "/";
 /// The elections among tailers, one per audited cluster: `/audit/election/<cluster id>`,

@@ -117,7 +117,7 @@ enum Cmd {
         #[command(subcommand)]
         cmd: defrag::EtcdCmd,
     },
-    /// etcd users and roles: the arbiter may read /sys/ and write /l/ /s/ /q/, the operator
+    /// etcd users and roles: the arbiter may read /sys/ and write /l/ /s/ /q/ /x/, the operator
     /// also /sys/ (run with the root user's client certificate).
     Roles {
         #[command(subcommand)]

@@ -190,3 +190,61 @@ fn held_without_a_header_watches_from_the_holder_write() {
     };
     assert_eq!(verdict(&me(), &seen), Verdict::Held { at: 60 });
 }
+
+/// What a settled attempt means (issue 34's bridge partition).
+#[test]
+fn settled_table() {
+    let seen = |fenced_now, fence_present, session: Option<i64>, h| SettleSeen {
+        fenced_now,
+        fence_present,
+        session_create_revision: session,
+        holder: h,
+    };
+    let no_quorum = || Err::<Verdict, &str>("NO_QUORUM");
+    let cases: Vec<(&str, SettleSeen, Result<Verdict, &str>)> = vec![
+        (
+            "fenced now, the holder ours: the attempt committed (or was handed on)",
+            seen(true, false, Some(40), holder("7a", ME, 61)),
+            Ok(Verdict::Granted { revision: 61 }),
+        ),
+        (
+            "fenced now, held by another: it never committed and never will",
+            seen(true, false, Some(40), holder("9", OTHER, 61)),
+            no_quorum(),
+        ),
+        (
+            "fenced now, the key free: the same",
+            seen(true, false, Some(40), None),
+            no_quorum(),
+        ),
+        (
+            "an earlier try's fence found, the holder ours",
+            seen(false, true, Some(40), holder("7a", ME, 61)),
+            Ok(Verdict::Granted { revision: 61 }),
+        ),
+        (
+            "an earlier try's fence found, the key free",
+            seen(false, true, Some(40), None),
+            no_quorum(),
+        ),
+        (
+            "the session gone (its lease with it): nothing on it can commit",
+            seen(false, false, None, None),
+            Ok(Verdict::SessionGone),
+        ),
+        (
+            "the session replaced by one of the same id",
+            seen(false, false, Some(41), holder("7a", ME, 61)),
+            Ok(Verdict::SessionGone),
+        ),
+        (
+            "refused with the session bound and no fence: cannot happen, said so",
+            seen(false, false, Some(40), None),
+            Err("INTERNAL"),
+        ),
+    ];
+    for (why, seen, want) in cases {
+        let got = settled(&me(), &seen).map_err(|e| e.reason().as_str());
+        assert_eq!(got, want, "{why}");
+    }
+}

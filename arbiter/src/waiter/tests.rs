@@ -33,6 +33,7 @@ fn error(reason: &str) -> ArbiterError {
         "LEAKED_HOLD" => ArbiterError::LeakedHold,
         "MOVING" => ArbiterError::Moving,
         "NO_QUORUM" => ArbiterError::NoQuorum,
+        "GRANT_IN_DOUBT" => ArbiterError::GrantInDoubt,
         "SESSION_EXPIRED" => ArbiterError::SessionNotFound,
         other => panic!("no error for {other}"),
     }
@@ -43,6 +44,8 @@ fn error(reason: &str) -> ArbiterError {
 fn reason(e: &ArbiterError) -> &'static str {
     match e {
         ArbiterError::HeldDeadline => "HELD_DEADLINE",
+        // NO_QUORUM on the wire, told apart here: the wait's own grant is unsettled.
+        ArbiterError::GrantInDoubt => "GRANT_IN_DOUBT",
         e => e.reason().as_str(),
     }
 }
@@ -181,7 +184,12 @@ impl Ev {
 fn produces(then: &str) -> Vec<Ev> {
     use Ev::*;
     let handed = [HandedOn(9), HandedSessionGone, NotHandedOn, AnswerLost];
-    let txn = [Granted(9), Held(9), Refused("LEAKED_HOLD")];
+    let txn = [
+        Granted(9),
+        Held(9),
+        Refused("LEAKED_HOLD"),
+        Refused("GRANT_IN_DOUBT"),
+    ];
     match then.split(' ').next().unwrap_or("") {
         "until-head" => vec![
             BecameHead(None),
@@ -632,6 +640,82 @@ fn table() -> Vec<Row> {
             Answered,
             held(9),
             "grant r9",
+        ),
+        // Bug 5 (found by the gate's bridge partition: a grant transaction held in a member
+        // cut from the leader was applied after its waiter had been handed the key, had
+        // released it, and was answered): a grant that could not be settled may commit once
+        // the key is free again, so nothing the wait answers after it is definite.
+        (
+            "its own grant unsettled: the wait ends",
+            Attempting(None, false),
+            Ev::Refused("GRANT_IN_DOUBT"),
+            Ending("GRANT_IN_DOUBT", false),
+            NONE,
+            "withdraw",
+        ),
+        (
+            "unsettled, withdrawn: unknown, without a read-back",
+            Ending("GRANT_IN_DOUBT", false),
+            Ev::Withdrawn,
+            Answered,
+            NONE,
+            "refuse GRANT_IN_DOUBT",
+        ),
+        (
+            "unsettled, also in doubt of a handoff: unknown all the same",
+            Ending("GRANT_IN_DOUBT", true),
+            Ev::Withdrawn,
+            Answered,
+            NONE,
+            "refuse GRANT_IN_DOUBT",
+        ),
+        (
+            "unsettled, a release took the offer: its answer is awaited",
+            Ending("GRANT_IN_DOUBT", false),
+            Ev::OfferTaken,
+            Offered("GRANT_IN_DOUBT", false),
+            NONE,
+            "await-answer",
+        ),
+        (
+            "unsettled, handed the key: it is held, the answer stays unknown",
+            Offered("GRANT_IN_DOUBT", false),
+            Ev::HandedOn(9),
+            Answered,
+            held(9),
+            "refuse GRANT_IN_DOUBT",
+        ),
+        (
+            "unsettled, the release did not hand on",
+            Offered("GRANT_IN_DOUBT", false),
+            Ev::NotHandedOn,
+            Answered,
+            NONE,
+            "refuse GRANT_IN_DOUBT",
+        ),
+        (
+            "unsettled, the release's answer lost",
+            Offered("GRANT_IN_DOUBT", true),
+            Ev::AnswerLost,
+            Answered,
+            NONE,
+            "refuse GRANT_IN_DOUBT",
+        ),
+        (
+            "unsettled, its session ended: no put on its lease can commit",
+            Offered("GRANT_IN_DOUBT", false),
+            Ev::HandedSessionGone,
+            Answered,
+            NONE,
+            "refuse SESSION_EXPIRED",
+        ),
+        (
+            "unsettled, a durable entry deleted: unknown, without a read-back",
+            Ending("GRANT_IN_DOUBT", false),
+            Ev::Fenced,
+            Answered,
+            NONE,
+            "refuse GRANT_IN_DOUBT",
         ),
     ]
 }
