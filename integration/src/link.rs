@@ -16,12 +16,16 @@
 //!   as TCP's retransmissions would. A one-way cut is an asymmetric partition: the side
 //!   still heard keeps acting on what it hears (a commit whose answer never arrives).
 //!
+//! A test can also ask which link a request took: each relay counts the bytes it has read
+//! going up ([`Link::up_bytes`]), delivered or held.
+//!
 //! Relays run on a runtime of their own, so a test blocking its own runtime (a
 //! `block_in_place`, a synchronous wait) never stalls the links. Every relay listens on
 //! loopback only; dropping the [`Link`] closes its listener and every connection.
 
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -94,6 +98,10 @@ pub struct Link {
     shape: watch::Sender<Shape>,
     accept: JoinHandle<()>,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// Bytes read going up (towards the target), over every connection.
+    up: Arc<AtomicU64>,
+    /// Where new connections go (changed by [`Link::reroute`]).
+    target: Arc<Mutex<SocketAddr>>,
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -123,11 +131,18 @@ impl Link {
         };
         let seed = u64::from(addr.port()) << 16 | u64::from(target.port());
         let held = conns.clone();
+        let up = Arc::new(AtomicU64::new(0));
+        let counted = up.clone();
+        let target = Arc::new(Mutex::new(target));
+        let targets = target.clone();
         let accept = rt.spawn(async move {
             let mut n = 0u64;
             while let Ok((client, _)) = listener.accept().await {
+                let Ok(to) = targets.lock().map(|t| *t) else {
+                    return;
+                };
                 n += 1;
-                let task = tokio::spawn(relay(client, target, rx.clone(), seed ^ n));
+                let task = tokio::spawn(relay(client, to, rx.clone(), seed ^ n, counted.clone()));
                 if let Ok(mut all) = held.lock() {
                     all.retain(|t| !t.is_finished());
                     all.push(task);
@@ -139,6 +154,8 @@ impl Link {
             shape,
             accept,
             conns,
+            up,
+            target,
         })
     }
 
@@ -150,6 +167,25 @@ impl Link {
     /// Back to a clean link; whatever waited behind a cut is delivered.
     pub fn heal(&self) {
         self.set(Shape::default());
+    }
+
+    /// Bytes read going up (towards the target) so far, delivered or held by a cut.
+    pub fn up_bytes(&self) -> u64 {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Closes every connection and sends new ones to `to`: the peer replaced, as a client
+    /// sees a member it was talking to go away and its reconnection land elsewhere. What a
+    /// closed connection had not delivered is lost; what it had delivered stays done.
+    pub fn reroute(&self, to: SocketAddr) {
+        if let Ok(mut t) = self.target.lock() {
+            *t = to;
+        }
+        if let Ok(all) = self.conns.lock() {
+            for t in all.iter() {
+                t.abort();
+            }
+        }
     }
 
     /// Connections relayed now.
@@ -188,7 +224,13 @@ impl Way {
     }
 }
 
-async fn relay(client: TcpStream, target: SocketAddr, shape: watch::Receiver<Shape>, seed: u64) {
+async fn relay(
+    client: TcpStream,
+    target: SocketAddr,
+    shape: watch::Receiver<Shape>,
+    seed: u64,
+    up_bytes: Arc<AtomicU64>,
+) {
     let Ok(server) = TcpStream::connect(target).await else {
         // The target is down (a killed process): the client sees its connection close, as
         // it would see a refused one.
@@ -198,8 +240,8 @@ async fn relay(client: TcpStream, target: SocketAddr, shape: watch::Receiver<Sha
     let _ = server.set_nodelay(true);
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = pump(cr, sw, Way::Up, shape.clone(), seed);
-    let down = pump(sr, cw, Way::Down, shape, seed.rotate_left(17));
+    let up = pump(cr, sw, Way::Up, shape.clone(), seed, Some(up_bytes));
+    let down = pump(sr, cw, Way::Down, shape, seed.rotate_left(17), None);
     // Each direction ends on its own (a half-close is forwarded); the connection is done
     // when both are.
     let _ = tokio::join!(up, down);
@@ -213,6 +255,7 @@ async fn pump(
     way: Way,
     shape: watch::Receiver<Shape>,
     seed: u64,
+    counted: Option<Arc<AtomicU64>>,
 ) {
     let (tx, mut rx) = mpsc::channel::<(Instant, Vec<u8>)>(IN_FLIGHT);
     let stamps = shape.clone();
@@ -224,6 +267,9 @@ async fn pump(
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            if let Some(c) = &counted {
+                c.fetch_add(n as u64, Ordering::Relaxed);
+            }
             let lane = way.lane(&stamps.borrow());
             let at = Instant::now() + lane_delay(&lane, &mut rng);
             if tx.send((at, buf[..n].to_vec())).await.is_err() {

@@ -7,11 +7,19 @@
 //! says it holds. The arbiter withdraws and reads the holder record back before answering
 //! (`durable.rs`, `leave`); with the read-back left out (`--inject-bug
 //! durable-leave-without-read-back`) the same race leaves a grant nobody knows it has.
+//!
+//! The FIFO grant that lands late (found by the gate's bridge partition): a grant
+//! transaction held on its way to etcd, while its waiter is handed the key by a release,
+//! is answered with that grant, and releases it. Then the held transaction arrives. The
+//! arbiter settles an attempt whose answer was lost (`grant.rs`: the attempt's own fence,
+//! put before anything is answered) so it can no longer commit; without that
+//! (`--inject-bug grant-without-settle`) it commits, a hold on a session whose every
+//! request was answered.
 
 use lock_config::Reason;
 use lock_config::proto::v1::*;
-use lock_integration::link::{Lane, Shape};
-use lock_integration::registry::{FAIR_PREFIX, waiter_id};
+use lock_integration::link::{Lane, Link, Shape};
+use lock_integration::registry::{FAIR_PREFIX, SLOW_PREFIX, waiter_id};
 use lock_integration::{Stack, StackOptions, as_from_edge, reason_of, until_waiters};
 use std::time::{Duration, Instant};
 
@@ -199,4 +207,288 @@ async fn without_the_read_back_the_head_is_refused_a_hold_it_has() {
         .head_told
         .expect_err("without the read-back the head is refused");
     assert_eq!(reason_of(&refused).map(|r| r.0), Some(Reason::HeldDeadline));
+}
+
+/// One staging of the late FIFO grant: what the waiter was told, and the store's holder
+/// of the key once the held proposal could have been applied.
+struct LateGrant {
+    waiter_told: Result<AcquireResponse, tonic::Status>,
+    waiter_session: i64,
+    /// The lease of the key's holder record at the end.
+    store_holder_lease: Option<i64>,
+}
+
+/// Opens a session for `key` at arbiter `i` as process `instance` of identity `id`.
+async fn open_as(stack: &Stack, i: usize, key: &str, id: &str, instance: &str) -> i64 {
+    let mut req = as_from_edge(OpenSessionRequest { key: key.into() }, Some(key), Some(id));
+    req.metadata_mut()
+        .insert("lock-instance", instance.parse().unwrap());
+    let mut direct = stack.arbiter_direct(i).await.unwrap();
+    direct
+        .open_session(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id
+}
+
+/// A call through arbiter `i` as the edge would forward it, retried (at most four times)
+/// while the store is unavailable: a call that reached the member cut from the leader.
+async fn until_answered<T: Clone, R>(
+    stack: &Stack,
+    i: usize,
+    key: &str,
+    id: &str,
+    msg: T,
+    call: impl AsyncFn(
+        &mut lock_integration::Client,
+        tonic::Request<T>,
+    ) -> Result<tonic::Response<R>, tonic::Status>,
+) -> Result<R, tonic::Status> {
+    let mut direct = stack.arbiter_direct(i).await.unwrap();
+    let mut last = None;
+    for _ in 0..4 {
+        match call(&mut direct, as_from_edge(msg.clone(), Some(key), Some(id))).await {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s) if s.code() == tonic::Code::Unavailable => last = Some(s),
+            Err(s) => return Err(s),
+        }
+    }
+    Err(last.unwrap_or_else(|| tonic::Status::unavailable("no try")))
+}
+
+/// Two processes of one identity (sibling replicas, told apart by their instance). H holds
+/// the key. W asks through arbiter 0, whose links to etcd are all cut one way, so W's
+/// grant transaction waits in one relay; the member it was headed for (F) is then cut from
+/// the leader (the gate's bridge partition) and the relay delivers: F forwards the
+/// proposal into a connection that holds it. H releases through arbiter 0, which takes
+/// W's offer; arbiter 0 then loses its connection to F (and reconnects to the leader), so
+/// W's transaction's answer is lost and the release's handoff hands the key to W. W is
+/// answered and releases what it was given through arbiter 1. Then F and the leader are
+/// mended and the held proposal reaches the leader, which applies it to a free key.
+///
+/// None: the staging did not come about (the grant went to the leader itself), try again.
+async fn stage_late_grant(stack: &Stack, trial: usize) -> Option<LateGrant> {
+    let key = format!("{SLOW_PREFIX}/late-grant-{trial}");
+    let id = waiter_id(2);
+    let hs = open_as(stack, 1, &key, &id, "pod-h").await;
+    // Opened at arbiter 0, so it knows W's session without reading etcd when W asks.
+    let ws = open_as(stack, 0, &key, &id, "pod-w").await;
+    let acquire = AcquireRequest {
+        key: key.clone(),
+        session_id: hs,
+        wait_millis: 0,
+    };
+    let held_by_h = until_answered(stack, 1, &key, &id, acquire, async |c, r| {
+        c.acquire(r).await
+    })
+    .await
+    .expect("H takes the free key");
+    let Some(leader) = stack.leader().await else {
+        println!("trial {trial}: no leader; again");
+        return None;
+    };
+    let links = &stack.etcd_links[0];
+    for l in links {
+        l.set(Shape {
+            up: Lane::cut(),
+            down: Lane::default(),
+        });
+    }
+    let before: Vec<u64> = links.iter().map(Link::up_bytes).collect();
+    let waiting = {
+        let mut direct = stack.arbiter_direct(0).await.unwrap();
+        let (key, id) = (key.clone(), id.clone());
+        tokio::spawn(async move {
+            let req = AcquireRequest {
+                key: key.clone(),
+                session_id: ws,
+                wait_millis: 8000,
+            };
+            direct
+                .acquire(as_from_edge(req, Some(&key), Some(&id)))
+                .await
+                .map(tonic::Response::into_inner)
+        })
+    };
+    // The link W's grant transaction took: the first to read anything.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let f = loop {
+        if let Some(j) = (0..links.len()).find(|&j| links[j].up_bytes() > before[j]) {
+            break j;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "W's grant transaction was never sent"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let lab = stack.lab.as_ref().expect("members in network namespaces");
+    let partitioned = f != leader;
+    if partitioned {
+        lab.cut(leader, f).unwrap();
+    }
+    for l in links {
+        l.heal();
+    }
+    // F has the transaction and forwards its proposal to the leader, into the cut.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // H's release takes W's offer at once; its handoff waits for the group commit that
+    // W's transaction is in.
+    let releasing = {
+        let mut direct = stack.arbiter_direct(0).await.unwrap();
+        let release = ReleaseRequest {
+            key: key.clone(),
+            token: held_by_h.token,
+            session_id: hs,
+        };
+        let (key, id) = (key.clone(), id.clone());
+        tokio::spawn(async move {
+            direct
+                .release(as_from_edge(release, Some(&key), Some(&id)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Arbiter 0 loses F: W's transaction's answer with it (its proposal is already on its
+    // way to the leader), and its calls that way reach the leader from now on.
+    let addr = |m: usize| stack.members().nth(m).map(|m| m.client_addr).unwrap();
+    if partitioned {
+        links[f].reroute(addr(leader));
+    }
+    let released = releasing.await.unwrap();
+    let waiter_told = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("W was answered")
+        .unwrap();
+    if let Ok(grant) = &waiter_told {
+        let release = ReleaseRequest {
+            key: key.clone(),
+            token: grant.token,
+            session_id: ws,
+        };
+        until_answered(stack, 1, &key, &id, release, async |c, r| {
+            c.release(r).await
+        })
+        .await
+        .expect("W releases what it was given");
+    }
+    if partitioned {
+        lab.mend(leader, f).unwrap();
+        links[f].reroute(addr(f));
+    }
+    if !partitioned || released.is_err() {
+        println!(
+            "trial {trial}: {}; again",
+            if partitioned {
+                format!(
+                    "H's release failed ({:?})",
+                    released.err().map(|s| s.message().to_owned())
+                )
+            } else {
+                "W's grant went to the leader itself".to_owned()
+            }
+        );
+        // Leave the key free for nobody: whatever W holds goes with its session.
+        let _ = stack
+            .arbiter_direct(0)
+            .await
+            .unwrap()
+            .close_session(as_from_edge(
+                CloseSessionRequest { session_id: ws },
+                Some(&key),
+                Some(&id),
+            ))
+            .await;
+        return None;
+    }
+    // The held proposal is retransmitted once the route is back (TCP's back-off after a
+    // few seconds of blackhole is seconds): look for its hold for a while.
+    let mut etcd = stack.etcd_client().await.unwrap();
+    let holder = format!("{}{key}", lock_arbiter::layout::HOLDER_PREFIX);
+    let look_until = Instant::now() + Duration::from_secs(8);
+    let store_holder_lease = loop {
+        let r = etcd.get(holder.as_str(), None).await.unwrap();
+        let lease = r.kvs().first().map(|kv| kv.lease());
+        if lease.is_some() || Instant::now() >= look_until {
+            break lease;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    Some(LateGrant {
+        waiter_told,
+        waiter_session: ws,
+        store_holder_lease,
+    })
+}
+
+/// Stages the late grant until it comes about (each try does two times in three).
+async fn late_grant(bugs: &[&str]) -> LateGrant {
+    let reg = tempfile::tempdir().unwrap();
+    let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
+    let mut arbiter_args = vec!["--store-timeout-ms".to_owned(), "1000".to_owned()];
+    arbiter_args.extend(lock_integration::inject_bugs(bugs));
+    // Three members in network namespaces (a bridge partition), the arbiters' links to
+    // them relayed (to see which member a call went to).
+    let stack = Stack::start(StackOptions {
+        registry,
+        relayed_links: true,
+        etcd_members: 3,
+        isolatable_etcd: true,
+        arbiter_args,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    for trial in 0..12 {
+        if let Some(staged) = stage_late_grant(&stack, trial).await {
+            println!(
+                "trial {trial}: W told {}; the store's holder afterwards: {}",
+                match &staged.waiter_told {
+                    Ok(_) => "granted".to_owned(),
+                    Err(s) => format!("{:?} {}", s.code(), s.message()),
+                },
+                match staged.store_holder_lease {
+                    None => "none",
+                    Some(l) if l == staged.waiter_session => "W's session",
+                    Some(_) => "another session",
+                }
+            );
+            return staged;
+        }
+    }
+    panic!("twelve stagings, none came about");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_grant_held_in_flight_cannot_land_after_its_waiter_was_answered() {
+    let staged = late_grant(&[]).await;
+    match &staged.waiter_told {
+        // Settled: the held transaction can no longer commit; W released what it was
+        // handed, and nothing holds the key.
+        Ok(_) => assert_eq!(
+            staged.store_holder_lease, None,
+            "a hold appeared after W had released its grant"
+        ),
+        // The settlement itself was held (its three tries took the held link): W was told
+        // its grant may yet take effect, and W holds what it was handed, or the late one.
+        Err(s) => {
+            assert_eq!(reason_of(s).map(|r| r.0), Some(Reason::NoQuorum), "{s:?}");
+            assert!(s.message().contains("may still take effect"), "{s:?}");
+        }
+    }
+}
+
+/// The same staging without the settlement: the held transaction commits after W was
+/// answered and had released, a hold on W's session that no request of W's explains.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_settlement_the_late_grant_lands() {
+    let staged = late_grant(&["grant-without-settle"]).await;
+    assert!(staged.waiter_told.is_ok(), "W was handed the key");
+    assert_eq!(
+        staged.store_holder_lease,
+        Some(staged.waiter_session),
+        "the late transaction committed on W's session"
+    );
 }
