@@ -8,6 +8,7 @@ pub mod effects;
 pub mod faults;
 pub mod history;
 pub mod linearize;
+pub mod refusal;
 pub mod register;
 pub mod round;
 pub mod shard_checks;

@@ -98,19 +98,9 @@ fn classify<T>(
             let served = lock_integration::answered_by(&resp);
             Outcome::Ok((resp.into_inner(), served))
         }
-        Ok(Err(status)) => match lock_integration::reason_of(&status) {
-            // NO_QUORUM may follow a transaction that committed (docs/src/reference/errors.md).
-            Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
-            // A wait that ran out: the wire reason is HELD, but the wait may also have
-            // ended on a slow store; recorded apart so the checks can tell.
-            Some((lock_config::Reason::HeldDeadline, _)) => Outcome::Fail("HELD_DEADLINE".into()),
-            // Refused because durable waiters are queued: the key may be free at that moment
-            // (FIFO), which the fenced-mutex model does not represent; recorded apart.
-            Some((lock_config::Reason::Held, meta)) if meta.contains_key("waiters") => {
-                Outcome::Fail("HELD_QUEUED".into())
-            }
-            Some((r, _)) => Outcome::Fail(r.as_str().into()),
-            None => Outcome::Unknown(format!("{:?}", status.code())),
+        Ok(Err(status)) => match crate::refusal::of_status(&status) {
+            crate::refusal::Refused::Fail(why) => Outcome::Fail(why),
+            crate::refusal::Refused::Unknown(why) => Outcome::Unknown(why),
         },
     }
 }

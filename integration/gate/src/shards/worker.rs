@@ -146,23 +146,11 @@ pub(super) async fn run(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Sha
             }
             Err(status) => {
                 let reason = reason_of(&status);
-                // A connection that could not be made sent nothing: a definite failure
-                // with no effect (its arbiter killed), not an unknown outcome.
-                let not_sent = status.message().contains("tcp connect error");
-                done.ph = if reason.is_some() || not_sent {
-                    Phase::Fail
-                } else {
-                    Phase::Info
+                // As every gate worker records a refusal (`refusal.rs`).
+                (done.ph, done.why) = match crate::refusal::of_status(&status) {
+                    crate::refusal::Refused::Fail(why) => (Phase::Fail, Some(why)),
+                    crate::refusal::Refused::Unknown(why) => (Phase::Info, Some(why)),
                 };
-                // As the main gate records them (`worker.rs`): a wait that ran out is
-                // HELD on the wire, recorded apart so the model does not read it as held.
-                done.why = Some(reason.as_ref().map_or_else(
-                    || status.message().to_owned(),
-                    |(r, _)| match r {
-                        Reason::HeldDeadline => "HELD_DEADLINE".to_owned(),
-                        r => r.as_str().to_owned(),
-                    },
-                ));
                 s.rec.record(&done);
                 match reason {
                     Some((Reason::WrongSessionPlace, meta)) => {

@@ -506,10 +506,9 @@ fn forged_trailers(identity: &str, key: &str) -> Vec<(String, String)> {
 }
 
 fn status_outcome(status: &tonic::Status) -> Outcome {
-    match lock_integration::reason_of(status) {
-        Some((r, _)) if r.as_str() == "NO_QUORUM" => Outcome::Unknown(r.as_str().into()),
-        Some((r, _)) => Outcome::Fail(r.as_str().into()),
-        None => Outcome::Unknown(format!("{:?}", status.code())),
+    match crate::refusal::of_status(status) {
+        crate::refusal::Refused::Fail(why) => Outcome::Fail(why),
+        crate::refusal::Refused::Unknown(why) => Outcome::Unknown(why),
     }
 }
 
