@@ -86,22 +86,15 @@ pub const ALL: [Fault; 17] = [
     Fault::BridgePartition,
 ];
 
-/// The faults `make gate` and `make test` cycle through: every one but those that
-/// [`Fault::in_default_cycle`] leaves out.
+/// The faults `make gate` and `make test` cycle through: every kind. (`bridge-partition`
+/// was left out while the late grant it found was open: a FIFO grant proposal held in a
+/// follower cut from the leader, applied after its waiter had been answered by a handoff.
+/// Grant attempts are settled now, `grant.rs`; `tests/link_faults.rs` stages the case.)
 pub fn default_cycle() -> Vec<Fault> {
-    ALL.into_iter().filter(|f| f.in_default_cycle()).collect()
+    ALL.to_vec()
 }
 
 impl Fault {
-    /// All but `bridge-partition`, which finds an open issue (a grant proposal held in a
-    /// cut follower's connection to the leader is applied after the heal, on the session
-    /// of an acquire that had already been answered by a handoff: a hold its client never
-    /// saw, flagged by the linearizability check; see the release gate's page). It joins
-    /// once that is fixed.
-    pub fn in_default_cycle(self) -> bool {
-        self != Fault::BridgePartition
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Fault::KillMember => "kill-member",

@@ -29,7 +29,7 @@ enum Cmd {
         workers: usize,
         #[arg(long, default_value_t = 3)]
         clients_per_worker: usize,
-        /// Faults to cycle through (default: every one but bridge-partition; see faults.rs).
+        /// Faults to cycle through (default: every kind; see faults.rs).
         #[arg(long, value_delimiter = ',', conflicts_with = "no_faults")]
         faults: Vec<Fault>,
         /// No faults at all: the quiet baseline a fault's effects are told from.
