@@ -4,7 +4,7 @@
 //! every fault's window. The attacker's calls are left out (refused by design). A fault kind whose window looks like the quiet time is not yet a
 //! fault (issue 34); `gate run --faults KIND` shows one kind alone.
 
-use super::history::{Op, Phase};
+use super::history::{Kind, Op, Phase};
 use super::store_log::StoreTruth;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -133,11 +133,12 @@ pub fn measure(
     for seen in truth.session_end_seen.values() {
         count(*seen, &|e| e.sessions_ended += 1);
     }
-    // The attacker's calls are refused by design, faults or not: not a fault's effect.
-    for op in ops
-        .iter()
-        .filter(|o| !o.via.as_deref().is_some_and(|v| v.starts_with("attack:")))
-    {
+    // The attacker's calls are refused by design, faults or not: not a fault's effect. A
+    // force release is the gate's own fault, refused when the hold moved first: not a
+    // client's refusal either.
+    for op in ops.iter().filter(|o| {
+        !o.via.as_deref().is_some_and(|v| v.starts_with("attack:")) && o.kind != Kind::Force
+    }) {
         if op.unknown() {
             count(op.invoked, &|e| e.unknown += 1);
         } else if let (Some((t, Phase::Fail)), Some(why)) = (op.done, op.why.as_deref()) {
@@ -154,7 +155,6 @@ pub fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Kind;
 
     fn op(invoked: u64, done: Option<(u64, Phase)>, why: Option<&str>) -> Op {
         Op {
@@ -189,6 +189,15 @@ mod tests {
             op(12 * S, Some((12 * S, Phase::Fail)), Some("HELD")), // contention: not counted
             op(25 * S, Some((26 * S, Phase::Fail)), Some("SESSION_EXPIRED")),
             op(50 * S, None, None), // past the end
+            // The gate's own force release, refused because the hold moved: not counted.
+            Op {
+                kind: Kind::Force,
+                ..op(
+                    11 * S,
+                    Some((11 * S, Phase::Fail)),
+                    Some("the key is not held"),
+                )
+            },
         ];
         let w = [Window {
             kind: "cut".into(),
