@@ -38,11 +38,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// compare and the classification read; bounded so a flapping store cannot spin a request.
 pub const MAX_ATTEMPTS: usize = 3;
 
-/// Settlements tried for one attempt whose answer was lost, each bounded by the store
-/// timeout. A new try may reach another member (etcd-client balances over the endpoints),
-/// which is how a settlement gets past the member that holds the attempt.
-pub const SETTLE_TRIES: usize = 3;
-
 /// A successful grant.
 #[derive(Debug, Clone)]
 pub struct Grant {
@@ -176,43 +171,6 @@ pub fn holder_verdict(claimant: &Claimant<'_>, holder: &HolderSeen, read_at: i64
         Verdict::LeakedHold
     } else {
         Verdict::Held { at: read_at }
-    }
-}
-
-/// What a settlement transaction returned (it puts the attempt's fence if absent and the
-/// session still bound, and reads the holder either way).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SettleSeen {
-    /// Its compares held: the fence is now in the store (put by this settlement).
-    pub fenced_now: bool,
-    /// Else: the fence was already there (an earlier try of this settlement committed).
-    pub fence_present: bool,
-    /// Else: the session record's create revision, if it is still there.
-    pub session_create_revision: Option<i64>,
-    pub holder: Option<HolderSeen>,
-}
-
-/// What a settled attempt means. Once the fence is in the store the attempt can never
-/// commit, so the holder read in the same transaction is the whole truth: this session's
-/// (the attempt committed, or a release handed the key on to it: held either way) or not
-/// (the attempt did not commit and never will; the store was unreachable: NO_QUORUM, a
-/// definite refusal now). A session that is gone can hold nothing, and its lease is gone,
-/// so no put on it can commit.
-pub fn settled(claimant: &Claimant<'_>, seen: &SettleSeen) -> Result<Verdict, ArbiterError> {
-    let fenced = seen.fenced_now || seen.fence_present;
-    if !fenced && seen.session_create_revision != Some(claimant.session_create_revision) {
-        return Ok(Verdict::SessionGone);
-    }
-    if !fenced {
-        return Err(ArbiterError::Store(
-            "a settlement refused with its session bound and no fence".into(),
-        ));
-    }
-    match &seen.holder {
-        Some(h) if h.session.as_deref() == Some(claimant.lease_hex) => Ok(Verdict::Granted {
-            revision: h.mod_revision,
-        }),
-        _ => Err(ArbiterError::NoQuorum),
     }
 }
 
@@ -429,72 +387,6 @@ impl Granter<'_> {
     }
 }
 
-impl Granter<'_> {
-    /// Settles an attempt whose answer was lost: puts its fence `x` (on the session's
-    /// lease, so it goes with the session) unless it is there, reading the holder in the
-    /// same transaction; tried [`SETTLE_TRIES`] times, then the attempt stays in doubt.
-    async fn settle(
-        &self,
-        sealed: &Sealed,
-        session: &Session,
-        claimant: &Claimant<'_>,
-        hkey: &str,
-        x: &str,
-    ) -> Result<Verdict, ArbiterError> {
-        let skey = session_key(session.lease);
-        for _ in 0..SETTLE_TRIES {
-            let txn = Txn::new()
-                .when(vec![
-                    Compare::create_revision(x, CompareOp::Equal, 0),
-                    Compare::create_revision(
-                        skey.as_str(),
-                        CompareOp::Equal,
-                        session.create_revision,
-                    ),
-                ])
-                .and_then(vec![
-                    TxnOp::put(x, "", Some(PutOptions::new().with_lease(session.lease))),
-                    TxnOp::get(hkey, None),
-                ])
-                .or_else(vec![
-                    TxnOp::get(hkey, None),
-                    TxnOp::get(x, None),
-                    TxnOp::get(skey.as_str(), None),
-                ]);
-            let bytes = 2 * x.len() + 2 * hkey.len() + skey.len() + 64;
-            let resp = match sealed.txn_batched(txn, vec![x.to_owned()], bytes).await {
-                Ok(r) => r,
-                Err(ArbiterError::NoQuorum) => continue,
-                Err(e) => return Err(e),
-            };
-            let ops = resp.op_responses();
-            let got = |i: usize| -> Option<&KeyValue> {
-                match ops.get(i) {
-                    Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-                    _ => None,
-                }
-            };
-            let seen = if resp.succeeded() {
-                SettleSeen {
-                    fenced_now: true,
-                    fence_present: false,
-                    session_create_revision: Some(session.create_revision),
-                    holder: got(1).map(holder_seen),
-                }
-            } else {
-                SettleSeen {
-                    fenced_now: false,
-                    fence_present: got(1).is_some(),
-                    session_create_revision: got(2).map(KeyValue::create_revision),
-                    holder: got(0).map(holder_seen),
-                }
-            };
-            return settled(claimant, &seen);
-        }
-        Err(ArbiterError::GrantInDoubt)
-    }
-}
-
 /// The holder record a grant to `session` writes (by its own transaction, or by the
 /// release that hands the key on to it).
 pub fn holder_record(session: &Session, class: &ResolvedClass<'_>) -> Holder {
@@ -536,6 +428,9 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
+
+mod settle;
+pub use settle::{SETTLE_TRIES, SettleSeen, settled};
 
 #[cfg(test)]
 mod tests;

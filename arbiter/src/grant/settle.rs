@@ -1,0 +1,120 @@
+//! Settling a grant attempt whose answer was lost (issue 34): its transaction may still be
+//! applied long after (held in a member cut from the leader), so before the wait answers
+//! anything, one transaction puts the attempt's own fence `/x/<session>/<nonce>`, which the
+//! attempt compares absent, and reads the holder back. After it the attempt has either
+//! committed or never will; [`settled`] says which, on plain data.
+
+use super::{Claimant, Granter, HolderSeen, Verdict, holder_seen};
+use crate::error::ArbiterError;
+use crate::layout::session_key;
+use crate::sessions::Session;
+use crate::store::Sealed;
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+
+/// Settlements tried for one attempt whose answer was lost, each bounded by the store
+/// timeout. A new try may reach another member (etcd-client balances over the endpoints),
+/// which is how a settlement gets past the member that holds the attempt.
+pub const SETTLE_TRIES: usize = 3;
+
+/// What a settlement transaction returned (it puts the attempt's fence if absent and the
+/// session still bound, and reads the holder either way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettleSeen {
+    /// Its compares held: the fence is now in the store (put by this settlement).
+    pub fenced_now: bool,
+    /// Else: the fence was already there (an earlier try of this settlement committed).
+    pub fence_present: bool,
+    /// Else: the session record's create revision, if it is still there.
+    pub session_create_revision: Option<i64>,
+    pub holder: Option<HolderSeen>,
+}
+
+/// What a settled attempt means. Once the fence is in the store the attempt can never
+/// commit, so the holder read in the same transaction is the whole truth: this session's
+/// (the attempt committed, or a release handed the key on to it: held either way) or not
+/// (the attempt did not commit and never will; the store was unreachable: NO_QUORUM, a
+/// definite refusal now). A session that is gone can hold nothing, and its lease is gone,
+/// so no put on it can commit.
+pub fn settled(claimant: &Claimant<'_>, seen: &SettleSeen) -> Result<Verdict, ArbiterError> {
+    let fenced = seen.fenced_now || seen.fence_present;
+    if !fenced && seen.session_create_revision != Some(claimant.session_create_revision) {
+        return Ok(Verdict::SessionGone);
+    }
+    if !fenced {
+        return Err(ArbiterError::Store(
+            "a settlement refused with its session bound and no fence".into(),
+        ));
+    }
+    match &seen.holder {
+        Some(h) if h.session.as_deref() == Some(claimant.lease_hex) => Ok(Verdict::Granted {
+            revision: h.mod_revision,
+        }),
+        _ => Err(ArbiterError::NoQuorum),
+    }
+}
+
+impl Granter<'_> {
+    /// Settles an attempt whose answer was lost: puts its fence `x` (on the session's
+    /// lease, so it goes with the session) unless it is there, reading the holder in the
+    /// same transaction; tried [`SETTLE_TRIES`] times, then the attempt stays in doubt.
+    pub(super) async fn settle(
+        &self,
+        sealed: &Sealed,
+        session: &Session,
+        claimant: &Claimant<'_>,
+        hkey: &str,
+        x: &str,
+    ) -> Result<Verdict, ArbiterError> {
+        let skey = session_key(session.lease);
+        for _ in 0..SETTLE_TRIES {
+            let txn = Txn::new()
+                .when(vec![
+                    Compare::create_revision(x, CompareOp::Equal, 0),
+                    Compare::create_revision(
+                        skey.as_str(),
+                        CompareOp::Equal,
+                        session.create_revision,
+                    ),
+                ])
+                .and_then(vec![
+                    TxnOp::put(x, "", Some(PutOptions::new().with_lease(session.lease))),
+                    TxnOp::get(hkey, None),
+                ])
+                .or_else(vec![
+                    TxnOp::get(hkey, None),
+                    TxnOp::get(x, None),
+                    TxnOp::get(skey.as_str(), None),
+                ]);
+            let bytes = 2 * x.len() + 2 * hkey.len() + skey.len() + 64;
+            let resp = match sealed.txn_batched(txn, vec![x.to_owned()], bytes).await {
+                Ok(r) => r,
+                Err(ArbiterError::NoQuorum) => continue,
+                Err(e) => return Err(e),
+            };
+            let ops = resp.op_responses();
+            let got = |i: usize| -> Option<&KeyValue> {
+                match ops.get(i) {
+                    Some(TxnOpResponse::Get(g)) => g.kvs().first(),
+                    _ => None,
+                }
+            };
+            let seen = if resp.succeeded() {
+                SettleSeen {
+                    fenced_now: true,
+                    fence_present: false,
+                    session_create_revision: Some(session.create_revision),
+                    holder: got(1).map(holder_seen),
+                }
+            } else {
+                SettleSeen {
+                    fenced_now: false,
+                    fence_present: got(1).is_some(),
+                    session_create_revision: got(2).map(KeyValue::create_revision),
+                    holder: got(0).map(holder_seen),
+                }
+            };
+            return settled(claimant, &seen);
+        }
+        Err(ArbiterError::GrantInDoubt)
+    }
+}
