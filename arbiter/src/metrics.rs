@@ -41,6 +41,15 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// The outcomes of [`Metrics::settled`].
+pub const SETTLED_OUTCOMES: [&str; 4] = ["committed", "not_committed", "session_gone", "in_doubt"];
+
+/// How a grant attempt whose answer was lost was settled (`grant/settle.rs`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SettledLabel {
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: &'static str,
@@ -99,6 +108,10 @@ pub struct Metrics {
     pub registry_refused_version: Gauge,
     /// Reloads refused because the new registry was invalid.
     pub registry_reloads_refused: Counter,
+    /// Grant attempts whose answer was lost, by how they were settled: `committed` (the
+    /// holder was this session's), `not_committed` (fenced before it could), `session_gone`,
+    /// `in_doubt` (no settlement could be made: answered NO_QUORUM, may still commit).
+    pub settlements: Family<SettledLabel, Counter>,
     /// 1 per class of the registry served, labelled with its namespace, tier and owner.
     pub class_info: Family<ClassInfoLabel, Gauge>,
     /// Each class's handles into the families above, found by name without building a
@@ -138,6 +151,7 @@ impl Metrics {
         let registry_version = Gauge::default();
         let registry_refused_version = Gauge::default();
         let registry_reloads_refused = Counter::default();
+        let settlements = Family::<SettledLabel, Counter>::default();
         let class_info = Family::<ClassInfoLabel, Gauge>::default();
         registry.register(
             "class_info",
@@ -218,6 +232,11 @@ impl Metrics {
             "Registry reloads refused as invalid",
             registry_reloads_refused.clone(),
         );
+        registry.register(
+            "grant_settlements",
+            "Grant attempts whose answer was lost, by how they were settled (committed, not_committed, session_gone, in_doubt)",
+            settlements.clone(),
+        );
         Self {
             registry,
             grants,
@@ -238,6 +257,7 @@ impl Metrics {
             registry_version,
             registry_refused_version,
             registry_reloads_refused,
+            settlements,
             class_info,
             classes: RwLock::new(HashMap::new()),
         }
@@ -262,6 +282,9 @@ impl Metrics {
             let _ = self.refusals.get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             });
+        }
+        for outcome in SETTLED_OUTCOMES {
+            let _ = self.settlements.get_or_create(&SettledLabel { outcome });
         }
     }
 
@@ -320,6 +343,13 @@ impl Metrics {
         ClassLabel {
             class: class.to_owned(),
         }
+    }
+
+    /// A lost grant answer settled (or not): `outcome` as [`Metrics::settlements`] names.
+    pub fn settled(&self, outcome: &'static str) {
+        self.settlements
+            .get_or_create(&SettledLabel { outcome })
+            .inc();
     }
 
     pub fn refused(&self, reason: Reason) {

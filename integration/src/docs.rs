@@ -207,7 +207,16 @@ pub fn cli_page() -> anyhow::Result<String> {
 // ---- metrics -----------------------------------------------------------------------
 
 pub fn metrics_page() -> String {
-    let text = lock_arbiter::metrics::METRICS.encode();
+    use lock_arbiter::metrics::METRICS;
+    // A labelled family is encoded only once it has a series: give each one, as a running
+    // arbiter does (its classes and reasons declared at start, a first call of each kind).
+    METRICS.declare(std::iter::once("example"));
+    METRICS.request("Acquire", Ok(()), std::time::Duration::ZERO);
+    METRICS.etcd("txn", true, std::time::Duration::ZERO);
+    if let Ok(registry) = lock_arbiter::registry_files::load(&crate::paths::dev_registry()) {
+        METRICS.describe(&registry);
+    }
+    let text = METRICS.encode();
     let mut rows: BTreeMap<String, (String, String)> = BTreeMap::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {

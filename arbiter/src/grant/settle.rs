@@ -113,8 +113,20 @@ impl Granter<'_> {
                     holder: got(0).map(holder_seen),
                 }
             };
-            return settled(claimant, &seen);
+            let verdict = settled(claimant, &seen);
+            crate::metrics::METRICS.settled(match &verdict {
+                Ok(Verdict::Granted { .. }) => "committed",
+                Ok(Verdict::SessionGone) => "session_gone",
+                _ => "not_committed",
+            });
+            return verdict;
         }
+        crate::metrics::METRICS.settled("in_doubt");
+        // No key, identity or session in the log, as in the spans (ADR-22); the counter
+        // says how often, the caller's answer says to whom.
+        tracing::warn!(
+            "a grant attempt's answer was lost and could not be settled: answered NO_QUORUM, it may still take effect"
+        );
         Err(ArbiterError::GrantInDoubt)
     }
 }
