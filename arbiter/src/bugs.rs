@@ -64,6 +64,11 @@ pub enum Bug {
     /// partitioned member, it commits after its wait was answered otherwise: a hold on a
     /// session whose every request was answered (the gate's bridge-partition found it).
     GrantWithoutSettle,
+    /// A renewal etcd answered with TTL 0 (the lease is gone) is answered as renewed (issue
+    /// 34): the client believes a session, and the holds on it, alive after the store
+    /// ended them. A stalled or cut-off client renewing after its TTL passed is told so
+    /// by nothing; the gate's renewal check names it.
+    RenewalIgnoresExpiry,
 }
 
 impl FromStr for Bug {
@@ -86,8 +91,9 @@ impl FromStr for Bug {
             "durable-leave-without-read-back" => Ok(Bug::DurableLeaveWithoutReadBack),
             "in-doubt-grant-as-held" => Ok(Bug::InDoubtGrantAsHeld),
             "grant-without-settle" => Ok(Bug::GrantWithoutSettle),
+            "renewal-ignores-expiry" => Ok(Bug::RenewalIgnoresExpiry),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry)"
             )),
         }
     }

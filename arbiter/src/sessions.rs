@@ -208,6 +208,9 @@ impl Sessions {
         if keepers.0.insert(lease) {
             METRICS.sessions_kept.inc();
         }
+        if resp.ttl() <= 0 && store.bugs().has(crate::bugs::Bug::RenewalIgnoresExpiry) {
+            return Ok(1);
+        }
         if resp.ttl() <= 0 {
             if keepers.0.remove(&lease) {
                 METRICS.sessions_kept.dec();

@@ -141,6 +141,11 @@ impl Store {
         }
     }
 
+    /// The bugs injected into this process (debug builds only).
+    pub fn bugs(&self) -> &Bugs {
+        &self.bugs
+    }
+
     /// The group-commit sender (started on first use).
     pub fn batcher(&self) -> &Batcher {
         self.batcher

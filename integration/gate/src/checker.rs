@@ -59,7 +59,31 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
     let mut out = check_keys(ops, truth, &|c| gate_client_identity(c as usize));
     attacks(ops, &mut out);
     store_identity(ops, truth, &mut out);
+    renewals(ops, truth, &mut out);
     out
+}
+
+/// A renewal answered "renewed" must have found the session alive: one asked after the
+/// store was seen to end the session (its record deleted) is a client told its session,
+/// and every hold on it, lives on when they are gone. The watcher sees a delete after it
+/// happened, so "asked after it was seen" is after it happened.
+fn renewals(ops: &[Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
+    for op in ops.iter().filter(|o| o.kind == Kind::KeepAlive && o.ok()) {
+        let Some(session) = op.session else { continue };
+        if let Some(&ended) = truth.session_end_seen.get(&session)
+            && op.invoked > ended
+        {
+            out.push(Violation {
+                check: "renewal",
+                key: String::new(),
+                detail: format!(
+                    "client {}'s session {session:x} was renewed {} ms after the store ended it",
+                    op.client,
+                    (op.invoked - ended) / 1_000_000
+                ),
+            });
+        }
+    }
 }
 
 /// The per-key checks alone (tokens, store backing, exclusion, releases, fences): what

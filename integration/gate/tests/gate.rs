@@ -198,9 +198,6 @@ async fn catches_a_batch_that_cross_answers() {
     assert!(!report.passed());
 }
 
-/// The attacker's forgeries succeed once the layers that stop them are switched off (the
-/// filter keeps `x-lock-*` trailers, the arbiter reads edge headers from merged metadata
-/// and admits any peer certificate), and the gate reports them.
 /// Issue 34: a grant whose answer was lost, answered as a definite HELD. The one-way link
 /// fault (etcd hears the arbiter, the arbiter hears nothing) makes such grants commit.
 #[cfg(debug_assertions)]
@@ -218,6 +215,27 @@ async fn catches_a_lost_grant_answered_as_held_under_a_one_way_link() {
     );
 }
 
+/// Issue 34: a renewal etcd answered "lease gone" answered as renewed. Cutting Envoy from
+/// an arbiter expires the sessions renewed through it; their clients renew again once the
+/// link heals, and the arbiter that still knows the session renews a dead lease.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_renewal_of_an_ended_session_after_the_edge_lost_an_arbiter() {
+    let report = run(with_bug(
+        "renewal-ignores-expiry",
+        30,
+        vec![faults::Fault::CutEdgeArbiter],
+    ))
+    .await;
+    assert!(
+        found(&report, "renewal"),
+        "a session renewed after the store ended it went unseen"
+    );
+}
+
+/// The attacker's forgeries succeed once the layers that stop them are switched off (the
+/// filter keeps `x-lock-*` trailers, the arbiter reads edge headers from merged metadata
+/// and admits any peer certificate), and the gate reports them.
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_the_attacker_once_the_boundary_is_switched_off() {

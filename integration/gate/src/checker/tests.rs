@@ -443,3 +443,22 @@ fn a_grant_given_back_ends_with_its_own_late_release() {
     // The store ended 5 only after 7 was granted: two holders.
     assert!(checks(&given_back_then_released_late(9)).contains(&"exclusion"));
 }
+
+/// A renewal answered "renewed" after the store ended the session is caught; one asked
+/// before the end was seen (answered just before it, or the watcher late) is not.
+#[test]
+fn a_renewal_of_an_ended_session_is_caught() {
+    let renewal = |op: u64, t: u64| {
+        let mut invoke = ev(1, op, t, Phase::Invoke, Kind::KeepAlive, 7, None);
+        invoke.key = None;
+        let mut ok = ev(1, op, t + 1, Phase::Ok, Kind::KeepAlive, 7, None);
+        ok.key = None;
+        vec![invoke, ok]
+    };
+    let mut end = session_end(20, 7);
+    end.seen = 100;
+    let before = renewal(1, 90);
+    assert!(run(before, std::slice::from_ref(&end)).is_empty());
+    let after = [renewal(1, 90), renewal(2, 150)].concat();
+    assert_eq!(checks(&run(after, &[end])), vec!["renewal"]);
+}
