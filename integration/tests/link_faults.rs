@@ -52,40 +52,37 @@ impl Race {
     }
 }
 
-async fn stage(bugs: &[&str]) -> Race {
+/// Who the holder and the head are: two identities, or two processes of one (sibling
+/// replicas of a Deployment, told apart by their instance).
+#[derive(Clone, Copy)]
+enum Pair {
+    TwoIdentities,
+    Siblings,
+}
+
+async fn stage(bugs: &[&str], pair: Pair) -> Race {
     let reg = tempfile::tempdir().unwrap();
     let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
-    let mut arbiter_args = Vec::new();
-    for b in bugs {
-        arbiter_args.extend(["--inject-bug".to_owned(), (*b).to_owned()]);
-    }
     let stack = Stack::start(StackOptions {
         registry,
         relayed_links: true,
-        arbiter_args,
+        arbiter_args: lock_integration::inject_bugs(bugs),
         ..StackOptions::default()
     })
     .await
     .unwrap();
     let key = format!("{FAIR_PREFIX}/handoff-race");
-    let session = |c: &mut lock_integration::Client| {
-        let mut c = c.clone();
-        let key = key.clone();
-        async move {
-            c.open_session(OpenSessionRequest { key })
-                .await
-                .unwrap()
-                .into_inner()
-                .session_id
-        }
+    let (holder_id, head_id) = match pair {
+        Pair::TwoIdentities => (waiter_id(0), waiter_id(1)),
+        Pair::Siblings => (waiter_id(0), waiter_id(0)),
     };
-    // Sessions and renewals go through Envoy; the acquires and the release go straight to
-    // an arbiter each (with the edge's headers, as the filter sets them): the head waits
-    // on arbiter 0, the holder releases through arbiter 1.
-    let holder = stack.workload(&waiter_id(0)).await.unwrap();
-    let hs = session(&mut holder.clone()).await;
+    // Sessions opened at the arbiter each side uses, with an instance each; renewals go
+    // through Envoy. The acquires and the release go straight to an arbiter each (with the
+    // edge's headers, as the filter sets them): the head waits on arbiter 0, the holder
+    // releases through arbiter 1.
+    let holder = stack.workload(&holder_id).await.unwrap();
+    let hs = open_as(&stack, 1, &key, &holder_id, "pod-h").await;
     let _ka_h = lock_integration::keep_alive(holder.clone(), hs, Duration::from_millis(1000));
-    let holder_id = waiter_id(0);
     let mut releaser = stack.arbiter_direct(1).await.unwrap();
     let held = releaser
         .acquire(as_from_edge(
@@ -101,14 +98,14 @@ async fn stage(bugs: &[&str]) -> Race {
         .unwrap()
         .into_inner();
 
-    let head = stack.workload(&waiter_id(1)).await.unwrap();
-    let head_session = session(&mut head.clone()).await;
+    let head = stack.workload(&head_id).await.unwrap();
+    let head_session = open_as(&stack, 0, &key, &head_id, "pod-w").await;
     let _ka = lock_integration::keep_alive(head.clone(), head_session, Duration::from_millis(1000));
     let asked = Instant::now();
     let waiting = {
         let mut direct = stack.arbiter_direct(0).await.unwrap();
         let key = key.clone();
-        let id = waiter_id(1);
+        let id = head_id.clone();
         tokio::spawn(async move {
             let req = AcquireRequest {
                 key: key.clone(),
@@ -176,7 +173,12 @@ async fn stage(bugs: &[&str]) -> Race {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_head_whose_deadline_passes_during_the_handoff_is_told_the_truth() {
-    let race = stage(&[]).await;
+    for pair in [Pair::TwoIdentities, Pair::Siblings] {
+        told_the_truth(stage(&[], pair).await);
+    }
+}
+
+fn told_the_truth(race: Race) {
     race.print();
     // The race happened: the head's answer came after its deadline, and the store handed
     // it the key.
@@ -200,7 +202,7 @@ async fn a_durable_head_whose_deadline_passes_during_the_handoff_is_told_the_tru
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_read_back_the_head_is_refused_a_hold_it_has() {
-    let race = stage(&["durable-leave-without-read-back"]).await;
+    let race = stage(&["durable-leave-without-read-back"], Pair::Siblings).await;
     race.print();
     assert_eq!(race.store_holder_lease, Some(race.head_session));
     let refused = race
