@@ -240,12 +240,6 @@ impl Granter<'_> {
                 }
                 Ok(Verdict::EpochMoved) => sealed = self.store.resealed().await?,
                 Ok(Verdict::ReleasedMeanwhile) => sealed = self.store.sealed().await?,
-                // The injected bug (issue 34): a grant whose answer was lost read as a
-                // definite "held", though it may have committed (an arbiter etcd hears
-                // and does not answer: the gate's arbiter-deaf).
-                Err(ArbiterError::NoQuorum) if self.bugs.has(Bug::InDoubtGrantAsHeld) => {
-                    return Ok(Attempt::Held { revision: 0 });
-                }
                 Err(e) => sealed = reseal_once(self.store, e, attempt).await?,
             }
         }
@@ -334,9 +328,11 @@ impl Granter<'_> {
         let txn = Txn::new().when(compares).and_then(success).or_else(failure);
         let resp = match sealed.txn_creating_batched(txn, &hkey, writes, bytes).await {
             Ok(r) => r,
-            // The injected bug answers the doubt itself (below, in `attempt`), unsettled.
+            // The injected bug (issue 34): a grant whose answer was lost read as a definite
+            // "held", unsettled, though it may have committed (an arbiter etcd hears and
+            // does not answer: the gate's arbiter-deaf).
             Err(ArbiterError::NoQuorum) if self.bugs.has(Bug::InDoubtGrantAsHeld) => {
-                return Err(ArbiterError::NoQuorum);
+                return Ok(Verdict::Held { at: 0 });
             }
             // The outcome is unknown: the transaction may have committed, or may yet.
             // Settle it: after that, the holder record is the whole answer.
@@ -430,7 +426,7 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 mod settle;
-pub use settle::{SETTLE_TRIES, SettleSeen, settled};
+pub use settle::{SettleSeen, settled};
 
 #[cfg(test)]
 mod tests;
