@@ -69,6 +69,10 @@ pub enum Bug {
     /// ended them. A stalled or cut-off client renewing after its TTL passed is told so
     /// by nothing; the gate's renewal check names it.
     RenewalIgnoresExpiry,
+    /// Observe hands the holder's token to every observer, not only to the holder's own
+    /// session: a sibling replica (or another identity) could write with it. The Observe
+    /// test names it.
+    ObserveTokenToAll,
 }
 
 impl FromStr for Bug {
@@ -92,8 +96,9 @@ impl FromStr for Bug {
             "in-doubt-grant-as-held" => Ok(Bug::InDoubtGrantAsHeld),
             "grant-without-settle" => Ok(Bug::GrantWithoutSettle),
             "renewal-ignores-expiry" => Ok(Bug::RenewalIgnoresExpiry),
+            "observe-token-to-all" => Ok(Bug::ObserveTokenToAll),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all)"
             )),
         }
     }

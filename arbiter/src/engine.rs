@@ -17,6 +17,7 @@ use crate::etcd::Etcd;
 use crate::grant::{Grant, Granter, MAX_ATTEMPTS, reseal_once};
 use crate::layout::{EPOCH_KEY, Holder, decode, holder_key};
 use crate::metrics::METRICS;
+use crate::observe::Observers;
 use crate::queue::Queues;
 use crate::release::{Heads, Releaser};
 use crate::sessions::{Keepers, Session, Sessions};
@@ -41,6 +42,8 @@ pub struct Engine {
     bugs: Bugs,
     /// Started at SIGTERM: waiters and new requests are answered DRAINING (`drain.rs`).
     drain: Drain,
+    /// Open Observe streams against their limit (`observe.rs`).
+    observers: Arc<Observers>,
 }
 
 /// What Inspect reports: never a token.
@@ -67,7 +70,23 @@ impl Engine {
             queues: Arc::new(Queues::default()),
             bugs,
             drain: Drain::default(),
+            observers: Observers::new(crate::observe::DEFAULT_MAX_OBSERVERS),
         }
+    }
+
+    /// At most `limit` Observe streams at once (`--max-observers`).
+    pub fn with_max_observers(mut self, limit: usize) -> Self {
+        self.observers = Observers::new(limit);
+        self
+    }
+
+    pub fn observers(&self) -> &Arc<Observers> {
+        &self.observers
+    }
+
+    /// The store that owns `key` (by its class's tier and the shard map).
+    pub async fn store_for(&self, key: &LockKey) -> Result<Arc<crate::store::Store>, ArbiterError> {
+        Ok(self.route(key).await?.store)
     }
 
     pub fn drain(&self) -> &Drain {

@@ -51,6 +51,12 @@ pub enum ArbiterError {
     StoreFull,
     #[error("at most {limit} sessions may be renewed on one KeepAlive stream")]
     StreamFull { limit: usize },
+    #[error("this arbiter already serves {limit} Observe streams: retry later, or Inspect")]
+    ObserversFull { limit: usize },
+    #[error(
+        "the store has compacted the changes after that revision (compacted to {compact_revision}): observe from now"
+    )]
+    HistoryCompacted { compact_revision: i64 },
     #[error("this arbiter is draining for a restart: retry, the key's next owner answers")]
     Draining,
     #[error("the key's range is moving between shards: retry shortly")]
@@ -81,7 +87,10 @@ impl ArbiterError {
             ArbiterError::Sealed(_) => Reason::Sealed,
             ArbiterError::NoQuorum | ArbiterError::GrantInDoubt => Reason::NoQuorum,
             ArbiterError::StoreFull => Reason::StoreFull,
-            ArbiterError::StreamFull { .. } => Reason::StreamFull,
+            ArbiterError::StreamFull { .. } | ArbiterError::ObserversFull { .. } => {
+                Reason::StreamFull
+            }
+            ArbiterError::HistoryCompacted { .. } => Reason::HistoryCompacted,
             ArbiterError::Draining => Reason::Draining,
             ArbiterError::Moving => Reason::Moving,
             ArbiterError::WrongSessionPlace { .. } => Reason::WrongSessionPlace,
@@ -95,7 +104,12 @@ impl ArbiterError {
                 ("class", class.clone()),
                 ("ttl_seconds", ttl_seconds.to_string()),
             ],
-            ArbiterError::StreamFull { limit } => vec![("limit", limit.to_string())],
+            ArbiterError::StreamFull { limit } | ArbiterError::ObserversFull { limit } => {
+                vec![("limit", limit.to_string())]
+            }
+            ArbiterError::HistoryCompacted { compact_revision } => {
+                vec![("compact_revision", compact_revision.to_string())]
+            }
             ArbiterError::WrongSessionPlace { cluster } => vec![("cluster", cluster.clone())],
             ArbiterError::Queued { waiters } => vec![("waiters", waiters.to_string())],
             _ => Vec::new(),
@@ -112,6 +126,7 @@ fn code(c: GrpcCode) -> Code {
         GrpcCode::ResourceExhausted => Code::ResourceExhausted,
         GrpcCode::FailedPrecondition => Code::FailedPrecondition,
         GrpcCode::Aborted => Code::Aborted,
+        GrpcCode::OutOfRange => Code::OutOfRange,
         GrpcCode::Unimplemented => Code::Unimplemented,
         GrpcCode::Internal => Code::Internal,
         GrpcCode::Unavailable => Code::Unavailable,

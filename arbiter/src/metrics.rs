@@ -89,6 +89,8 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     /// Sessions renewed through this arbiter's KeepAlive streams now.
     pub sessions_kept: Gauge,
+    /// Observe streams served now (against `--max-observers`).
+    pub observe_streams: Gauge,
     /// Session renewals answered.
     pub keepalives: Counter,
     /// Keepalive renewals refused (the session had expired or was not the caller's).
@@ -142,6 +144,7 @@ impl Metrics {
         let etcd_seconds = Histograms::<OperationLabel>::new_with_constructor(latency);
         let queue_depth = Gauge::default();
         let sessions_kept = Gauge::default();
+        let observe_streams = Gauge::default();
         let keepalives = Counter::default();
         let keepalive_failures = Counter::default();
         let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 9));
@@ -196,6 +199,11 @@ impl Metrics {
             sessions_kept.clone(),
         );
         registry.register(
+            "observe_streams",
+            "Observe streams this arbiter serves",
+            observe_streams.clone(),
+        );
+        registry.register(
             "keepalives",
             "Session renewals answered",
             keepalives.clone(),
@@ -248,6 +256,7 @@ impl Metrics {
             etcd_seconds,
             queue_depth,
             sessions_kept,
+            observe_streams,
             keepalives,
             keepalive_failures,
             batch_size,

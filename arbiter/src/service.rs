@@ -47,6 +47,7 @@ impl LockService {
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<KeepAliveResponse, Status>> + Send>>;
 type HoldStream = Pin<Box<dyn Stream<Item = Result<HoldResponse, Status>> + Send>>;
+type ObserveStream = Pin<Box<dyn Stream<Item = Result<ObserveResponse, Status>> + Send>>;
 
 /// The calls themselves; the trait below times each one (`observed`).
 impl LockService {
@@ -214,6 +215,17 @@ impl Lock for LockService {
     type KeepAliveStream = KeepAliveStream;
 
     type HoldStream = HoldStream;
+
+    type ObserveStream = ObserveStream;
+
+    async fn observe(
+        &self,
+        req: Request<ObserveRequest>,
+    ) -> Result<Response<Self::ObserveStream>, Status> {
+        let edge = self.edge(&req);
+        let stream = crate::observe::serve(self.engine.clone(), &edge, req.get_ref())?;
+        Ok(self.reply(Box::pin(stream) as ObserveStream))
+    }
 
     async fn hold(
         &self,

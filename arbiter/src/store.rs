@@ -357,6 +357,15 @@ impl Sealed {
         self.etcd.bounded(watches.watch(key, Some(options))).await
     }
 
+    /// The seal for a response of a stream this view opened ([`Sealed::watch_stream`]):
+    /// the cluster ID, re-reading the epoch record once on a mismatch.
+    pub async fn check_streamed(
+        &self,
+        header: Option<&ResponseHeader>,
+    ) -> Result<(), ArbiterError> {
+        self.store.check_stream(header).await
+    }
+
     /// Renews `lease` once on the arbiter's shared keepalive stream (`renewals.rs`); the
     /// answer's header has passed the seal.
     pub async fn renew(&self, lease: i64) -> Result<LeaseKeepAliveResponse, ArbiterError> {

@@ -11,8 +11,11 @@
 //! - an **epoch advance** puts `/sys/epoch` and deletes every hold at one revision;
 //! - a **force release** writes `/sys/force/<id>` with the delete (issue 22, item 2).
 //!
+//! The rule for a hold's end is `lock_arbiter::hold_end`, shared with Observe.
+//!
 //! Durable waiters (`/q/`) are not audited: a wait is not a hold.
 
+use lock_arbiter::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
 use lock_arbiter::layout::{
     EPOCH_KEY, EpochRecord, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARD_FENCE_KEY, SessionRecord,
     decode,
@@ -210,16 +213,24 @@ pub fn classify(revision: i64, changes: &[Change]) -> Vec<Row> {
                     )
                 }
                 (None, _) => {
-                    let kind = if advance {
-                        Kind::RevokedByAdvance
-                    } else if force {
-                        Kind::ForceRelease
-                    } else if expired.contains(&before.session) {
-                        Kind::Expiry
+                    let session = if expired.contains(&before.session) {
+                        Some(SessionEnd::Expired)
                     } else if closed.contains(&before.session) {
-                        Kind::ClosedWithSession
+                        Some(SessionEnd::Closed)
                     } else {
-                        Kind::Release
+                        None
+                    };
+                    let facts = EndFacts {
+                        advance,
+                        force,
+                        session,
+                    };
+                    let kind = match hold_end(facts) {
+                        HoldEnd::RevokedByAdvance => Kind::RevokedByAdvance,
+                        HoldEnd::Forced => Kind::ForceRelease,
+                        HoldEnd::Expired => Kind::Expiry,
+                        HoldEnd::ClosedWithSession => Kind::ClosedWithSession,
+                        HoldEnd::Released => Kind::Release,
                     };
                     row(
                         kind,

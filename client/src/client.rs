@@ -4,6 +4,7 @@ use crate::connect::Config;
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::hold_stream::{self, Link};
+use crate::observe::Observation;
 use crate::session::{FenceFn, Session};
 use crate::state::{Inner, Reentry, Running, close_session};
 use lock_config::FencingToken;
@@ -70,6 +71,26 @@ impl LockClient {
     /// Hold streams open now (holds whose release will travel on their own stream).
     pub fn open_hold_streams(&self) -> usize {
         self.inner.hold_streams.open()
+    }
+
+    /// Observes `key`: its holder now, then every change (granted, released, expired,
+    /// closed, forced, revoked), resumed across reconnects. A hint, never a grant. Changes
+    /// about a hold on this client's own session carry its token; other observers, a
+    /// sibling replica of the same identity included, never see it.
+    pub fn observe(&self, key: &str) -> Observation {
+        Observation::new(self.clone(), key)
+    }
+
+    /// The session this client would hold `key` on: the one it holds it on, else its
+    /// session for the key's cluster.
+    pub(crate) fn own_session(&self, key: &str) -> Option<i64> {
+        let held = self
+            .inner
+            .holds
+            .lock()
+            .ok()
+            .and_then(|h| h.get(key).map(|e| e.session.id));
+        held.or_else(|| self.session_for_key(key).map(|s| s.id))
     }
 
     /// Takes `key`, waiting up to `wait` for it. `on_fence` runs if the hold is lost

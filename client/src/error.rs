@@ -37,8 +37,10 @@ pub enum LockError {
     WrongSessionPlace { cluster: String },
     #[error("the key's range is moving between shards")]
     Moving,
-    #[error("too many sessions on one KeepAlive stream: {0}")]
+    #[error("stream limit reached: {0}")]
     StreamFull(String),
+    #[error("the store compacted past the last revision seen (to {compact_revision})")]
+    HistoryCompacted { compact_revision: i64 },
     #[error("the hold was fenced: its session could not be renewed in time")]
     Fenced,
     #[error("cannot reach the lock service: {0}")]
@@ -88,6 +90,9 @@ impl LockError {
                 ttl_seconds: meta("ttl_seconds").parse().unwrap_or(0),
             },
             Reason::StreamFull => LockError::StreamFull(status.message().to_owned()),
+            Reason::HistoryCompacted => LockError::HistoryCompacted {
+                compact_revision: meta("compact_revision").parse().unwrap_or(0),
+            },
             Reason::Moving => LockError::Moving,
             Reason::WrongSessionPlace => LockError::WrongSessionPlace {
                 cluster: meta("cluster"),
@@ -119,6 +124,7 @@ impl LockError {
             LockError::WrongSessionPlace { .. } => Reason::WrongSessionPlace,
             LockError::Moving => Reason::Moving,
             LockError::StreamFull(_) => Reason::StreamFull,
+            LockError::HistoryCompacted { .. } => Reason::HistoryCompacted,
             LockError::InvalidRequest(_)
             | LockError::Fenced
             | LockError::Unavailable(_)
@@ -138,6 +144,9 @@ impl LockError {
                 ("ttl_seconds", ttl_seconds.to_string()),
             ],
             LockError::WrongSessionPlace { cluster } => vec![("cluster", cluster.clone())],
+            LockError::HistoryCompacted { compact_revision } => {
+                vec![("compact_revision", compact_revision.to_string())]
+            }
             _ => Vec::new(),
         }
     }

@@ -45,6 +45,7 @@ mod error;
 mod hold;
 mod hold_stream;
 pub mod liveness;
+mod observe;
 pub mod proto;
 mod session;
 mod state;
@@ -58,6 +59,7 @@ pub use hold_stream::DEFAULT_MAX_HOLD_STREAMS;
 pub use lock_config::FencingToken;
 pub use lock_config::Reason;
 pub use lock_config::status_details::Refusal;
+pub use observe::{Change, Holder, Observation, Observed};
 
 /// The manual's Rust page, compiled as doctests: a snippet that no longer compiles against
 /// this crate fails `cargo test` (issue 37).

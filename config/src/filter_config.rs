@@ -38,11 +38,14 @@ pub struct EdgeTestSwitches {
     pub ignore_trailers: bool,
     /// `first-uri-san`: a certificate with several URI SANs is accepted as its first one.
     pub first_uri_san: bool,
+    /// `observe-unkeyed`: Observe passes like KeepAlive, without a key decision (as a
+    /// filter that did not know the method's key would).
+    pub observe_unkeyed: bool,
 }
 
 impl EdgeTestSwitches {
     pub fn any(&self) -> bool {
-        self.ignore_trailers || self.first_uri_san
+        self.ignore_trailers || self.first_uri_san || self.observe_unkeyed
     }
 }
 
@@ -198,10 +201,11 @@ impl FilterConfig {
             match name.as_str() {
                 "ignore-trailers" => test_switches.ignore_trailers = true,
                 "first-uri-san" => test_switches.first_uri_san = true,
+                "observe-unkeyed" => test_switches.observe_unkeyed = true,
                 _ => {
                     return Err(invalid(
                         format!("unsafeTestSwitches[{i}]"),
-                        "unknown switch (ignore-trailers, first-uri-san)",
+                        "unknown switch (ignore-trailers, first-uri-san, observe-unkeyed)",
                     ));
                 }
             }

@@ -16,6 +16,7 @@ pub enum GrpcCode {
     ResourceExhausted = 8,
     FailedPrecondition = 9,
     Aborted = 10,
+    OutOfRange = 11,
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
@@ -57,9 +58,13 @@ pub enum Reason {
     /// open a session for this key (metadata `cluster` names where it lives) and retry
     /// (FAILED_PRECONDITION, like WRONG_SESSION_TTL). An addition to DESIGN 4.4.
     WrongSessionPlace,
-    /// A KeepAlive stream asked to renew more sessions than one stream may carry
+    /// A KeepAlive stream asked to renew more sessions than one stream may carry, or an
+    /// Observe reached an arbiter already serving its limit of Observe streams
     /// (RESOURCE_EXHAUSTED; metadata `limit`). An addition to DESIGN 4.4.
     StreamFull,
+    /// An Observe asked to resume after a revision the store has compacted away
+    /// (OUT_OF_RANGE; metadata `compact_revision`): observe from now. An addition.
+    HistoryCompacted,
     /// A method the edge does not know how to authorise (fail closed).
     UnknownMethod,
     Internal,
@@ -84,6 +89,7 @@ impl Reason {
             Reason::NoQuorum => "NO_QUORUM",
             Reason::StoreFull => "STORE_FULL",
             Reason::StreamFull => "STREAM_FULL",
+            Reason::HistoryCompacted => "HISTORY_COMPACTED",
             Reason::Draining => "DRAINING",
             Reason::Moving => "MOVING",
             Reason::WrongSessionPlace => "WRONG_SESSION_PLACE",
@@ -104,6 +110,7 @@ impl Reason {
             | Reason::WrongSessionPlace => GrpcCode::FailedPrecondition,
             Reason::InvalidKey | Reason::MalformedRequest => GrpcCode::InvalidArgument,
             Reason::Held => GrpcCode::Aborted,
+            Reason::HistoryCompacted => GrpcCode::OutOfRange,
             Reason::HeldDeadline => GrpcCode::DeadlineExceeded,
             Reason::SessionExpired => GrpcCode::NotFound,
             Reason::Sealed
@@ -164,7 +171,10 @@ impl Reason {
                 "Addition: etcd's NOSPACE alarm is raised. No new grants or sessions; releases, renewals and reads still work. An operator compacts, defragments and disarms."
             }
             Reason::StreamFull => {
-                "Addition: a KeepAlive stream asked to renew more than 16 sessions (metadata `limit`). Open another stream."
+                "Addition: a KeepAlive stream asked to renew more than 16 sessions (metadata `limit`): open another stream. Or an Observe reached an arbiter already serving its limit of Observe streams (`--max-observers`): retry later, or Inspect instead."
+            }
+            Reason::HistoryCompacted => {
+                "Addition: an Observe asked to resume after a revision the store has compacted away (metadata `compact_revision`). The changes in between are gone: observe from now (`after_revision` 0), which starts with the current holder. The clients do this themselves."
             }
             Reason::Draining => {
                 "Addition: the arbiter is draining for a restart (SIGTERM). Nothing was done; the same request at the key's next owner is answered (the clients retry inside the deadline)."
@@ -195,7 +205,7 @@ impl Reason {
     }
 }
 
-const ALL: [Reason; 21] = [
+const ALL: [Reason; 22] = [
     Reason::Unauthenticated,
     Reason::NotGranted,
     Reason::RateLimited,
@@ -212,6 +222,7 @@ const ALL: [Reason; 21] = [
     Reason::NoQuorum,
     Reason::StoreFull,
     Reason::StreamFull,
+    Reason::HistoryCompacted,
     Reason::Draining,
     Reason::Moving,
     Reason::WrongSessionPlace,

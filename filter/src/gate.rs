@@ -136,7 +136,10 @@ impl RequestGate {
         };
         // A value that is not UTF-8 reads as absent: every header here is then refused.
         let header = |name: &str| raw(name).and_then(|v| std::str::from_utf8(v).ok());
-        let method = Method::from_path(header(":path").unwrap_or_default())?;
+        let method = match Method::from_path(header(":path").unwrap_or_default())? {
+            Method::Keyed(Keyed::Observe) if self.switches().observe_unkeyed => Method::Session,
+            m => m,
+        };
         let grpc = header("content-type").is_some_and(|ct| ct.starts_with("application/grpc"));
         if !grpc {
             return Err(EdgeError::NotGrpc);

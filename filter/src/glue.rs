@@ -219,6 +219,7 @@ fn grpc_status(code: GrpcCode) -> GrpcStatusCode {
         GrpcCode::ResourceExhausted => GrpcStatusCode::ResourceExhausted,
         GrpcCode::FailedPrecondition => GrpcStatusCode::FailedPrecondition,
         GrpcCode::Aborted => GrpcStatusCode::Aborted,
+        GrpcCode::OutOfRange => GrpcStatusCode::OutOfRange,
         GrpcCode::Unimplemented => GrpcStatusCode::Unimplemented,
         GrpcCode::Internal => GrpcStatusCode::Internal,
         GrpcCode::Unavailable => GrpcStatusCode::Unavailable,

@@ -14,6 +14,8 @@ pub enum Keyed {
     Release,
     ValidateToken,
     Inspect,
+    /// A server stream of one request: decided like Inspect.
+    Observe,
     /// A stream: decided once, on its first message's `acquire` (or its `lock-key`); the
     /// arbiter refuses any later message naming another key.
     Hold,
@@ -35,6 +37,7 @@ impl Method {
             Some("Release") => Ok(Method::Keyed(Keyed::Release)),
             Some("ValidateToken") => Ok(Method::Keyed(Keyed::ValidateToken)),
             Some("Inspect") => Ok(Method::Keyed(Keyed::Inspect)),
+            Some("Observe") => Ok(Method::Keyed(Keyed::Observe)),
             Some("Hold") => Ok(Method::Keyed(Keyed::Hold)),
             Some("KeepAlive") | Some("CloseSession") => Ok(Method::Session),
             _ => Err(EdgeError::UnknownMethod),
@@ -51,6 +54,7 @@ impl Keyed {
             Keyed::Release => v1::ReleaseRequest::decode(message).map(|m| m.key),
             Keyed::ValidateToken => v1::ValidateTokenRequest::decode(message).map(|m| m.key),
             Keyed::Inspect => v1::InspectRequest::decode(message).map(|m| m.key),
+            Keyed::Observe => v1::ObserveRequest::decode(message).map(|m| m.key),
             // Only an acquire may open a Hold stream.
             Keyed::Hold => match v1::HoldRequest::decode(message) {
                 Ok(v1::HoldRequest {
@@ -77,6 +81,21 @@ mod tests {
         assert_eq!(
             Method::from_path("/lock.v1.Lock/KeepAlive").unwrap(),
             Method::Session
+        );
+        // Observe is keyed: decided on its request's key like Inspect, never passed as a
+        // session call.
+        assert_eq!(
+            Method::from_path("/lock.v1.Lock/Observe").unwrap(),
+            Method::Keyed(Keyed::Observe)
+        );
+        let observe = v1::ObserveRequest {
+            key: "pay/a".into(),
+            after_revision: 7,
+            session_id: 3,
+        };
+        assert_eq!(
+            Keyed::Observe.key_of(&observe.encode_to_vec()).unwrap(),
+            "pay/a"
         );
         for bad in [
             "/lock.v1.Lock/Nope",

@@ -77,6 +77,10 @@ pub struct Reply {
     pub grpc_status: Option<i32>,
     pub reason: Option<Reason>,
     pub message: Option<Vec<u8>>,
+    /// `grpc-message` and `grpc-status-details-bin` as sent: what "identical replies"
+    /// compares.
+    pub grpc_message: Option<String>,
+    pub details: Option<String>,
     /// The stream or connection failed (RST_STREAM, GOAWAY, closed).
     pub failed: Option<String>,
 }
@@ -224,10 +228,14 @@ fn status_from(h: &http::HeaderMap, reply: &mut Reply) {
     if let Some(s) = h.get("grpc-status").and_then(|v| v.to_str().ok()) {
         reply.grpc_status = s.parse().ok();
     }
+    if let Some(m) = h.get("grpc-message").and_then(|v| v.to_str().ok()) {
+        reply.grpc_message = Some(m.to_owned());
+    }
     if let Some(d) = h
         .get("grpc-status-details-bin")
         .and_then(|v| v.to_str().ok())
     {
+        reply.details = Some(d.to_owned());
         use base64::Engine as _;
         let d = d.trim_end_matches('=');
         if let Ok(bytes) = base64::engine::general_purpose::STANDARD_NO_PAD.decode(d) {

@@ -67,6 +67,19 @@ enum Cmd {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Who holds KEY now, then every change of it, one line each (never a token), until
+    /// interrupted or COUNT changes. A hint: what it shows may be over already.
+    Observe {
+        key: String,
+        /// Exit after this many changes (the first is the current holder).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Resume after this revision (a line's `revision=`) instead of starting from now.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Is TOKEN the current grant of KEY? Exit 0 if it is, 1 if not. One linearizable read:
     /// prefer the resource's own conditional write, which is atomic with the write.
     Validate {
@@ -157,6 +170,12 @@ async fn main() -> ExitCode {
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await.map(done),
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await.map(done),
         Cmd::Inspect { key, conn } => remote::inspect(&conn, &key).await.map(done),
+        Cmd::Observe {
+            key,
+            count,
+            after,
+            conn,
+        } => remote::observe(&conn, &key, count, after).await.map(done),
         Cmd::Validate { key, token, conn } => remote::validate(&conn, &key, token).await.map(done),
         Cmd::Epoch { cmd } => epoch::run(cmd).await.map(done),
         Cmd::Roles { cmd } => store::roles(cmd).await.map(done),

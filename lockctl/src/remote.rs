@@ -134,3 +134,46 @@ pub async fn validate(conn: &Conn, key: &str, token: u64) -> Result<(), Failure>
         )))
     }
 }
+
+/// `lockctl observe`: one line per change, never a token (lockctl holds no session).
+pub async fn observe(
+    conn: &Conn,
+    key: &str,
+    count: Option<u64>,
+    after: i64,
+) -> Result<(), Failure> {
+    let client = lock_client::LockClient::new(conn.config().await?)
+        .map_err(|e| Failure::input(e.to_string()))?;
+    let mut observation = client.observe(key).resume_after(after);
+    let mut seen = 0u64;
+    while count.is_none_or(|n| seen < n) {
+        let o = observation
+            .next()
+            .await
+            .map_err(|e| crate::refusal::of_lock_error(e, false))?;
+        println!("{}", observed_line(&o));
+        seen += 1;
+    }
+    Ok(())
+}
+
+/// `revision=.. change=.. held=..` and the holder's fields, for people and scripts.
+fn observed_line(o: &lock_client::Observed) -> String {
+    let change = format!("{:?}", o.change).to_lowercase();
+    let mut line = format!("revision={} change={change} held={}", o.revision, o.held);
+    if o.gap {
+        line.push_str(" gap=true");
+    }
+    if let Some(h) = &o.holder {
+        line.push_str(&format!(
+            " holder={} instance={} class={} acquired_at_unix_ms={} epoch={} grant_revision={}",
+            h.spiffe_id,
+            h.instance.as_deref().unwrap_or("-"),
+            h.class,
+            h.acquired_at_unix_ms,
+            h.epoch,
+            h.grant_revision
+        ));
+    }
+    line
+}

@@ -92,6 +92,10 @@ struct Args {
     /// How often the health answer reads the epoch record (one linearizable read).
     #[arg(long, default_value_t = 500, env = "ARBITER_HEALTH_EVERY_MS")]
     health_every_ms: u64,
+    /// Observe streams served at once (each holds an etcd watch stream); past it an Observe
+    /// is refused STREAM_FULL.
+    #[arg(long, default_value_t = lock_arbiter::observe::DEFAULT_MAX_OBSERVERS, env = "ARBITER_MAX_OBSERVERS")]
+    max_observers: usize,
     /// Bound on every etcd call; past it a request fails NO_QUORUM.
     #[arg(long, default_value_t = 2000, env = "ARBITER_STORE_TIMEOUT_MS")]
     store_timeout_ms: u64,
@@ -165,7 +169,10 @@ async fn main() -> anyhow::Result<()> {
     } else {
         Clusters::single(etcd, bugs.clone())
     };
-    let engine = Arc::new(Engine::with_clusters(clusters, Arc::new(registry), bugs));
+    let engine = Arc::new(
+        Engine::with_clusters(clusters, Arc::new(registry), bugs)
+            .with_max_observers(args.max_observers),
+    );
     // Classes change without a restart (`registry_reload.rs`).
     tokio::spawn(lock_arbiter::registry_reload::run(
         engine.clone(),

@@ -86,6 +86,8 @@ export class WrongSessionPlace extends LockError {
 export class Moving extends LockError {}
 /** A KeepAlive stream asked to renew too many sessions. */
 export class StreamFull extends LockError {}
+/** Observe could not resume: the store compacted past the last revision seen (metadata `compact_revision`). */
+export class HistoryCompacted extends LockError {}
 /** The hold was fenced or lapsed: work done under it may not have been exclusive. */
 export class Fenced extends LockError {}
 /** The service could not be reached. */
@@ -116,6 +118,7 @@ const BY_REASON: Record<string, ErrorClass> = {
   WRONG_SESSION_PLACE: WrongSessionPlace,
   MOVING: Moving,
   STREAM_FULL: StreamFull,
+  HISTORY_COMPACTED: HistoryCompacted,
   DRAINING: Draining,
   INTERNAL: OtherError,
 };

@@ -29,6 +29,7 @@ export {
   StaleToken,
   StoreFull,
   StreamFull,
+  HistoryCompacted,
   Unauthenticated,
   Unavailable,
   WrongSessionPlace,

@@ -32,6 +32,7 @@ from .errors import (
     StaleToken,
     StoreFull,
     StreamFull,
+    HistoryCompacted,
     Unauthenticated,
     Unavailable,
     WrongSessionPlace,
@@ -43,7 +44,7 @@ from .liveness import Lapse
 __all__ = [
     "Draining", "Fenced", "Held", "Hold", "InvalidRequest", "LeakedHold", "LockClient", "LockError",
     "MeshSidecar", "Moving", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
-    "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "SvidFiles",
+    "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "HistoryCompacted", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
     "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS",
 ]

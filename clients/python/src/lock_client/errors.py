@@ -126,7 +126,13 @@ class Moving(LockError):
 
 
 class StreamFull(LockError):
-    """A KeepAlive stream asked to renew too many sessions."""
+    """A stream limit was reached: a KeepAlive stream renewing too many sessions, or an
+    arbiter serving its limit of Observe streams."""
+
+
+class HistoryCompacted(LockError):
+    """Observe could not resume: the store compacted past the last revision seen
+    (metadata ``compact_revision``). Observe again from now."""
 
 
 class Fenced(LockError):
@@ -166,6 +172,7 @@ _BY_REASON = {
     "WRONG_SESSION_PLACE": WrongSessionPlace,
     "MOVING": Moving,
     "STREAM_FULL": StreamFull,
+    "HISTORY_COMPACTED": HistoryCompacted,
     "DRAINING": Draining,
     "INTERNAL": OtherError,
 }

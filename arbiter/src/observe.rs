@@ -1,0 +1,475 @@
+//! Observe (issue 35): a key's holder now, then every change of it, from an etcd watch on
+//! the arbiter that owns the key. A hint (ADR-15): a change seen is never a grant.
+//!
+//! The stream is one watch of `/l/<key>` with previous values. A put is a grant (a handoff
+//! overwrites the record); a delete's cause is read at its revision by the rule the audit
+//! trail uses (`hold_end.rs`): the epoch record, a force release's record and the session
+//! record at that revision. Each answer carries its revision, so a client that lost the
+//! stream resumes after the last one it saw; a revision the store has compacted away is
+//! HISTORY_COMPACTED, never a silent gap.
+//!
+//! Tokens are capabilities: an answer carries the holder's token only to the holder's own
+//! session named in the request, by the holder's identity (`answer`, its table). Sessions
+//! are not secret from a sibling replica of the same identity (it may renew or close them),
+//! so the boundary is the identity; the session check keeps one replica from reading a
+//! token it was never handed by mistake.
+//!
+//! Bounded: at most `--max-observers` streams per arbiter (each holds an etcd watch
+//! stream). A quiet key's stream gets a PROGRESS answer every minute: a fresh resume point,
+//! and traffic that keeps proxies' idle timeouts from ending it. A drain ends every stream
+//! DRAINING; the client resumes at the key's next owner.
+
+use crate::bugs::Bug;
+use crate::edge::EdgeContext;
+use crate::engine::Engine;
+use crate::error::ArbiterError;
+use crate::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
+use crate::layout::{
+    EPOCH_KEY, FORCE_PREFIX, Holder, SESSION_PREFIX, SessionRecord, decode, holder_key, lease_hex,
+};
+use crate::metrics::{GaugeGuard, METRICS};
+use crate::store::Sealed;
+use etcd_client::{Event, EventType, GetOptions, WatchOptions};
+use futures_util::stream::{self, Stream};
+use lock_config::FencingToken;
+use lock_config::proto::v1::{ObserveEvent, ObserveRequest, ObserveResponse};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// Streams one arbiter serves at once, unless `--max-observers` says otherwise.
+pub const DEFAULT_MAX_OBSERVERS: usize = 1024;
+
+/// How often a quiet stream is told where it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(60);
+
+/// The arbiter's count of open Observe streams against its limit.
+pub struct Observers {
+    limit: usize,
+    open: AtomicUsize,
+}
+
+/// One admitted stream's place; dropping it frees the place.
+pub struct Slot(Arc<Observers>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Observers {
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            open: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    fn admit(self: &Arc<Self>) -> Result<Slot, ArbiterError> {
+        let limit = self.limit;
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .map(|_| Slot(self.clone()))
+            .map_err(|_| ArbiterError::ObserversFull { limit })
+    }
+}
+
+/// Who is watching: their identity and, if they named one, their own session (hex).
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    pub identity: String,
+    pub session: Option<String>,
+}
+
+/// One state of the key as the store recorded it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub event: ObserveEvent,
+    pub revision: i64,
+    /// The hold now (CURRENT, GRANTED) or the hold that ended.
+    pub holder: Option<Holder>,
+    /// Whether the key is held after this change.
+    pub held: bool,
+    /// The epoch and revision the hold was granted at: its token's parts.
+    pub epoch: u16,
+    pub grant_revision: i64,
+}
+
+/// The answer `viewer` gets for `seen`. The token only while the hold is current, and
+/// only to its own session by its own identity (`token_to_all` is the injected bug).
+pub fn answer(seen: &Seen, viewer: &Viewer, token_to_all: bool) -> ObserveResponse {
+    let h = seen.holder.clone().unwrap_or_default();
+    let own = viewer.session.as_deref() == Some(h.session.as_str())
+        && !h.session.is_empty()
+        && viewer.identity == h.spiffe_id;
+    let token = if seen.held && seen.holder.is_some() && (own || token_to_all) {
+        u64::try_from(seen.grant_revision)
+            .ok()
+            .and_then(|r| FencingToken::pack(seen.epoch, r).ok())
+            .map_or(0, FencingToken::as_u64)
+    } else {
+        0
+    };
+    ObserveResponse {
+        event: seen.event as i32,
+        revision: seen.revision,
+        held: seen.held,
+        holder_spiffe_id: h.spiffe_id,
+        holder_instance: h.instance.unwrap_or_default(),
+        class_name: h.class,
+        acquired_at_unix_ms: h.acquired_at_ms,
+        epoch: u32::from(seen.epoch),
+        grant_revision: seen.grant_revision,
+        token,
+    }
+}
+
+/// The event an ended hold is reported as.
+pub fn event_of(end: HoldEnd) -> ObserveEvent {
+    match end {
+        HoldEnd::Released => ObserveEvent::Released,
+        HoldEnd::Expired => ObserveEvent::Expired,
+        HoldEnd::ClosedWithSession => ObserveEvent::Closed,
+        HoldEnd::Forced => ObserveEvent::Forced,
+        HoldEnd::RevokedByAdvance => ObserveEvent::Revoked,
+    }
+}
+
+type Answers = mpsc::Sender<Result<ObserveResponse, Status>>;
+
+/// Serves one Observe call: refused at once (no class, the limit), or a stream.
+pub fn serve(
+    engine: Arc<Engine>,
+    edge: &EdgeContext,
+    req: &ObserveRequest,
+) -> Result<impl Stream<Item = Result<ObserveResponse, Status>> + Send + use<>, ArbiterError> {
+    let identity = edge.identity()?;
+    let key = edge.keyed(&req.key)?;
+    engine
+        .registry()
+        .class_for(&key)
+        .ok_or(ArbiterError::NoClass)?;
+    let slot = engine.observers().admit()?;
+    let viewer = Viewer {
+        identity,
+        session: (req.session_id > 0).then(|| lease_hex(req.session_id)),
+    };
+    let after = req.after_revision.max(0);
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let _slot = slot;
+        let _counted = GaugeGuard::new(&METRICS.observe_streams);
+        if let Err(e) = watch(&engine, &key, after, &viewer, &tx).await {
+            let _ = tx.send(Err(e.into())).await;
+        }
+    });
+    Ok(stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|a| (a, rx))
+    }))
+}
+
+/// The stream's life: the current holder (unless resuming), then the watch's changes.
+/// Returns when the caller has gone; an error ends the stream with its status.
+async fn watch(
+    engine: &Engine,
+    key: &lock_config::LockKey,
+    after: i64,
+    viewer: &Viewer,
+    tx: &Answers,
+) -> Result<(), ArbiterError> {
+    let store = engine.store_for(key).await?;
+    let sealed = store.admit(store.sealed().await?, key).await?;
+    let token_to_all = engine.bugs().has(Bug::ObserveTokenToAll);
+    let send = async |seen: &Seen| {
+        tx.send(Ok(answer(seen, viewer, token_to_all)))
+            .await
+            .is_ok()
+    };
+    let holder = holder_key(key);
+    let start = if after > 0 {
+        after + 1
+    } else {
+        let resp = sealed.get(&holder).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let kv = resp.kvs().first();
+        let seen = Seen {
+            event: ObserveEvent::Current,
+            revision,
+            holder: kv.and_then(|kv| decode::<Holder>(kv.value())),
+            held: kv.is_some(),
+            // An advance deletes every hold: a hold that exists was granted in this epoch.
+            epoch: sealed.epoch().record.epoch,
+            grant_revision: kv.map_or(0, |kv| kv.mod_revision()),
+        };
+        if !send(&seen).await {
+            return Ok(());
+        }
+        revision + 1
+    };
+    let options = WatchOptions::new()
+        .with_start_revision(start)
+        .with_prev_key();
+    let mut stream = sealed.watch_stream(&holder, options).await?;
+    let mut progress =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    let drain = engine.drain().clone();
+    loop {
+        tokio::select! {
+            () = tx.closed() => return Ok(()),
+            () = drain.started() => return Err(ArbiterError::Draining),
+            _ = progress.tick() => {
+                // A key moved to another shard is watched there: end, the client resumes.
+                if !store.admits(&sealed, key) {
+                    return Err(ArbiterError::Moving);
+                }
+                stream.request_progress().await.map_err(|e| ArbiterError::Store(e.to_string()))?;
+            }
+            m = stream.message() => {
+                let resp = match m {
+                    Ok(Some(resp)) => resp,
+                    Ok(None) => return Err(ArbiterError::NoQuorum),
+                    Err(e) => return Err(e.into()),
+                };
+                sealed.check_streamed(resp.header()).await?;
+                if resp.canceled() {
+                    return Err(match resp.compact_revision() {
+                        0 => ArbiterError::NoQuorum,
+                        compact_revision => ArbiterError::HistoryCompacted { compact_revision },
+                    });
+                }
+                if resp.events().is_empty() {
+                    if !resp.created() {
+                        let revision = resp.header().map_or(0, |h| h.revision());
+                        let seen = Seen { event: ObserveEvent::Progress, revision, ..Seen::default() };
+                        if !send(&seen).await {
+                            return Ok(());
+                        }
+                    }
+                    continue;
+                }
+                for event in resp.events() {
+                    let seen = seen_of(&sealed, event).await?;
+                    if !send(&seen).await {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One watch event as the key's state.
+async fn seen_of(sealed: &Sealed, event: &Event) -> Result<Seen, ArbiterError> {
+    let kv = event
+        .kv()
+        .ok_or_else(|| ArbiterError::Store("a watch event without its key".into()))?;
+    let revision = kv.mod_revision();
+    match event.event_type() {
+        EventType::Put => Ok(Seen {
+            event: ObserveEvent::Granted,
+            revision,
+            holder: decode::<Holder>(kv.value()),
+            held: true,
+            epoch: epoch_at(sealed, revision).await?,
+            grant_revision: revision,
+        }),
+        EventType::Delete => {
+            let prev = event.prev_kv();
+            let holder = prev.and_then(|p| decode::<Holder>(p.value()));
+            let grant_revision = prev.map_or(0, |p| p.mod_revision());
+            let session = holder.as_ref().map(|h| h.session.as_str()).unwrap_or("");
+            let (facts, epoch) = tokio::try_join!(facts_at(sealed, revision, session), async {
+                match grant_revision {
+                    0 => Ok(0),
+                    r => epoch_at(sealed, r).await,
+                }
+            })?;
+            Ok(Seen {
+                event: event_of(hold_end(facts)),
+                revision,
+                holder,
+                held: false,
+                epoch,
+                grant_revision,
+            })
+        }
+    }
+}
+
+/// The epoch number as of `revision`.
+async fn epoch_at(sealed: &Sealed, revision: i64) -> Result<u16, ArbiterError> {
+    let resp = sealed
+        .range(EPOCH_KEY, Some(GetOptions::new().with_revision(revision)))
+        .await?;
+    resp.kvs()
+        .first()
+        .and_then(|kv| decode::<crate::layout::EpochRecord>(kv.value()))
+        .map(|r| r.epoch)
+        .ok_or_else(|| ArbiterError::Store(format!("no epoch record at revision {revision}")))
+}
+
+/// What else happened at `revision`, where a hold of `session` (hex) was deleted.
+async fn facts_at(sealed: &Sealed, revision: i64, session: &str) -> Result<EndFacts, ArbiterError> {
+    let at = |r: i64| GetOptions::new().with_revision(r);
+    let session_key = format!("{SESSION_PREFIX}{session}");
+    let (epoch, force, session_then, session_before) = tokio::try_join!(
+        sealed.range(EPOCH_KEY, Some(at(revision))),
+        sealed.range(
+            FORCE_PREFIX,
+            Some(
+                at(revision)
+                    .with_prefix()
+                    .with_min_mod_revision(revision)
+                    .with_count_only()
+            )
+        ),
+        async {
+            if session.is_empty() {
+                return Ok(None);
+            }
+            sealed
+                .range(&session_key, Some(at(revision)))
+                .await
+                .map(Some)
+        },
+        async {
+            if session.is_empty() {
+                return Ok(None);
+            }
+            sealed
+                .range(&session_key, Some(at(revision - 1)))
+                .await
+                .map(Some)
+        },
+    )?;
+    let advance = epoch
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.mod_revision() == revision);
+    let force = force.count() > 0;
+    // The session record is deleted with every hold on its lease, at one revision: gone at
+    // the hold's delete means it ended there.
+    let ended = session_then.is_some_and(|r| r.kvs().is_empty());
+    let session = ended.then(|| {
+        let closing = session_before
+            .as_ref()
+            .and_then(|r| r.kvs().first())
+            .and_then(|kv| decode::<SessionRecord>(kv.value()))
+            .is_some_and(|r| r.closing);
+        if closing {
+            SessionEnd::Closed
+        } else {
+            SessionEnd::Expired
+        }
+    });
+    Ok(EndFacts {
+        advance,
+        force,
+        session,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(spiffe_id: &str, session: &str) -> Holder {
+        Holder {
+            spiffe_id: spiffe_id.into(),
+            instance: Some("replica-a".into()),
+            session: session.into(),
+            class: "pay".into(),
+            acquired_at_ms: 1,
+        }
+    }
+
+    /// Who sees the token: the holder's own session, by its own identity, while it holds.
+    #[test]
+    fn the_token_goes_to_the_holders_own_session_only() {
+        let a = "spiffe://t/ns/pay/sa/a";
+        let b = "spiffe://t/ns/pay/sa/b";
+        let held = |event| Seen {
+            event,
+            revision: 9,
+            holder: Some(holder(a, "1f")),
+            held: event != ObserveEvent::Released,
+            epoch: 1,
+            grant_revision: 7,
+        };
+        let viewer = |identity: &str, session: Option<&str>| Viewer {
+            identity: identity.into(),
+            session: session.map(Into::into),
+        };
+        let token = FencingToken::pack(1, 7).unwrap().as_u64();
+        let table = [
+            // (what, who, bug, token seen)
+            (ObserveEvent::Granted, viewer(a, Some("1f")), false, token),
+            (ObserveEvent::Current, viewer(a, Some("1f")), false, token),
+            // A sibling replica: the same identity, its own session.
+            (ObserveEvent::Granted, viewer(a, Some("2a")), false, 0),
+            // The same identity naming no session.
+            (ObserveEvent::Granted, viewer(a, None), false, 0),
+            // Another identity naming the holder's session.
+            (ObserveEvent::Granted, viewer(b, Some("1f")), false, 0),
+            // An ended hold's answer carries no token, even to its holder.
+            (ObserveEvent::Released, viewer(a, Some("1f")), false, 0),
+            // The injected bug hands it to everyone.
+            (ObserveEvent::Granted, viewer(b, None), true, token),
+        ];
+        for (event, v, bug, want) in table {
+            let got = answer(&held(event), &v, bug);
+            assert_eq!(got.token, want, "{event:?} {v:?} bug {bug}");
+            assert_eq!(got.holder_spiffe_id, a);
+            assert_eq!(got.holder_instance, "replica-a");
+            assert_eq!(got.grant_revision, 7);
+        }
+        // A free key: nothing to hand anyone.
+        let free = Seen {
+            event: ObserveEvent::Current,
+            revision: 3,
+            ..Seen::default()
+        };
+        let got = answer(&free, &viewer(a, Some("")), true);
+        assert_eq!(
+            (got.held, got.token, got.holder_spiffe_id.as_str()),
+            (false, 0, "")
+        );
+    }
+
+    #[test]
+    fn every_end_has_its_event() {
+        let table = [
+            (HoldEnd::Released, ObserveEvent::Released),
+            (HoldEnd::Expired, ObserveEvent::Expired),
+            (HoldEnd::ClosedWithSession, ObserveEvent::Closed),
+            (HoldEnd::Forced, ObserveEvent::Forced),
+            (HoldEnd::RevokedByAdvance, ObserveEvent::Revoked),
+        ];
+        for (end, want) in table {
+            assert_eq!(event_of(end), want);
+        }
+    }
+
+    #[test]
+    fn the_limit_admits_and_frees() {
+        let o = Observers::new(2);
+        let a = o.admit().unwrap();
+        let _b = o.admit().unwrap();
+        assert!(matches!(
+            o.admit(),
+            Err(ArbiterError::ObserversFull { limit: 2 })
+        ));
+        drop(a);
+        assert_eq!(o.open(), 1);
+        o.admit().unwrap();
+    }
+}

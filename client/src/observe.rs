@@ -1,0 +1,201 @@
+//! Observing a key (lock.v1 Observe): its holder now, then every change, resumed across
+//! reconnects. A hint, never a grant: to act on a key, acquire it and write with its token.
+//!
+//! The stream ends for reasons that are not the caller's business (a proxy's idle timeout,
+//! an arbiter draining or restarting, the store without quorum for a while): the
+//! observation calls again with the last revision it saw and the caller sees no gap. When
+//! the store has compacted that revision away, the gap cannot be replayed: the next change
+//! is a fresh [`Change::Current`] with `gap: true`, so the caller knows changes were
+//! missed.
+
+use crate::client::LockClient;
+use crate::error::LockError;
+use lock_config::FencingToken;
+use lock_config::proto::v1::{ObserveEvent, ObserveRequest, ObserveResponse};
+use std::time::Duration;
+use tonic::Streaming;
+
+/// Reconnects in a row without an answer before the observation gives up (about a
+/// minute with the back-off below).
+const MAX_RECONNECTS: u32 = 40;
+
+/// What happened to the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The holder as of the observation's start (or a restart after a gap): held or free.
+    Current,
+    /// Granted to a session (free before, or handed on by a release).
+    Granted,
+    Released,
+    /// The holder's session was not renewed in time.
+    Expired,
+    /// The holder closed its session.
+    Closed,
+    /// Two operators force-released it.
+    Forced,
+    /// An epoch advance revoked every hold.
+    Revoked,
+}
+
+/// The holder a change names: the hold now, or the hold that ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub spiffe_id: String,
+    /// The holding process's instance, when its client sent one.
+    pub instance: Option<String>,
+    pub class: String,
+    pub acquired_at_unix_ms: u64,
+    /// The token's parts (the epoch and revision the hold was granted at): a later hold's
+    /// are higher. The token itself only in [`Observed::token`].
+    pub epoch: u16,
+    pub grant_revision: i64,
+}
+
+/// One change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub change: Change,
+    /// The store revision of the change.
+    pub revision: i64,
+    /// Whether the key is held after it.
+    pub held: bool,
+    pub holder: Option<Holder>,
+    /// The hold's token, only when the holder is this client's own session (see
+    /// [`crate::LockClient::observe`]).
+    pub token: Option<FencingToken>,
+    /// Changes before this one were missed (the store compacted them away while the
+    /// stream was down). Only on a `Current`.
+    pub gap: bool,
+}
+
+/// A key being observed: call [`Observation::next`] for each change.
+pub struct Observation {
+    client: LockClient,
+    key: String,
+    /// The last revision seen: where a reconnect resumes (0: from the current state).
+    after: i64,
+    stream: Option<Streaming<ObserveResponse>>,
+    gap: bool,
+}
+
+impl Observation {
+    pub(crate) fn new(client: LockClient, key: &str) -> Self {
+        Self {
+            client,
+            key: key.to_owned(),
+            after: 0,
+            stream: None,
+            gap: false,
+        }
+    }
+
+    /// Starts after `revision` (a change's `revision` from an earlier observation) instead
+    /// of from the current holder.
+    pub fn resume_after(mut self, revision: i64) -> Self {
+        self.after = revision.max(0);
+        self
+    }
+
+    /// The last revision seen.
+    pub fn revision(&self) -> i64 {
+        self.after
+    }
+
+    /// The next change, reconnecting as needed. Errors are the refusals a new call gets
+    /// (NOT_GRANTED, INVALID_KEY...), or the service unreachable for about a minute.
+    pub async fn next(&mut self) -> Result<Observed, LockError> {
+        let mut failures = 0u32;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let answer = match self.stream.as_mut() {
+                Some(s) => s.message().await.map_err(|s| LockError::from_status(&s)),
+                None => match self.open().await {
+                    Ok(s) => {
+                        self.stream = Some(s);
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            match answer {
+                Ok(Some(a)) => {
+                    failures = 0;
+                    if let Some(o) = self.take(a) {
+                        return Ok(o);
+                    }
+                }
+                // The stream ended cleanly (an arbiter draining, a proxy's timeout): resume.
+                Ok(None) => self.stream = None,
+                Err(LockError::HistoryCompacted { .. }) => {
+                    self.stream = None;
+                    self.after = 0;
+                    self.gap = true;
+                }
+                Err(e) => {
+                    self.stream = None;
+                    let pause = match &e {
+                        LockError::RateLimited { retry_after } => *retry_after,
+                        e if e.is_transient() => {
+                            backoff = (backoff * 2).min(Duration::from_secs(2));
+                            backoff
+                        }
+                        _ => return Err(e),
+                    };
+                    failures += 1;
+                    if failures > MAX_RECONNECTS {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    async fn open(&self) -> Result<Streaming<ObserveResponse>, LockError> {
+        let mut rpc = self.client.inner.rpc()?;
+        let req = crate::stub::keyed(
+            ObserveRequest {
+                key: self.key.clone(),
+                after_revision: self.after,
+                // Named at each (re)connect: a session opened since is this client's now.
+                session_id: self.client.own_session(&self.key).unwrap_or(0),
+            },
+            &self.key,
+        );
+        Ok(rpc.observe(req).await?.into_inner())
+    }
+
+    /// The answer as a change for the caller; None for a progress mark.
+    fn take(&mut self, a: ObserveResponse) -> Option<Observed> {
+        self.after = self.after.max(a.revision);
+        let change = match ObserveEvent::try_from(a.event).ok()? {
+            ObserveEvent::Current => Change::Current,
+            ObserveEvent::Granted => Change::Granted,
+            ObserveEvent::Released => Change::Released,
+            ObserveEvent::Expired => Change::Expired,
+            ObserveEvent::Closed => Change::Closed,
+            ObserveEvent::Forced => Change::Forced,
+            ObserveEvent::Revoked => Change::Revoked,
+            ObserveEvent::Progress | ObserveEvent::Unspecified => return None,
+        };
+        let holder = (!a.holder_spiffe_id.is_empty()).then(|| Holder {
+            spiffe_id: a.holder_spiffe_id,
+            instance: (!a.holder_instance.is_empty()).then_some(a.holder_instance),
+            class: a.class_name,
+            acquired_at_unix_ms: a.acquired_at_unix_ms,
+            epoch: u16::try_from(a.epoch).unwrap_or(u16::MAX),
+            grant_revision: a.grant_revision,
+        });
+        let gap = change == Change::Current && std::mem::take(&mut self.gap);
+        Some(Observed {
+            change,
+            revision: a.revision,
+            held: a.held,
+            holder,
+            token: FencingToken::from_u64(a.token)
+                .ok()
+                .filter(|_| a.token != 0),
+            gap,
+        })
+    }
+}
