@@ -31,8 +31,8 @@ wasm: deps ## Build the edge filter (lock_filter.wasm; the debug build is the bo
 	$(CARGO) build -p lock-filter --target wasm32-wasip1 --release
 	$(CARGO) build -p lock-filter --target wasm32-wasip1
 
-build: deps wasm ## Build every binary and the filter
-	$(CARGO) build --workspace
+build: deps wasm ## Build every binary, the examples and the filter
+	$(CARGO) build --workspace --bins --examples
 
 run: build stop ## Bring up etcd, two arbiters and Envoy with the filter; print how to take a lock (SHARDS=2: coord + 2 entity clusters)
 	@mkdir -p $(RUN_DIR)

@@ -41,6 +41,7 @@
 
 mod client;
 mod connect;
+mod election;
 mod error;
 mod hold;
 mod hold_stream;
@@ -53,6 +54,7 @@ pub mod stub;
 
 pub use client::LockClient;
 pub use connect::{Config, Credentials, SvidFiles, process_instance, workload_api_source};
+pub use election::Leadership;
 pub use error::{LockError, refusal};
 pub use hold::Hold;
 pub use hold_stream::DEFAULT_MAX_HOLD_STREAMS;

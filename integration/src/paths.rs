@@ -38,6 +38,19 @@ fn profile_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// An example of this workspace (`singleton_worker`), built by `make build` and
+/// `cargo test --workspace`.
+pub fn workspace_example(name: &str) -> anyhow::Result<PathBuf> {
+    let p = profile_dir()?.join("examples").join(name);
+    if !p.exists() {
+        bail!(
+            "{} not found: run `cargo build --workspace --examples` first (make build does)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
 /// A binary of this workspace (`arbiter`, `lockctl`, `devstack`), built by `cargo build`.
 pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
     let p = profile_dir()?.join(name);

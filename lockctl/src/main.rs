@@ -10,6 +10,7 @@
 mod audit;
 mod conn;
 mod defrag;
+mod elect;
 mod epoch;
 mod force;
 mod grants;
@@ -54,6 +55,23 @@ enum Cmd {
         #[arg(long, default_value = "0s", value_parser = run::parse_duration)]
         wait: std::time::Duration,
         /// Between SIGTERM and SIGKILL when the hold is fenced.
+        #[arg(long, default_value = "5s", value_parser = run::parse_duration)]
+        grace: std::time::Duration,
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Run COMMAND while this process leads KEY (leader election: leadership is the hold).
+    /// Campaigns, waiting in KEY's queue as long as it takes; then runs COMMAND as `run`
+    /// does, the term in $LOCK_TOKEN. With --again, campaigns again when COMMAND exits
+    /// non-zero or the leadership is lost (4); a signal or an exit 0 ends it.
+    Elect {
+        key: String,
+        /// Campaign again after a failed or lost term.
+        #[arg(long)]
+        again: bool,
+        /// Between SIGTERM and SIGKILL when the leadership is lost.
         #[arg(long, default_value = "5s", value_parser = run::parse_duration)]
         grace: std::time::Duration,
         #[command(flatten)]
@@ -166,6 +184,13 @@ async fn main() -> ExitCode {
             conn,
             command,
         } => run::run(&conn, &key, wait, grace, &command).await,
+        Cmd::Elect {
+            key,
+            again,
+            grace,
+            conn,
+            command,
+        } => elect::elect(&conn, &key, again, grace, &command).await,
         Cmd::GroupGuard { pgid, parent } => Ok(run::group_guard(pgid, parent).await),
         Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await.map(done),
         Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await.map(done),

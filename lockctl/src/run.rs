@@ -59,28 +59,59 @@ pub async fn run(
     grace: Duration,
     command: &[String],
 ) -> Result<ExitCode, Failure> {
+    let mut signals = Signals::install()?;
+    let ran = run_once(conn, key, Some(wait), grace, command, &mut signals).await?;
+    Ok(ExitCode::from(ran.code))
+}
+
+/// How one run ended: its exit code, and whether a signal to lockctl ended it.
+pub struct Ran {
+    pub code: u8,
+    pub signalled: bool,
+}
+
+/// One hold and one COMMAND under it. `wait` None: campaign, waiting in KEY's queue as
+/// long as it takes (`lockctl elect`). `signals` are installed by the caller, before the
+/// first run: a signal between two runs (`elect --again`) is then still heard.
+pub async fn run_once(
+    conn: &Conn,
+    key: &str,
+    wait: Option<Duration>,
+    grace: Duration,
+    command: &[String],
+    signals: &mut Signals,
+) -> Result<Ran, Failure> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Failure::input("no command given after --"))?;
     let client =
         LockClient::new(conn.config().await?).map_err(|e| Failure::input(e.to_string()))?;
-    // Installed before the wait, so a signal while waiting still closes the session.
-    let mut signals = Signals::install()?;
     let (fenced_tx, mut fenced) = tokio::sync::mpsc::channel::<()>(1);
+    let on_fence = move || {
+        let _ = fenced_tx.try_send(());
+    };
+    let acquiring = async {
+        match wait {
+            Some(wait) => client.acquire(key, wait, on_fence).await,
+            None => client
+                .campaign(key, on_fence)
+                .await
+                .map(lock_client::Leadership::into_hold),
+        }
+    };
     let acquired = tokio::select! {
-        h = client.acquire(key, wait, move || {
-            let _ = fenced_tx.try_send(());
-        }) => h,
+        h = acquiring => h,
         sig = signals.recv() => {
             shutdown(&client, None).await;
-            return Ok(ExitCode::from(signal_exit(sig)));
+            return Ok(Ran { code: signal_exit(sig), signalled: true });
         }
     };
     let hold = match acquired {
         Ok(h) => h,
         Err(e) => {
             shutdown(&client, None).await;
-            return Err(crate::refusal::of_lock_error(e, !wait.is_zero()));
+            let waited = wait.is_none_or(|w| !w.is_zero());
+            return Err(crate::refusal::of_lock_error(e, waited));
         }
     };
     // Orphans of the command's group are reparented here, to be reaped and counted gone.
@@ -111,6 +142,7 @@ pub async fn run(
         _ = fenced.recv() => Outcome::Fenced,
         sig = signals.recv() => Outcome::Signalled(sig),
     };
+    let signalled = matches!(outcome, Outcome::Signalled(_));
     let code = match outcome {
         Outcome::Exited(status) => {
             // Judged at the exit, before anything else runs: a process group frozen past
@@ -147,7 +179,7 @@ pub async fn run(
         let _ = g.kill().await;
     }
     shutdown(&client, Some(hold)).await;
-    Ok(ExitCode::from(code))
+    Ok(Ran { code, signalled })
 }
 
 /// Debug builds only: `LOCKCTL_INJECT_BUG=run-skips-lapse-check` removes the check at the
@@ -210,14 +242,17 @@ enum Outcome {
 }
 
 /// SIGTERM, SIGINT and SIGHUP, as a stream of which arrived.
-struct Signals {
+pub struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn install() -> Result<Self, Failure> {
+    /// Installed before the first wait, so a signal while waiting still closes the
+    /// session. Once installed, tokio keeps the handlers for the process's life: a signal
+    /// arriving while nobody listens would be lost, so one set serves every run.
+    pub fn install() -> Result<Self, Failure> {
         let on = |k| signal(k).map_err(|e| Failure::input(format!("cannot handle signals: {e}")));
         Ok(Self {
             term: on(SignalKind::terminate())?,
@@ -226,7 +261,7 @@ impl Signals {
         })
     }
 
-    async fn recv(&mut self) -> Signal {
+    pub async fn recv(&mut self) -> Signal {
         tokio::select! {
             _ = self.term.recv() => Signal::TERM,
             _ = self.int.recv() => Signal::INT,
@@ -235,7 +270,7 @@ impl Signals {
     }
 }
 
-fn signal_exit(sig: Signal) -> u8 {
+pub fn signal_exit(sig: Signal) -> u8 {
     u8::try_from(128 + sig.as_raw()).unwrap_or(255)
 }
 
