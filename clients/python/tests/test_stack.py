@@ -115,6 +115,53 @@ def test_replicas_of_one_identity_take_turns(replica, stack_env):
     assert handoffs >= 2
 
 
+def test_observe_follows_a_key_and_the_token_reaches_only_its_holder(replica, other_locks, stack_env):
+    """Issue 35: another identity observes a key a replica holds and releases; the holder
+    sees its own token, its sibling (same SVID, another instance) does not."""
+    key = fresh(stack_env["prefix"])
+    a, b = replica(f"obs-a-{uuid.uuid4().hex[:6]}"), replica(f"obs-b-{uuid.uuid4().hex[:6]}")
+    b.acquire(key + "-b", on_fence=unfenced).release()  # b's own session in the class
+    watching = other_locks.observe(key)
+    first = next(watching)
+    assert (first.change, first.held, first.token) == ("current", False, None)
+    h = a.acquire(key, wait=5, on_fence=unfenced)
+    granted = next(watching)
+    assert (granted.change, granted.held, granted.token) == ("granted", True, None)
+    assert granted.holder is not None and granted.holder.instance == a._instance
+    own = next(a.observe(key))
+    assert (own.change, own.token) == ("current", h.token)
+    sibling = next(b.observe(key))
+    assert (sibling.change, sibling.held, sibling.token) == ("current", True, None)
+    assert str(h.token) not in repr(own), "an answer's repr never shows the token"
+    h.release()
+    released = next(watching)
+    assert (released.change, released.held) == ("released", False)
+    # Resumed after the last revision seen: the changes since, in order.
+    again = other_locks.observe(key, after_revision=released.revision - 1)
+    assert next(again).change == "released"
+
+
+def test_campaign_elects_one_replica_and_the_next_on_resign(replica, stack_env):
+    """Issue 35: two replicas of one identity campaign; one leads, the other leads once it
+    resigns, under a higher term."""
+    key = fresh(stack_env["prefix"])
+    a, b = replica(f"elect-a-{uuid.uuid4().hex[:6]}"), replica(f"elect-b-{uuid.uuid4().hex[:6]}")
+    first = a.campaign(key, on_deposed=unfenced)
+    assert first.can_lead()
+    won = []
+    t = threading.Thread(target=lambda: won.append(b.campaign(key, on_deposed=unfenced)))
+    t.start()
+    time.sleep(0.5)
+    assert not won, "one leader at a time"
+    first.resign()
+    t.join(timeout=20)
+    assert won and won[0].term > first.term
+    assert str(won[0].term) not in repr(won[0])
+    won[0].resign()
+    with pytest.raises(TypeError):
+        a.campaign(key, on_deposed=None)
+
+
 def test_a_reused_instance_is_still_a_leak(replica, stack_env):
     """The same instance under a second session (a process that lost its session and
     asks again) is told LEAKED_HOLD, at once and also when it would wait."""

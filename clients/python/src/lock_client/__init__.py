@@ -39,6 +39,7 @@ from .errors import (
     WrongSessionTtl,
 )
 from .keys import encode_key, process_instance
+from .observe import Leadership, Observed
 from .liveness import Lapse
 
 __all__ = [
@@ -46,5 +47,5 @@ __all__ = [
     "MeshSidecar", "Moving", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
     "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "HistoryCompacted", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
-    "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS",
+    "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS", "Leadership", "Observed",
 ]

@@ -23,6 +23,8 @@ from . import errors
 from ._proto.lock.v1 import lock_pb2, lock_pb2_grpc
 from .keys import INSTANCE_METADATA, keyed, process_instance
 from .liveness import Lapse, Liveness
+from . import observe as _observe
+from .observe import Leadership, Observed
 
 log = logging.getLogger("lock_client")
 
@@ -539,6 +541,22 @@ class LockClient:
             session = s
         raise errors.Unavailable("gave up after repeated retries")
 
+    def observe(self, key: str, after_revision: int = 0) -> Iterator["Observed"]:
+        """Yields `key`'s holder now, then every change (granted, released, expired,
+        closed, forced, revoked), reconnecting and resuming by itself. A hint, never a
+        grant. Changes about a hold on this client's own session carry its token; no other
+        observer, a sibling replica included, ever sees it."""
+        return _observe.observe(self, key, after_revision)
+
+    def campaign(self, key: str, *, on_deposed: FenceFn) -> "Leadership":
+        """Leader election: waits in `key`'s queue until this process leads. Leadership
+        is the hold; `Leadership.term` is its fencing token. `on_deposed` (required, like
+        `on_fence`) runs if the leadership is lost without `resign()`."""
+        if not callable(on_deposed):
+            raise TypeError("campaign: on_deposed is required: the function that stops "
+                            "your work as leader if the leadership is lost")
+        return _observe.campaign(self, key, on_deposed)
+
     @contextlib.contextmanager
     def hold(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> Iterator[Hold]:
         """`with client.hold("pay/ledger/42", wait=5, on_fence=stop) as h:` ... the key is released when
@@ -643,6 +661,16 @@ class LockClient:
         with self._lock:
             self._holds[key] = _Reentry(count=1, token=token, session=s, link=link)
         return Hold(self, key, hold_id, token, s)
+
+    def _own_session(self, key: str) -> int:
+        """The session this client holds `key` on, else its session for the key's
+        cluster; 0 when it has none."""
+        with self._lock:
+            entry = self._holds.get(key)
+            if entry is not None:
+                return entry.session.id
+        s = self._session_for_key(key)
+        return s.id if s is not None else 0
 
     def _any_session(self) -> Optional[_Session]:
         with self._lock:

@@ -1,9 +1,31 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ObserveEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OBSERVE_EVENT_UNSPECIFIED: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_CURRENT: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_GRANTED: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_RELEASED: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_EXPIRED: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_CLOSED: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_FORCED: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_REVOKED: _ClassVar[ObserveEvent]
+    OBSERVE_EVENT_PROGRESS: _ClassVar[ObserveEvent]
+OBSERVE_EVENT_UNSPECIFIED: ObserveEvent
+OBSERVE_EVENT_CURRENT: ObserveEvent
+OBSERVE_EVENT_GRANTED: ObserveEvent
+OBSERVE_EVENT_RELEASED: ObserveEvent
+OBSERVE_EVENT_EXPIRED: ObserveEvent
+OBSERVE_EVENT_CLOSED: ObserveEvent
+OBSERVE_EVENT_FORCED: ObserveEvent
+OBSERVE_EVENT_REVOKED: ObserveEvent
+OBSERVE_EVENT_PROGRESS: ObserveEvent
 
 class OpenSessionRequest(_message.Message):
     __slots__ = ("key",)
@@ -140,3 +162,37 @@ class InspectResponse(_message.Message):
     acquired_at_unix_ms: int
     waiters: int
     def __init__(self, held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ...) -> None: ...
+
+class ObserveRequest(_message.Message):
+    __slots__ = ("key", "after_revision", "session_id")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    after_revision: int
+    session_id: int
+    def __init__(self, key: _Optional[str] = ..., after_revision: _Optional[int] = ..., session_id: _Optional[int] = ...) -> None: ...
+
+class ObserveResponse(_message.Message):
+    __slots__ = ("event", "revision", "held", "holder_spiffe_id", "holder_instance", "class_name", "acquired_at_unix_ms", "epoch", "grant_revision", "token")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_SPIFFE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GRANT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    event: ObserveEvent
+    revision: int
+    held: bool
+    holder_spiffe_id: str
+    holder_instance: str
+    class_name: str
+    acquired_at_unix_ms: int
+    epoch: int
+    grant_revision: int
+    token: int
+    def __init__(self, event: _Optional[_Union[ObserveEvent, str]] = ..., revision: _Optional[int] = ..., held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., holder_instance: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., grant_revision: _Optional[int] = ..., token: _Optional[int] = ...) -> None: ...

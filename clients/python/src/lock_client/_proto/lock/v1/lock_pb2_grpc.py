@@ -77,6 +77,11 @@ class LockStub:
                 request_serializer=lock_dot_v1_dot_lock__pb2.HoldRequest.SerializeToString,
                 response_deserializer=lock_dot_v1_dot_lock__pb2.HoldResponse.FromString,
                 _registered_method=True)
+        self.Observe = channel.unary_stream(
+                '/lock.v1.Lock/Observe',
+                request_serializer=lock_dot_v1_dot_lock__pb2.ObserveRequest.SerializeToString,
+                response_deserializer=lock_dot_v1_dot_lock__pb2.ObserveResponse.FromString,
+                _registered_method=True)
 
 
 class LockServicer:
@@ -151,6 +156,18 @@ class LockServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Observe(self, request, context):
+        """The key's holder now, then every change of it, from an etcd watch on the arbiter that
+        owns the key. A hint, never a grant (ADR-15): a change seen is not a hold taken, and
+        by the time it arrives it may be over; take the key with Acquire and write with its
+        token. Authorised at the edge like Inspect. A stream that ends (a proxy's timeout, the
+        arbiter restarting) is resumed by calling again with the last `revision` seen: the
+        changes after it follow, or HISTORY_COMPACTED says they are gone.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LockServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -193,6 +210,11 @@ def add_LockServicer_to_server(servicer, server):
                     servicer.Hold,
                     request_deserializer=lock_dot_v1_dot_lock__pb2.HoldRequest.FromString,
                     response_serializer=lock_dot_v1_dot_lock__pb2.HoldResponse.SerializeToString,
+            ),
+            'Observe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Observe,
+                    request_deserializer=lock_dot_v1_dot_lock__pb2.ObserveRequest.FromString,
+                    response_serializer=lock_dot_v1_dot_lock__pb2.ObserveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -414,6 +436,33 @@ class Lock:
             '/lock.v1.Lock/Hold',
             lock_dot_v1_dot_lock__pb2.HoldRequest.SerializeToString,
             lock_dot_v1_dot_lock__pb2.HoldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Observe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/lock.v1.Lock/Observe',
+            lock_dot_v1_dot_lock__pb2.ObserveRequest.SerializeToString,
+            lock_dot_v1_dot_lock__pb2.ObserveResponse.FromString,
             options,
             channel_credentials,
             insecure,
