@@ -50,3 +50,22 @@ pub async fn advance_epoch(
     }
     .await)
 }
+
+/// The two-person force release of `key`'s hold: filed by one operator, approved by
+/// another, as lock-admin runs it. Outer error as for [`advance_epoch`]; inner: the
+/// release's own answer.
+pub async fn force_release(
+    etcd: &Access,
+    key: &str,
+    reason: &str,
+) -> anyhow::Result<Result<lock_force::store::Executed, ForceError>> {
+    let store =
+        lock_force::store::ForceStore::new(force_etcd(etcd).await?, None, Duration::from_secs(600));
+    Ok(async {
+        let req = store
+            .file(key, reason, false, &operator("requester"))
+            .await?;
+        store.approve(&req.id, &operator("approver")).await
+    }
+    .await)
+}

@@ -1,5 +1,5 @@
 //! Issue 35, item 1: Observe through Envoy. A key's holder now, then every change (granted,
-//! released, closed, expired, revoked by an epoch advance), resumed after a reconnect, or
+//! released, closed, expired, forced, revoked by an epoch advance), resumed after a reconnect, or
 //! a gap said out loud once the store has compacted it. The token reaches the holder's own
 //! session only: not another identity, not a sibling replica of the same identity (two
 //! processes, one SVID). At the edge, an Observe of a key without a grant is refused with
@@ -178,6 +178,20 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
     assert_eq!(later.token().epoch(), 2);
     later.release().await.unwrap();
     assert_eq!(next(&mut resumed, 10).await.change, Change::Released);
+
+    // Two operators force-release a hold (lock-admin's own filing and approval).
+    let forced_hold = a1
+        .acquire(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut resumed, 10).await.change, Change::Granted);
+    lock_integration::admin::force_release(&stack.etcd_access(), &key, "observe test")
+        .await
+        .unwrap()
+        .unwrap();
+    let f = next(&mut resumed, 10).await;
+    assert_eq!((f.change, holder_of(&f).1), (Change::Forced, Some("a1")));
+    drop(forced_hold);
 
     // Compacted past the resume point: the observation says so, and starts from now.
     let mut etcd = stack.etcd_client().await.unwrap();
