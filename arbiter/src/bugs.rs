@@ -73,6 +73,9 @@ pub enum Bug {
     /// session: a sibling replica (or another identity) could write with it. The Observe
     /// test names it.
     ObserveTokenToAll,
+    /// Observe reports every end of a hold as RELEASED, whatever the store did (an expiry,
+    /// a force release, an advance). The gate's observe check names it.
+    ObserveEndAsRelease,
 }
 
 impl FromStr for Bug {
@@ -97,8 +100,9 @@ impl FromStr for Bug {
             "grant-without-settle" => Ok(Bug::GrantWithoutSettle),
             "renewal-ignores-expiry" => Ok(Bug::RenewalIgnoresExpiry),
             "observe-token-to-all" => Ok(Bug::ObserveTokenToAll),
+            "observe-end-as-release" => Ok(Bug::ObserveEndAsRelease),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release)"
             )),
         }
     }

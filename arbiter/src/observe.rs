@@ -189,6 +189,7 @@ async fn watch(
     let store = engine.store_for(key).await?;
     let sealed = store.admit(store.sealed().await?, key).await?;
     let token_to_all = engine.bugs().has(Bug::ObserveTokenToAll);
+    let end_as_release = engine.bugs().has(Bug::ObserveEndAsRelease);
     let send = async |seen: &Seen| {
         tx.send(Ok(answer(seen, viewer, token_to_all)))
             .await
@@ -257,7 +258,10 @@ async fn watch(
                     continue;
                 }
                 for event in resp.events() {
-                    let seen = seen_of(&sealed, event).await?;
+                    let mut seen = seen_of(&sealed, event).await?;
+                    if end_as_release && !seen.held {
+                        seen.event = ObserveEvent::Released;
+                    }
                     if !send(&seen).await {
                         return Ok(());
                     }

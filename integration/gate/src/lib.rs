@@ -8,6 +8,8 @@ pub mod effects;
 pub mod faults;
 pub mod history;
 pub mod linearize;
+pub mod observed;
+pub mod observer;
 pub mod refusal;
 pub mod register;
 pub mod round;
@@ -54,6 +56,9 @@ pub struct GateOptions {
     pub filter_switches: Vec<String>,
     /// Run the attacker (in the first worker): see `worker::attacker`.
     pub attacker: bool,
+    /// Follow a key of each generation with Observe, and hold every answer to the store
+    /// log (`observer`, `observed`).
+    pub observe: bool,
     /// Write to the PostgreSQL reference fence too.
     pub postgres: bool,
     pub direct_percent: u32,
@@ -95,6 +100,7 @@ impl Default for GateOptions {
             inject_bugs: Vec::new(),
             filter_switches: Vec::new(),
             attacker: true,
+            observe: true,
             postgres: true,
             direct_percent: 25,
             replay_percent: 20,
@@ -145,6 +151,8 @@ pub struct GateReport {
     pub unchecked: Vec<String>,
     /// The key whose linearizability check took longest, and how long.
     pub slowest_key: Option<(String, Duration)>,
+    /// Observe answers by change, each held to the store log (`observed`).
+    pub observed: BTreeMap<String, usize>,
     pub dir: PathBuf,
     pub elapsed: Duration,
 }
@@ -194,6 +202,17 @@ impl GateReport {
             for (kind, e) in &self.effects {
                 s.push_str(&format!("    {kind:>16}: {}\n", e.line()));
             }
+        }
+        if !self.observed.is_empty() {
+            let parts: Vec<String> = self
+                .observed
+                .iter()
+                .map(|(c, n)| format!("{c} {n}"))
+                .collect();
+            s.push_str(&format!(
+                "  observe (every key followed through the edge, each answer held to the store log): {}\n",
+                parts.join(", ")
+            ));
         }
         s.push_str(&format!(
             "  replicas (clients 2k-1, 2k: one identity, two instances): {} sibling handoffs, {} LEAKED_HOLD answers, each to the client's own earlier hold\n",
@@ -290,6 +309,13 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
     let mut violations = checker::check(&ops, &truth);
     let replicas = siblings::check(&ops);
     violations.extend(replicas.violations.iter().cloned());
+    let mut observed = BTreeMap::new();
+    if let Some(seen) = observer::read(&history_dir.join("observe.jsonl"))? {
+        violations.extend(observed::check(&seen, &store_events));
+        for s in &seen {
+            *observed.entry(s.change.clone()).or_insert(0) += 1;
+        }
+    }
     let verdicts = linearize::check_all(&ops, &truth, steps);
     let effects = fault_effects(history_dir, &ops, &truth);
     let mut by_kind = BTreeMap::new();
@@ -375,6 +401,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
             .iter()
             .max_by_key(|(_, (_, took))| *took)
             .map(|(k, (_, took))| (k.clone(), *took)),
+        observed,
         dir: history_dir.to_path_buf(),
         elapsed: started.elapsed(),
     };

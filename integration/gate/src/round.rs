@@ -239,6 +239,28 @@ pub async fn round(
         cmd.arg("worker").arg("--plan").arg(&plan_path);
         workers.push(Proc::spawn(&format!("worker-{w}"), cmd, dir)?);
     }
+    // The observer follows a key per generation through the edge for the whole round.
+    let (stop_observer, observer_stopped) = tokio::sync::oneshot::channel::<()>();
+    let observer = if opts.observe {
+        let plan = super::observer::ObservePlan {
+            endpoint: env.stack.endpoint(),
+            svid: env.stack.pki.svid("gate-observer", &gate_id(1))?,
+            keys: vec![
+                format!("{GATE_PREFIX}/{run_id}"),
+                format!("{GATE_DURABLE_PREFIX}/{run_id}"),
+            ],
+            per_generation: opts.keys_per_generation,
+            origin,
+            generation: opts.generation,
+            follow: opts.lookback + 1,
+            soft_end,
+        };
+        Some(tokio::spawn(super::observer::run(plan, async {
+            let _ = observer_stopped.await;
+        })))
+    } else {
+        None
+    };
     let driver_history = history_dir.join("driver.jsonl");
     let driver = Recorder::create(&driver_history)?;
     let driver_ops = AtomicU64::new(0);
@@ -308,6 +330,14 @@ pub async fn round(
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         w.kill();
+    }
+    let _ = stop_observer.send(());
+    if let Some(observer) = observer {
+        let (seen, failed) = observer.await??;
+        if failed > 0 {
+            println!("gate: {failed} observation(s) ended on an error");
+        }
+        super::observer::write(&history_dir.join("observe.jsonl"), &seen)?;
     }
     let store_events = watcher.finish().await?;
     store_log::write_jsonl(&history_dir.join("store.jsonl"), &store_events)?;

@@ -42,6 +42,12 @@ async fn every_fault_kind_with_zero_violations() {
         report.sibling_leaks > 0,
         "no leaked hold was asked for again"
     );
+    // The observer followed keys through the faults, and saw holds end more than one way.
+    assert!(
+        report.observed.get("granted").copied().unwrap_or(0) > 0,
+        "the observer saw no grant: {:?}",
+        report.observed
+    );
     // The attacker ran, and every one of its attacks was tried.
     for attack in lock_gate::worker::ATTACKS {
         assert!(
@@ -90,6 +96,20 @@ async fn catches_siblings_refused_as_leaks() {
     let report = run(with_bug("leak-by-identity", 15, vec![])).await;
     assert!(!report.passed());
     assert!(found(&report, "replicas"), "no sibling refused as a leak");
+}
+
+/// Issue 35: an Observe that reports every end of a hold as a release (the stalled
+/// holders' expiries among them) is caught against the store log.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_an_observe_that_tells_every_end_as_a_release() {
+    let report = run(with_bug("observe-end-as-release", 15, vec![])).await;
+    assert!(found(&report, "observe"), "no observe answer caught");
+    assert!(
+        report.violations.iter().all(|v| v.check == "observe"),
+        "only Observe lies: {:?}",
+        report.violations
+    );
 }
 
 #[cfg(debug_assertions)]
