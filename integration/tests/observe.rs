@@ -347,3 +347,52 @@ async fn the_probe_catches_a_filter_that_does_not_key_observe() {
         "{faults:#?}"
     );
 }
+
+/// What an Observe stream costs the arbiter: N streams opened straight at it, its RSS and
+/// etcd's watcher count before and after. A measurement, not a test of a bound: run it
+/// with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement"]
+async fn what_an_observe_stream_costs_the_arbiter() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let pid = stack.arbiters[0].proc.pid().unwrap();
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    let id = waiter_id(3);
+    let mut streams = Vec::new();
+    // Warm: one stream first, so the connection and its buffers are counted before.
+    let mut direct = stack.arbiter_direct(0).await.unwrap();
+    let open = |i: usize| {
+        let key = format!("{FAST_PREFIX}/cost/{i}");
+        lock_integration::as_from_edge(
+            ObserveRequest {
+                key: key.clone(),
+                after_revision: 0,
+                session_id: 0,
+            },
+            Some(&key),
+            Some(&id),
+        )
+    };
+    streams.push(direct.observe(open(0)).await.unwrap().into_inner());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = rss();
+    const N: usize = 500;
+    for i in 1..=N {
+        let mut s = direct.observe(open(i)).await.unwrap().into_inner();
+        s.message().await.unwrap();
+        streams.push(s);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss();
+    println!(
+        "{N} Observe streams: arbiter RSS {before} kB -> {after} kB, {:.1} kB per stream",
+        (after.saturating_sub(before)) as f64 / N as f64
+    );
+}
