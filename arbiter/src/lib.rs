@@ -27,6 +27,7 @@ pub mod layout;
 pub mod logging;
 pub mod metrics;
 pub mod observe;
+pub mod observe_hub;
 pub mod peer_tls;
 pub mod proto;
 pub mod queue;

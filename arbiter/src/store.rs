@@ -12,6 +12,7 @@ use crate::bugs::{Bug, Bugs};
 use crate::epoch::{Epoch, EpochCache};
 use crate::error::ArbiterError;
 use crate::etcd::{Etcd, LeaseGrant};
+use crate::observe_hub::ObserveHub;
 use crate::shard_map::DocCache;
 use crate::watch_hub::{StreamSource, WatchHub};
 use etcd_client::{
@@ -31,6 +32,8 @@ pub struct Store {
     batcher: Arc<OnceLock<Batcher>>,
     /// The one watch stream of every waiting queue head, started on first use.
     watch_hub: Arc<OnceLock<WatchHub>>,
+    /// The one watch stream of every Observe, started on first use.
+    observe_hub: Arc<OnceLock<ObserveHub>>,
     bugs: Bugs,
     /// With several clusters: the tag of this cluster's session ids (`sessions.rs`).
     tag: Option<u8>,
@@ -75,6 +78,7 @@ impl Store {
             epochs: Arc::new(EpochCache::new(bugs.clone())),
             batcher: Arc::new(OnceLock::new()),
             watch_hub: Arc::new(OnceLock::new()),
+            observe_hub: Arc::new(OnceLock::new()),
             bugs,
             tag: None,
             shard: None,
@@ -150,6 +154,12 @@ impl Store {
     pub fn batcher(&self) -> &Batcher {
         self.batcher
             .get_or_init(|| Batcher::start(self.etcd.clone(), self.bugs.clone()))
+    }
+
+    /// The Observe streams' shared watch stream (started on first use).
+    pub fn observe_hub(&self) -> &ObserveHub {
+        self.observe_hub
+            .get_or_init(|| ObserveHub::start(self.clone()))
     }
 
     /// The queue heads' shared watch stream (started on first use).
@@ -355,15 +365,6 @@ impl Sealed {
     ) -> Result<WatchStream, ArbiterError> {
         let mut watches = self.etcd.watch_client();
         self.etcd.bounded(watches.watch(key, Some(options))).await
-    }
-
-    /// The seal for a response of a stream this view opened ([`Sealed::watch_stream`]):
-    /// the cluster ID, re-reading the epoch record once on a mismatch.
-    pub async fn check_streamed(
-        &self,
-        header: Option<&ResponseHeader>,
-    ) -> Result<(), ArbiterError> {
-        self.store.check_stream(header).await
     }
 
     /// Renews `lease` once on the arbiter's shared keepalive stream (`renewals.rs`); the
