@@ -11,7 +11,7 @@ use lock_config::proto::v1::hold_request::Step as Ask;
 use lock_config::proto::v1::hold_response::Step as Answer;
 use lock_config::proto::v1::*;
 use lock_integration::pki::{LEDGER, OPERATOR};
-use lock_integration::registry::{FAST_PREFIX, waiter_id};
+use lock_integration::registry::{FAST_PREFIX, SLOW_PREFIX, waiter_id};
 use lock_integration::{Stack, StackOptions, reason_of};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -378,4 +378,80 @@ async fn the_streams_key_check_switched_off_is_caught() {
         "the check was off and the probe saw nothing: {wrong:#?}"
     );
     eprintln!("caught (expected): {wrong:#?}");
+}
+
+/// What an open Hold stream costs the arbiter beside its hold: N holds taken on Hold
+/// streams kept open, and N taken by unary Acquire, straight at one arbiter; its RSS before
+/// and after each. A measurement, not a test of a bound: `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement"]
+async fn what_an_open_hold_stream_costs_the_arbiter() {
+    let (stack, _reg) = Stack::with_test_registry_and(1).await.unwrap();
+    let pid = stack.arbiters[0].proc.pid().unwrap();
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    let id = waiter_id(3);
+    let mut direct = stack.arbiter_direct(0).await.unwrap();
+    let first = format!("{SLOW_PREFIX}/stream-cost/0");
+    let session = direct
+        .open_session(lock_integration::as_from_edge(
+            OpenSessionRequest { key: first.clone() },
+            Some(&first),
+            Some(&id),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    const N: usize = 300;
+    let unary = |i: usize| {
+        let key = format!("{SLOW_PREFIX}/unary-cost/{i}");
+        let mut d = direct.clone();
+        let req = lock_integration::as_from_edge(
+            AcquireRequest {
+                key: key.clone(),
+                session_id: session,
+                wait_millis: 0,
+            },
+            Some(&key),
+            Some(&id),
+        );
+        async move { d.acquire(req).await.unwrap() }
+    };
+    unary(0).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before_unary = rss();
+    for i in 1..=N {
+        unary(i).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_unary = rss();
+    let mut streams = Vec::new();
+    for i in 1..=N {
+        let key = format!("{SLOW_PREFIX}/stream-cost/{i}");
+        let (asks, rx) = mpsc::channel(4);
+        asks.send(HoldRequest {
+            step: Some(acquire(&key, session)),
+        })
+        .await
+        .unwrap();
+        let req = lock_integration::as_from_edge(ReceiverStream::new(rx), Some(&key), Some(&id));
+        let mut answers = direct.hold(req).await.unwrap().into_inner();
+        answers.message().await.unwrap();
+        streams.push((asks, answers));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_streams = rss();
+    let per = |a: u64, b: u64| a.saturating_sub(b) as f64 / N as f64;
+    println!(
+        "{N} holds by unary Acquire: {:.1} kB each; {N} on open Hold streams: {:.1} kB each (arbiter RSS {before_unary} -> {after_unary} -> {after_streams} kB)",
+        per(after_unary, before_unary),
+        per(after_streams, after_unary)
+    );
 }
