@@ -45,7 +45,8 @@ use tonic::Status;
 pub const DEFAULT_MAX_OBSERVERS: usize = 1024;
 
 /// How often a stream checks its key still lives on this arbiter's store (shard moves).
-const PLACE_EVERY: Duration = Duration::from_secs(60);
+/// Cheap: the epoch and the shard map are cached, and read only when they disagree.
+const PLACE_EVERY: Duration = Duration::from_secs(5);
 
 /// The arbiter's count of open Observe streams against its limit.
 pub struct Observers {
@@ -104,6 +105,8 @@ pub struct Seen {
     /// The epoch and revision the hold was granted at: its token's parts.
     pub epoch: u16,
     pub grant_revision: i64,
+    /// The epoch of the store `revision` is of (a resume point names its store with it).
+    pub store_epoch: u16,
 }
 
 /// The answer `viewer` gets for `seen`. The token only while the hold is current, and
@@ -132,6 +135,7 @@ pub fn answer(seen: &Seen, viewer: &Viewer, token_to_all: bool) -> ObserveRespon
         epoch: u32::from(seen.epoch),
         grant_revision: seen.grant_revision,
         token,
+        store_epoch: u32::from(seen.store_epoch),
     }
 }
 
@@ -147,6 +151,13 @@ pub fn event_of(end: HoldEnd) -> ObserveEvent {
 }
 
 type Answers = mpsc::Sender<Result<ObserveResponse, Status>>;
+
+/// Where a stream resumes: after a revision of the store of an epoch (0: unchecked).
+#[derive(Debug, Clone, Copy)]
+struct Resume {
+    revision: i64,
+    store_epoch: u32,
+}
 
 /// Serves one Observe call: refused at once (no class, the limit), or a stream.
 pub fn serve(
@@ -165,7 +176,10 @@ pub fn serve(
         identity,
         session: (req.session_id > 0).then(|| lease_hex(req.session_id)),
     };
-    let after = req.after_revision.max(0);
+    let after = Resume {
+        revision: req.after_revision.max(0),
+        store_epoch: req.after_store_epoch,
+    };
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         let _slot = slot;
@@ -184,7 +198,7 @@ pub fn serve(
 async fn watch(
     engine: &Engine,
     key: &lock_config::LockKey,
-    after: i64,
+    after: Resume,
     viewer: &Viewer,
     tx: &Answers,
 ) -> Result<(), ArbiterError> {
@@ -200,8 +214,16 @@ async fn watch(
             .is_ok()
     };
     let holder = holder_key(key);
-    let start = if after > 0 {
-        after + 1
+    let store_epoch = sealed.epoch().record.epoch;
+    let start = if after.revision > 0 {
+        // A revision of another store's history (a shard move, a restore) resumes nothing
+        // here: the gap is said, and the client starts from now.
+        if after.store_epoch != 0 && after.store_epoch != u32::from(store_epoch) {
+            return Err(ArbiterError::HistoryCompacted {
+                compact_revision: 0,
+            });
+        }
+        after.revision + 1
     } else {
         let resp = Box::pin(sealed.get(&holder)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
@@ -212,8 +234,9 @@ async fn watch(
             holder: kv.and_then(|kv| decode::<Holder>(kv.value())),
             held: kv.is_some(),
             // An advance deletes every hold: a hold that exists was granted in this epoch.
-            epoch: sealed.epoch().record.epoch,
+            epoch: store_epoch,
             grant_revision: kv.map_or(0, |kv| kv.mod_revision()),
+            store_epoch,
         };
         if !send(&seen).await {
             return Ok(());
@@ -231,8 +254,13 @@ async fn watch(
             () = tx.closed() => return Ok(()),
             () = drain.started() => return Err(ArbiterError::Draining),
             _ = placed.tick() => {
-                if !store.admits(&sealed, key) {
-                    return Err(ArbiterError::Moving);
+                // Read afresh (the view the stream began with cannot see a move): a key
+                // that lives elsewhere now is watched there; the client resumes.
+                let now = Box::pin(async { store.admit(store.sealed().await?, key).await }).await;
+                match now {
+                    Ok(_) => {}
+                    Err(ArbiterError::WrongSessionPlace { .. }) => return Err(ArbiterError::Moving),
+                    Err(e) => return Err(e),
                 }
             }
             note = observing.next() => match note {
@@ -241,7 +269,9 @@ async fn watch(
                         // Boxed: the reads it makes are large futures, and an idle stream
                         // (most of them, most of the time) should not carry their room
                         // (148 kB of arbiter RSS per stream before, `tests/observe.rs`).
-                        let mut seen = Box::pin(seen_of(&sealed, event)).await?;
+                        let mut seen = Box::pin(seen_of(&sealed, event))
+                            .await
+                            .map_err(compacted_read)?;
                         if end_as_release && !seen.held {
                             seen.event = ObserveEvent::Released;
                         }
@@ -251,7 +281,15 @@ async fn watch(
                     }
                 }
                 Note::Progress(revision) => {
-                    let seen = Seen { event: ObserveEvent::Progress, revision, ..Seen::default() };
+                    // The epoch as this arbiter knows it now (behind an advance at worst:
+                    // a resume then starts afresh, never from the wrong history).
+                    let store_epoch = Box::pin(store.sealed()).await?.epoch().record.epoch;
+                    let seen = Seen {
+                        event: ObserveEvent::Progress,
+                        revision,
+                        store_epoch,
+                        ..Seen::default()
+                    };
                     if !send(&seen).await {
                         return Ok(());
                     }
@@ -265,6 +303,18 @@ async fn watch(
     }
 }
 
+/// A read at an event's revision that etcd has compacted away since the watch delivered
+/// it: the history is gone, as for a watch that starts there (the client starts afresh
+/// and marks the gap). The compaction's revision is not in etcd's answer: 0.
+fn compacted_read(e: ArbiterError) -> ArbiterError {
+    match e {
+        ArbiterError::Store(m) if m.contains("compacted") => ArbiterError::HistoryCompacted {
+            compact_revision: 0,
+        },
+        e => e,
+    }
+}
+
 /// One watch event as the key's state.
 async fn seen_of(sealed: &Sealed, event: &Event) -> Result<Seen, ArbiterError> {
     let kv = event
@@ -272,25 +322,30 @@ async fn seen_of(sealed: &Sealed, event: &Event) -> Result<Seen, ArbiterError> {
         .ok_or_else(|| ArbiterError::Store("a watch event without its key".into()))?;
     let revision = kv.mod_revision();
     match event.event_type() {
-        EventType::Put => Ok(Seen {
-            event: ObserveEvent::Granted,
-            revision,
-            holder: decode::<Holder>(kv.value()),
-            held: true,
-            epoch: epoch_at(sealed, revision).await?,
-            grant_revision: revision,
-        }),
+        EventType::Put => {
+            let epoch = epoch_at(sealed, revision).await?;
+            Ok(Seen {
+                event: ObserveEvent::Granted,
+                revision,
+                holder: decode::<Holder>(kv.value()),
+                held: true,
+                epoch,
+                grant_revision: revision,
+                store_epoch: epoch,
+            })
+        }
         EventType::Delete => {
             let prev = event.prev_kv();
             let holder = prev.and_then(|p| decode::<Holder>(p.value()));
             let grant_revision = prev.map_or(0, |p| p.mod_revision());
             let session = holder.as_ref().map(|h| h.session.as_str()).unwrap_or("");
-            let (facts, epoch) = tokio::try_join!(facts_at(sealed, revision, session), async {
-                match grant_revision {
-                    0 => Ok(0),
-                    r => epoch_at(sealed, r).await,
-                }
-            })?;
+            let ((facts, store_epoch), epoch) =
+                tokio::try_join!(facts_at(sealed, revision, session), async {
+                    match grant_revision {
+                        0 => Ok(0),
+                        r => epoch_at(sealed, r).await,
+                    }
+                })?;
             Ok(Seen {
                 event: event_of(hold_end(facts)),
                 revision,
@@ -298,6 +353,7 @@ async fn seen_of(sealed: &Sealed, event: &Event) -> Result<Seen, ArbiterError> {
                 held: false,
                 epoch,
                 grant_revision,
+                store_epoch,
             })
         }
     }
@@ -315,8 +371,13 @@ async fn epoch_at(sealed: &Sealed, revision: i64) -> Result<u16, ArbiterError> {
         .ok_or_else(|| ArbiterError::Store(format!("no epoch record at revision {revision}")))
 }
 
-/// What else happened at `revision`, where a hold of `session` (hex) was deleted.
-async fn facts_at(sealed: &Sealed, revision: i64, session: &str) -> Result<EndFacts, ArbiterError> {
+/// What else happened at `revision`, where a hold of `session` (hex) was deleted, and the
+/// store's epoch at it.
+async fn facts_at(
+    sealed: &Sealed,
+    revision: i64,
+    session: &str,
+) -> Result<(EndFacts, u16), ArbiterError> {
     let at = |r: i64| GetOptions::new().with_revision(r);
     let session_key = format!("{SESSION_PREFIX}{session}");
     let (epoch, force, session_then, session_before) = tokio::try_join!(
@@ -353,6 +414,11 @@ async fn facts_at(sealed: &Sealed, revision: i64, session: &str) -> Result<EndFa
         .kvs()
         .first()
         .is_some_and(|kv| kv.mod_revision() == revision);
+    let store_epoch = epoch
+        .kvs()
+        .first()
+        .and_then(|kv| decode::<crate::layout::EpochRecord>(kv.value()))
+        .map_or(0, |r| r.epoch);
     let force = force.count() > 0;
     // The session record is deleted with every hold on its lease, at one revision: gone at
     // the hold's delete means it ended there.
@@ -369,11 +435,14 @@ async fn facts_at(sealed: &Sealed, revision: i64, session: &str) -> Result<EndFa
             SessionEnd::Expired
         }
     });
-    Ok(EndFacts {
-        advance,
-        force,
-        session,
-    })
+    Ok((
+        EndFacts {
+            advance,
+            force,
+            session,
+        },
+        store_epoch,
+    ))
 }
 
 #[cfg(test)]
@@ -402,6 +471,7 @@ mod tests {
             held: event != ObserveEvent::Released,
             epoch: 1,
             grant_revision: 7,
+            store_epoch: 1,
         };
         let viewer = |identity: &str, session: Option<&str>| Viewer {
             identity: identity.into(),

@@ -64,16 +64,22 @@ pub struct Observed {
     /// [`crate::LockClient::observe`]).
     pub token: Option<FencingToken>,
     /// Changes before this one were missed (the store compacted them away while the
-    /// stream was down). Only on a `Current`.
+    /// stream was down, or the key's store is another since: a shard move, a restore).
+    /// Only on a `Current`.
     pub gap: bool,
+    /// The epoch of the store `revision` is of: with it, `revision` is a resume point
+    /// ([`Observation::resume_after`]).
+    pub store_epoch: u32,
 }
 
 /// A key being observed: call [`Observation::next`] for each change.
 pub struct Observation {
     client: LockClient,
     key: String,
-    /// The last revision seen: where a reconnect resumes (0: from the current state).
+    /// The last revision seen, and its store's epoch: where a reconnect resumes (0: from
+    /// the current state).
     after: i64,
+    store_epoch: u32,
     stream: Option<Streaming<ObserveResponse>>,
     gap: bool,
 }
@@ -84,15 +90,18 @@ impl Observation {
             client,
             key: key.to_owned(),
             after: 0,
+            store_epoch: 0,
             stream: None,
             gap: false,
         }
     }
 
-    /// Starts after `revision` (a change's `revision` from an earlier observation) instead
-    /// of from the current holder.
-    pub fn resume_after(mut self, revision: i64) -> Self {
+    /// Starts after `revision` of the store of `store_epoch` (a change's `revision` and
+    /// `store_epoch` from an earlier observation; 0: unchecked) instead of from the current
+    /// holder.
+    pub fn resume_after(mut self, revision: i64, store_epoch: u32) -> Self {
         self.after = revision.max(0);
+        self.store_epoch = store_epoch;
         self
     }
 
@@ -101,17 +110,26 @@ impl Observation {
         self.after
     }
 
+    /// The epoch of the store the last revision seen is of.
+    pub fn store_epoch(&self) -> u32 {
+        self.store_epoch
+    }
+
     /// The next change, reconnecting as needed. Errors are the refusals a new call gets
     /// (NOT_GRANTED, INVALID_KEY...), or the service unreachable for about a minute.
     pub async fn next(&mut self) -> Result<Observed, LockError> {
         let mut failures = 0u32;
         let mut backoff = Duration::from_millis(50);
+        // Whether the stream at hand has answered: one that ends without a word is a
+        // failure to back off from, not a reason to reconnect at once.
+        let mut answered = true;
         loop {
             let answer = match self.stream.as_mut() {
                 Some(s) => s.message().await.map_err(|s| LockError::from_status(&s)),
                 None => match self.open().await {
                     Ok(s) => {
                         self.stream = Some(s);
+                        answered = false;
                         continue;
                     }
                     Err(e) => Err(e),
@@ -120,15 +138,28 @@ impl Observation {
             match answer {
                 Ok(Some(a)) => {
                     failures = 0;
+                    answered = true;
                     if let Some(o) = self.take(a) {
                         return Ok(o);
                     }
                 }
-                // The stream ended cleanly (an arbiter draining, a proxy's timeout): resume.
-                Ok(None) => self.stream = None,
+                // The stream ended cleanly (a proxy's timeout): resume.
+                Ok(None) if answered => self.stream = None,
+                Ok(None) => {
+                    self.stream = None;
+                    failures += 1;
+                    if failures > MAX_RECONNECTS {
+                        return Err(LockError::Unavailable(
+                            "observe streams end without an answer".into(),
+                        ));
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tokio::time::sleep(backoff).await;
+                }
                 Err(LockError::HistoryCompacted { .. }) => {
                     self.stream = None;
                     self.after = 0;
+                    self.store_epoch = 0;
                     self.gap = true;
                 }
                 Err(e) => {
@@ -157,6 +188,7 @@ impl Observation {
             ObserveRequest {
                 key: self.key.clone(),
                 after_revision: self.after,
+                after_store_epoch: self.store_epoch,
                 // Named at each (re)connect: a session opened since is this client's now.
                 session_id: self.client.own_session(&self.key).unwrap_or(0),
             },
@@ -167,7 +199,11 @@ impl Observation {
 
     /// The answer as a change for the caller; None for a progress mark.
     fn take(&mut self, a: ObserveResponse) -> Option<Observed> {
-        self.after = self.after.max(a.revision);
+        // The store's answer names its history: a revision is a resume point only with it.
+        if a.store_epoch != self.store_epoch || a.revision > self.after {
+            self.after = a.revision;
+            self.store_epoch = a.store_epoch;
+        }
         let change = match ObserveEvent::try_from(a.event).ok()? {
             ObserveEvent::Current => Change::Current,
             ObserveEvent::Granted => Change::Granted,
@@ -196,6 +232,7 @@ impl Observation {
                 .ok()
                 .filter(|_| a.token != 0),
             gap,
+            store_epoch: a.store_epoch,
         })
     }
 }

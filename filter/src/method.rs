@@ -92,6 +92,7 @@ mod tests {
             key: "pay/a".into(),
             after_revision: 7,
             session_id: 3,
+            after_store_epoch: 0,
         };
         assert_eq!(
             Keyed::Observe.key_of(&observe.encode_to_vec()).unwrap(),

@@ -106,21 +106,29 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
     let released = next(&mut watching, 10).await;
     assert_eq!((released.change, released.held), (Change::Released, false));
     assert_eq!(holder_of(&released).0, waiter_id(1));
-    let away_at = watching.revision();
+    let away_at = (watching.revision(), watching.store_epoch());
     drop(watching);
 
-    // While nobody watches: a2 takes the key and closes its session.
-    a2.acquire(&key, Duration::from_secs(5), no_fence())
+    // While nobody watches: a2 takes the key and closes its session. The hold is kept
+    // until then (a dropped Hold is released in the background, racing the close).
+    let a2_hold = a2
+        .acquire(&key, Duration::from_secs(5), no_fence())
         .await
         .unwrap();
     a2.shutdown().await.unwrap();
+    drop(a2_hold);
     // Resumed after the last revision seen: both changes, in order, nothing else.
-    let mut resumed = o.observe(&key).resume_after(away_at);
+    let mut resumed = o.observe(&key).resume_after(away_at.0, away_at.1);
     let g = next(&mut resumed, 10).await;
     assert_eq!((g.change, holder_of(&g).1), (Change::Granted, Some("a2")));
     let c = next(&mut resumed, 10).await;
     assert_eq!((c.change, holder_of(&c).1), (Change::Closed, Some("a2")));
-    assert!(g.revision > away_at && c.revision > g.revision);
+    assert!(g.revision > away_at.0 && c.revision > g.revision);
+    // A resume point of another store's history (its epoch: a shard's, a restored
+    // store's) resumes nothing here: the gap is said, from now.
+    let mut elsewhere = o.observe(&key).resume_after(away_at.0, away_at.1 + 7);
+    let fresh = next(&mut elsewhere, 10).await;
+    assert_eq!((fresh.change, fresh.gap), (Change::Current, true));
 
     // A session never renewed: its hold expires with it.
     let mut lapsing = stack.workload(&waiter_id(4)).await.unwrap();
@@ -203,7 +211,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
         .unwrap()
         .revision();
     etcd.compact(now, None).await.unwrap();
-    let mut gapped = o.observe(&key).resume_after(away_at);
+    let mut gapped = o.observe(&key).resume_after(away_at.0, 0);
     let fresh = next(&mut gapped, 10).await;
     assert_eq!(
         (fresh.change, fresh.gap, fresh.held),
@@ -300,6 +308,7 @@ async fn observe_denial_faults(filter_switches: &[&str]) -> Vec<String> {
                 key: key.into(),
                 after_revision: 0,
                 session_id: s,
+                after_store_epoch: 0,
             };
             let encoded = lock_config::edge_headers::encode_key(key);
             let headers: Vec<(&str, &str)> = if metadata {
@@ -375,6 +384,7 @@ async fn what_an_observe_stream_costs_the_arbiter() {
                 key: key.clone(),
                 after_revision: 0,
                 session_id: 0,
+                after_store_epoch: 0,
             },
             Some(&key),
             Some(&id),

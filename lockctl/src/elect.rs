@@ -6,8 +6,8 @@
 //! leader's late write is then refused.
 //!
 //! Without `--again`, lockctl exits as `lockctl run` would. With `--again`, a COMMAND that
-//! exits non-zero, or a leadership lost (exit 4), is followed by a new campaign: a
-//! singleton that restarts itself. A signal to lockctl (SIGTERM, SIGINT, SIGHUP) and a
+//! exits non-zero, a leadership lost (exit 4), or the service out of reach (exit 3) is
+//! followed by a new campaign: a singleton that restarts itself. A signal to lockctl (SIGTERM, SIGINT, SIGHUP) and a
 //! COMMAND that exits 0 end it; so do refusals waiting cannot cure (NOT_GRANTED...).
 
 use crate::run::{Ran, Signals, run_once, signal_exit};
@@ -29,7 +29,15 @@ pub async fn elect(
     let mut signals = Signals::install()?;
     loop {
         let Ran { code, signalled } =
-            run_once(conn, key, None, grace, command, &mut signals).await?;
+            match run_once(conn, key, None, grace, command, &mut signals).await {
+                Ok(ran) => ran,
+                // Out of reach: a supervisor of a singleton keeps campaigning.
+                Err(f) if again && f.exit == Failure::UNREACHABLE => Ran {
+                    code: f.exit,
+                    signalled: false,
+                },
+                Err(f) => return Err(f),
+            };
         if !again || signalled || code == 0 {
             return Ok(ExitCode::from(code));
         }

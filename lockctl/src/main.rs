@@ -65,7 +65,8 @@ enum Cmd {
     /// Run COMMAND while this process leads KEY (leader election: leadership is the hold).
     /// Campaigns, waiting in KEY's queue as long as it takes; then runs COMMAND as `run`
     /// does, the term in $LOCK_TOKEN. With --again, campaigns again when COMMAND exits
-    /// non-zero or the leadership is lost (4); a signal or an exit 0 ends it.
+    /// non-zero, the leadership is lost (4) or the service is out of reach (3); a signal or
+    /// an exit 0 ends it.
     Elect {
         key: String,
         /// Campaign again after a failed or lost term.
@@ -92,9 +93,10 @@ enum Cmd {
         /// Exit after this many changes (the first is the current holder).
         #[arg(long)]
         count: Option<u64>,
-        /// Resume after this revision (a line's `revision=`) instead of starting from now.
-        #[arg(long, default_value_t = 0)]
-        after: i64,
+        /// Resume after REVISION@STORE_EPOCH (a line's `revision=` and `store_epoch=`)
+        /// instead of starting from now.
+        #[arg(long, value_parser = remote::parse_resume)]
+        after: Option<(i64, u32)>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -229,6 +231,9 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The exit code of [`Failure::unreachable`].
+    pub const UNREACHABLE: u8 = 3;
+
     pub fn refused(message: impl Into<String>) -> Self {
         Self {
             exit: 1,
@@ -243,7 +248,7 @@ impl Failure {
     }
     pub fn unreachable(message: impl Into<String>) -> Self {
         Self {
-            exit: 3,
+            exit: Self::UNREACHABLE,
             message: message.into(),
         }
     }

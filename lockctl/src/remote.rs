@@ -140,11 +140,12 @@ pub async fn observe(
     conn: &Conn,
     key: &str,
     count: Option<u64>,
-    after: i64,
+    after: Option<(i64, u32)>,
 ) -> Result<(), Failure> {
     let client = lock_client::LockClient::new(conn.config().await?)
         .map_err(|e| Failure::input(e.to_string()))?;
-    let mut observation = client.observe(key).resume_after(after);
+    let (revision, store_epoch) = after.unwrap_or((0, 0));
+    let mut observation = client.observe(key).resume_after(revision, store_epoch);
     let mut seen = 0u64;
     while count.is_none_or(|n| seen < n) {
         let o = observation
@@ -160,7 +161,10 @@ pub async fn observe(
 /// `revision=.. change=.. held=..` and the holder's fields, for people and scripts.
 fn observed_line(o: &lock_client::Observed) -> String {
     let change = format!("{:?}", o.change).to_lowercase();
-    let mut line = format!("revision={} change={change} held={}", o.revision, o.held);
+    let mut line = format!(
+        "revision={} store_epoch={} change={change} held={}",
+        o.revision, o.store_epoch, o.held
+    );
     if o.gap {
         line.push_str(" gap=true");
     }
@@ -176,4 +180,18 @@ fn observed_line(o: &lock_client::Observed) -> String {
         ));
     }
     line
+}
+
+/// `REVISION@STORE_EPOCH` (`812@1`), as `lockctl observe` prints them.
+pub fn parse_resume(s: &str) -> Result<(i64, u32), String> {
+    let (revision, epoch) = s
+        .split_once('@')
+        .ok_or_else(|| format!("{s:?}: expected REVISION@STORE_EPOCH, e.g. 812@1"))?;
+    let revision = revision
+        .parse::<i64>()
+        .map_err(|e| format!("{revision:?}: {e}"))?;
+    let epoch = epoch
+        .parse::<u32>()
+        .map_err(|e| format!("{epoch:?}: {e}"))?;
+    Ok((revision, epoch))
 }

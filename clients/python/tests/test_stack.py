@@ -137,7 +137,8 @@ def test_observe_follows_a_key_and_the_token_reaches_only_its_holder(replica, ot
     released = next(watching)
     assert (released.change, released.held) == ("released", False)
     # Resumed after the last revision seen: the changes since, in order.
-    again = other_locks.observe(key, after_revision=released.revision - 1)
+    again = other_locks.observe(key, after_revision=released.revision - 1,
+                                after_store_epoch=released.store_epoch)
     assert next(again).change == "released"
 
 

@@ -541,12 +541,13 @@ class LockClient:
             session = s
         raise errors.Unavailable("gave up after repeated retries")
 
-    def observe(self, key: str, after_revision: int = 0) -> Iterator["Observed"]:
+    def observe(self, key: str, after_revision: int = 0,
+                after_store_epoch: int = 0) -> Iterator["Observed"]:
         """Yields `key`'s holder now, then every change (granted, released, expired,
         closed, forced, revoked), reconnecting and resuming by itself. A hint, never a
         grant. Changes about a hold on this client's own session carry its token; no other
         observer, a sibling replica included, ever sees it."""
-        return _observe.observe(self, key, after_revision)
+        return _observe.observe(self, key, after_revision, after_store_epoch)
 
     def campaign(self, key: str, *, on_deposed: FenceFn) -> "Leadership":
         """Leader election: waits in `key`'s queue until this process leads. Leadership

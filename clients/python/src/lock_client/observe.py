@@ -62,8 +62,11 @@ class Observed:
     holder: Optional[Holder]
     # The hold's token, only when the holder is this client's own session.
     token: Optional[int]
-    # Changes before this one were missed (compacted away while disconnected).
+    # Changes before this one were missed (compacted away while disconnected, or the key's
+    # store is another since: a shard move, a restore).
     gap: bool = False
+    # The epoch of the store `revision` is of: with it, `revision` is a resume point.
+    store_epoch: int = 0
 
     def __repr__(self) -> str:  # never the token: it is a capability
         return (f"Observed(change={self.change!r}, revision={self.revision}, held={self.held}, "
@@ -80,21 +83,25 @@ def observed_of(a: lock_pb2.ObserveResponse, gap: bool) -> Optional[Observed]:
         holder = Holder(a.holder_spiffe_id, a.holder_instance or None, a.class_name,
                         a.acquired_at_unix_ms, a.epoch, a.grant_revision)
     return Observed(change, a.revision, a.held, holder, a.token or None,
-                    gap and change == "current")
+                    gap and change == "current", a.store_epoch)
 
 
-def observe(client: "LockClient", key: str, after_revision: int = 0) -> Iterator[Observed]:
-    after = max(after_revision, 0)
+def observe(client: "LockClient", key: str, after_revision: int = 0,
+            after_store_epoch: int = 0) -> Iterator[Observed]:
+    after, store_epoch = max(after_revision, 0), after_store_epoch
     gap = False
     failures = 0
     backoff = 0.05
     while True:
         try:
             req = lock_pb2.ObserveRequest(key=key, after_revision=after,
+                                          after_store_epoch=store_epoch,
                                           session_id=client._own_session(key))
             for a in client._stub().Observe(req, metadata=keyed(key)):
                 failures = 0
-                after = max(after, a.revision)
+                # A revision is a resume point only with its store's epoch.
+                if a.store_epoch != store_epoch or a.revision > after:
+                    after, store_epoch = a.revision, a.store_epoch
                 o = observed_of(a, gap)
                 if o is None:
                     continue
@@ -105,7 +112,7 @@ def observe(client: "LockClient", key: str, after_revision: int = 0) -> Iterator
         except grpc.RpcError as e:
             err = errors.from_rpc_error(e)
         if isinstance(err, errors.HistoryCompacted):
-            after, gap = 0, True
+            after, store_epoch, gap = 0, 0, True
             continue
         if isinstance(err, errors.RateLimited):
             pause = err.retry_after

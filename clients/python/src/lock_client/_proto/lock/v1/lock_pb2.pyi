@@ -164,17 +164,19 @@ class InspectResponse(_message.Message):
     def __init__(self, held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ...) -> None: ...
 
 class ObserveRequest(_message.Message):
-    __slots__ = ("key", "after_revision", "session_id")
+    __slots__ = ("key", "after_revision", "session_id", "after_store_epoch")
     KEY_FIELD_NUMBER: _ClassVar[int]
     AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_STORE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     key: str
     after_revision: int
     session_id: int
-    def __init__(self, key: _Optional[str] = ..., after_revision: _Optional[int] = ..., session_id: _Optional[int] = ...) -> None: ...
+    after_store_epoch: int
+    def __init__(self, key: _Optional[str] = ..., after_revision: _Optional[int] = ..., session_id: _Optional[int] = ..., after_store_epoch: _Optional[int] = ...) -> None: ...
 
 class ObserveResponse(_message.Message):
-    __slots__ = ("event", "revision", "held", "holder_spiffe_id", "holder_instance", "class_name", "acquired_at_unix_ms", "epoch", "grant_revision", "token")
+    __slots__ = ("event", "revision", "held", "holder_spiffe_id", "holder_instance", "class_name", "acquired_at_unix_ms", "epoch", "grant_revision", "token", "store_epoch")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +187,7 @@ class ObserveResponse(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     GRANT_REVISION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STORE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     event: ObserveEvent
     revision: int
     held: bool
@@ -195,4 +198,5 @@ class ObserveResponse(_message.Message):
     epoch: int
     grant_revision: int
     token: int
-    def __init__(self, event: _Optional[_Union[ObserveEvent, str]] = ..., revision: _Optional[int] = ..., held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., holder_instance: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., grant_revision: _Optional[int] = ..., token: _Optional[int] = ...) -> None: ...
+    store_epoch: int
+    def __init__(self, event: _Optional[_Union[ObserveEvent, str]] = ..., revision: _Optional[int] = ..., held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., holder_instance: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., grant_revision: _Optional[int] = ..., token: _Optional[int] = ..., store_epoch: _Optional[int] = ...) -> None: ...
