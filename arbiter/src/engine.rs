@@ -17,7 +17,7 @@ use crate::etcd::Etcd;
 use crate::grant::{Grant, Granter, MAX_ATTEMPTS, reseal_once};
 use crate::layout::{EPOCH_KEY, Holder, decode, holder_key};
 use crate::metrics::METRICS;
-use crate::observe::Observers;
+use crate::observers::Observers;
 use crate::queue::Queues;
 use crate::release::{Heads, Releaser};
 use crate::sessions::{Keepers, Session, Sessions};
@@ -70,7 +70,7 @@ impl Engine {
             queues: Arc::new(Queues::default()),
             bugs,
             drain: Drain::default(),
-            observers: Observers::new(crate::observe::DEFAULT_MAX_OBSERVERS),
+            observers: Observers::new(crate::observers::DEFAULT_MAX_OBSERVERS),
         }
     }
 

@@ -28,6 +28,7 @@ pub mod logging;
 pub mod metrics;
 pub mod observe;
 pub mod observe_hub;
+pub mod observers;
 pub mod peer_tls;
 pub mod proto;
 pub mod queue;

@@ -36,55 +36,13 @@ use futures_util::stream::{self, Stream};
 use lock_config::FencingToken;
 use lock_config::proto::v1::{ObserveEvent, ObserveRequest, ObserveResponse};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-/// Streams one arbiter serves at once, unless `--max-observers` says otherwise.
-pub const DEFAULT_MAX_OBSERVERS: usize = 1024;
-
 /// How often a stream checks its key still lives on this arbiter's store (shard moves).
 /// Cheap: the epoch and the shard map are cached, and read only when they disagree.
 const PLACE_EVERY: Duration = Duration::from_secs(5);
-
-/// The arbiter's count of open Observe streams against its limit.
-pub struct Observers {
-    limit: usize,
-    open: AtomicUsize,
-}
-
-/// One admitted stream's place; dropping it frees the place.
-pub struct Slot(Arc<Observers>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Observers {
-    pub fn new(limit: usize) -> Arc<Self> {
-        Arc::new(Self {
-            limit,
-            open: AtomicUsize::new(0),
-        })
-    }
-
-    pub fn open(&self) -> usize {
-        self.open.load(Ordering::Acquire)
-    }
-
-    fn admit(self: &Arc<Self>) -> Result<Slot, ArbiterError> {
-        let limit = self.limit;
-        self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .map(|_| Slot(self.clone()))
-            .map_err(|_| ArbiterError::ObserversFull { limit })
-    }
-}
 
 /// Who is watching: their identity and, if they named one, their own session (hex).
 #[derive(Debug, Clone)]
@@ -525,19 +483,5 @@ mod tests {
         for (end, want) in table {
             assert_eq!(event_of(end), want);
         }
-    }
-
-    #[test]
-    fn the_limit_admits_and_frees() {
-        let o = Observers::new(2);
-        let a = o.admit().unwrap();
-        let _b = o.admit().unwrap();
-        assert!(matches!(
-            o.admit(),
-            Err(ArbiterError::ObserversFull { limit: 2 })
-        ));
-        drop(a);
-        assert_eq!(o.open(), 1);
-        o.admit().unwrap();
     }
 }

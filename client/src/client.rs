@@ -78,7 +78,10 @@ impl LockClient {
     /// about a hold on this client's own session carry its token; other observers, a
     /// sibling replica of the same identity included, never see it.
     pub fn observe(&self, key: &str) -> Observation {
-        Observation::new(self.clone(), key)
+        let client = self.clone();
+        let owned = key.to_owned();
+        let own_session = Box::new(move || client.own_session(&owned).unwrap_or(0));
+        Observation::new(self.inner.clone(), own_session, key)
     }
 
     /// The session this client would hold `key` on: the one it holds it on, else its

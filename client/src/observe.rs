@@ -8,16 +8,20 @@
 //! is a fresh [`Change::Current`] with `gap: true`, so the caller knows changes were
 //! missed.
 
-use crate::client::LockClient;
 use crate::error::LockError;
+use crate::state::Inner;
 use lock_config::FencingToken;
 use lock_config::proto::v1::{ObserveEvent, ObserveRequest, ObserveResponse};
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::Streaming;
 
 /// Reconnects in a row without an answer before the observation gives up (about a
 /// minute with the back-off below).
 const MAX_RECONNECTS: u32 = 40;
+
+/// The session the client would hold the key on (0: none).
+pub(crate) type OwnSession = Box<dyn Fn() -> i64 + Send + Sync>;
 
 /// What happened to the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +78,10 @@ pub struct Observed {
 
 /// A key being observed: call [`Observation::next`] for each change.
 pub struct Observation {
-    client: LockClient,
+    inner: Arc<Inner>,
+    /// This client's session for the key, asked at each (re)connect: a session opened
+    /// since is this client's now.
+    own_session: OwnSession,
     key: String,
     /// The last revision seen, and its store's epoch: where a reconnect resumes (0: from
     /// the current state).
@@ -85,9 +92,10 @@ pub struct Observation {
 }
 
 impl Observation {
-    pub(crate) fn new(client: LockClient, key: &str) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, own_session: OwnSession, key: &str) -> Self {
         Self {
-            client,
+            inner,
+            own_session,
             key: key.to_owned(),
             after: 0,
             store_epoch: 0,
@@ -183,14 +191,13 @@ impl Observation {
     }
 
     async fn open(&self) -> Result<Streaming<ObserveResponse>, LockError> {
-        let mut rpc = self.client.inner.rpc()?;
+        let mut rpc = self.inner.rpc()?;
         let req = crate::stub::keyed(
             ObserveRequest {
                 key: self.key.clone(),
                 after_revision: self.after,
                 after_store_epoch: self.store_epoch,
-                // Named at each (re)connect: a session opened since is this client's now.
-                session_id: self.client.own_session(&self.key).unwrap_or(0),
+                session_id: (self.own_session)(),
             },
             &self.key,
         );

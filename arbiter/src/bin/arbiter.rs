@@ -94,7 +94,7 @@ struct Args {
     health_every_ms: u64,
     /// Observe streams served at once (each holds an etcd watch stream); past it an Observe
     /// is refused STREAM_FULL.
-    #[arg(long, default_value_t = lock_arbiter::observe::DEFAULT_MAX_OBSERVERS, env = "ARBITER_MAX_OBSERVERS")]
+    #[arg(long, default_value_t = lock_arbiter::observers::DEFAULT_MAX_OBSERVERS, env = "ARBITER_MAX_OBSERVERS")]
     max_observers: usize,
     /// Bound on every etcd call; past it a request fails NO_QUORUM.
     #[arg(long, default_value_t = 2000, env = "ARBITER_STORE_TIMEOUT_MS")]

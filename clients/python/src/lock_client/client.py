@@ -547,7 +547,8 @@ class LockClient:
         closed, forced, revoked), reconnecting and resuming by itself. A hint, never a
         grant. Changes about a hold on this client's own session carry its token; no other
         observer, a sibling replica included, ever sees it."""
-        return _observe.observe(self, key, after_revision, after_store_epoch)
+        return _observe.observe(self._stub, self._own_session, key, after_revision,
+                                after_store_epoch)
 
     def campaign(self, key: str, *, on_deposed: FenceFn) -> "Leadership":
         """Leader election: waits in `key`'s queue until this process leads. Leadership
@@ -556,7 +557,7 @@ class LockClient:
         if not callable(on_deposed):
             raise TypeError("campaign: on_deposed is required: the function that stops "
                             "your work as leader if the leadership is lost")
-        return _observe.campaign(self, key, on_deposed)
+        return _observe.campaign(self.acquire, key, on_deposed)
 
     @contextlib.contextmanager
     def hold(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> Iterator[Hold]:

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import grpc
 
 from . import errors
-from ._proto.lock.v1 import lock_pb2
+from ._proto.lock.v1 import lock_pb2, lock_pb2_grpc
 from .keys import keyed
-
-if TYPE_CHECKING:
-    from .client import Hold, LockClient
 
 # Reconnects in a row without an answer before an observation gives up (about a minute).
 MAX_RECONNECTS = 40
@@ -86,8 +83,10 @@ def observed_of(a: lock_pb2.ObserveResponse, gap: bool) -> Optional[Observed]:
                     gap and change == "current", a.store_epoch)
 
 
-def observe(client: "LockClient", key: str, after_revision: int = 0,
-            after_store_epoch: int = 0) -> Iterator[Observed]:
+def observe(stub: Callable[[], lock_pb2_grpc.LockStub], own_session: Callable[[str], int],
+            key: str, after_revision: int = 0, after_store_epoch: int = 0) -> Iterator[Observed]:
+    """`stub`: the client's stub (a new channel after an SVID rotation); `own_session`: its
+    session for the key (0: none), asked at each (re)connect."""
     after, store_epoch = max(after_revision, 0), after_store_epoch
     gap = False
     failures = 0
@@ -96,8 +95,8 @@ def observe(client: "LockClient", key: str, after_revision: int = 0,
         try:
             req = lock_pb2.ObserveRequest(key=key, after_revision=after,
                                           after_store_epoch=store_epoch,
-                                          session_id=client._own_session(key))
-            for a in client._stub().Observe(req, metadata=keyed(key)):
+                                          session_id=own_session(key))
+            for a in stub().Observe(req, metadata=keyed(key)):
                 failures = 0
                 # A revision is a resume point only with its store's epoch.
                 if a.store_epoch != store_epoch or a.revision > after:
@@ -130,7 +129,8 @@ def observe(client: "LockClient", key: str, after_revision: int = 0,
 class Leadership:
     """This process leads the key while it holds this."""
 
-    def __init__(self, hold: "Hold"):
+    def __init__(self, hold: Any):
+        """`hold`: the client's `Hold` of the key."""
         self._hold = hold
 
     @property
@@ -157,11 +157,12 @@ class Leadership:
         return f"Leadership(key={self.key!r})"
 
 
-def campaign(client: "LockClient", key: str, on_deposed: Callable[[], None]) -> Leadership:
+def campaign(acquire: Callable[..., Any], key: str, on_deposed: Callable[[], None]) -> Leadership:
+    """`acquire`: the client's `acquire`."""
     while True:
         started = time.monotonic()
         try:
-            return Leadership(client.acquire(key, CAMPAIGN_ROUND, on_fence=on_deposed))
+            return Leadership(acquire(key, CAMPAIGN_ROUND, on_fence=on_deposed))
         except errors.Held:
             # The round ended with the key still held: still a candidate.
             if time.monotonic() - started < MIN_ROUND:
