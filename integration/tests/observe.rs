@@ -406,3 +406,36 @@ async fn what_an_observe_stream_costs_the_arbiter() {
         (after.saturating_sub(before)) as f64 / N as f64
     );
 }
+
+/// The key's only arbiter drains and restarts under an observation (a rolling update):
+/// its stream ends DRAINING, lock-client reconnects after the last revision it saw, and the
+/// release made meanwhile arrives, in order, with no gap said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observation_resumes_across_its_arbiters_restart() {
+    let (mut stack, _reg) = stack_with(&[]).await;
+    let key = format!("{FAST_PREFIX}/observed-restart");
+    let o = stack.lock_client(&waiter_id(3)).unwrap();
+    let mut watching = o.observe(&key);
+    assert_eq!(next(&mut watching, 10).await.change, Change::Current);
+    let a = stack.lock_client(&waiter_id(1)).unwrap();
+    let hold = a
+        .acquire(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    let granted = next(&mut watching, 10).await;
+    assert_eq!(granted.change, Change::Granted);
+    let drained = stack.arbiters[0].drain_and_restart().unwrap();
+    hold.release().await.unwrap();
+    let released = next(&mut watching, 30).await;
+    assert_eq!(
+        (
+            released.change,
+            released.gap,
+            released.holder.map(|h| h.grant_revision)
+        ),
+        (Change::Released, false, Some(granted.revision)),
+        "after a drain of {drained:?}"
+    );
+    a.shutdown().await.unwrap();
+    o.shutdown().await.unwrap();
+}
