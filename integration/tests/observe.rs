@@ -439,3 +439,50 @@ async fn an_observation_resumes_across_its_arbiters_restart() {
     a.shutdown().await.unwrap();
     o.shutdown().await.unwrap();
 }
+
+/// What one change costs etcd with many observers of its key: N observations of one key,
+/// one grant and one expiry-free release, and the arbiter's etcd range reads meanwhile
+/// (`lock_arbiter_etcd_request_seconds_count{operation="range"}`). A measurement: `--ignored
+/// --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement"]
+async fn what_a_change_costs_etcd_with_many_observers() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let key = format!("{FAST_PREFIX}/many-observers");
+    let o = stack.lock_client(&waiter_id(3)).unwrap();
+    const N: usize = 50;
+    let mut observations = Vec::new();
+    for _ in 0..N {
+        let mut w = o.observe(&key);
+        assert_eq!(next(&mut w, 10).await.change, Change::Current);
+        observations.push(w);
+    }
+    let ranges = || {
+        let text = stack.arbiters[0].metrics().unwrap();
+        text.lines()
+            .filter(|l| {
+                l.starts_with("lock_arbiter_etcd_request_seconds_count")
+                    && l.contains("operation=\"range\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let a = stack.lock_client(&waiter_id(1)).unwrap();
+    let before = ranges();
+    let hold = a
+        .acquire(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    hold.release().await.unwrap();
+    for w in &mut observations {
+        assert_eq!(next(w, 10).await.change, Change::Granted);
+        assert_eq!(next(w, 10).await.change, Change::Released);
+    }
+    let after = ranges();
+    println!(
+        "{N} observers of one key, one grant and one release: {} etcd range reads at the arbiter",
+        after - before
+    );
+    a.shutdown().await.unwrap();
+    o.shutdown().await.unwrap();
+}
