@@ -10,7 +10,7 @@ WASM := target/wasm32-wasip1/release/lock_filter.wasm
 .PHONY: help deps build wasm run stop test lint unit e2e gate soak bench profile heap-profile fuzz docs docs-screenshots clean
 
 # `make soak`: minutes of gate rounds.
-SOAK_MINUTES ?= 60
+SOAK_MINUTES ?= 65
 # `make fuzz`: seconds per fuzz target.
 FUZZ_SECONDS ?= 60
 # `make heap-profile`: queued waiters in each of its two runs.
@@ -72,7 +72,7 @@ gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; then s
 	target/debug/gate run --seconds $(GATE_SECONDS) $(GATE_ARGS)
 	target/debug/gate shards
 
-soak: build ## The gate for SOAK_MINUTES (60), round after round on one long-lived stack (arbiter RSS and etcd size per round); one line per round in soak.log
+soak: build ## The gate for SOAK_MINUTES (65: rounds must fit inside it, about an hour of them), round after round on one long-lived stack (arbiter RSS and etcd size per round); one line per round in soak.log
 	target/debug/gate soak --minutes $(SOAK_MINUTES) --long-lived --log soak.log
 
 bench: deps ## Side-by-side benchmark (release build): writes bench-results/latest.md
