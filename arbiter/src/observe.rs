@@ -403,10 +403,14 @@ async fn facts_at(
         sealed.range(
             FORCE_PREFIX,
             Some(
+                // Keys, not a count: etcd's count ignores the mod-revision filters, so
+                // every force record still alive (24 h) counted, and every later end
+                // was told FORCED (the gate's observer caught it in CI).
                 at(revision)
                     .with_prefix()
+                    .with_keys_only()
                     .with_min_mod_revision(revision)
-                    .with_count_only()
+                    .with_max_mod_revision(revision)
             )
         ),
         async {
@@ -437,7 +441,7 @@ async fn facts_at(
         .first()
         .and_then(|kv| decode::<crate::layout::EpochRecord>(kv.value()))
         .map_or(0, |r| r.epoch);
-    let force = force.count() > 0;
+    let force = force.kvs().iter().any(|kv| kv.mod_revision() == revision);
     // The session record is deleted with every hold on its lease, at one revision: gone at
     // the hold's delete means it ended there.
     let ended = session_then.is_some_and(|r| r.kvs().is_empty());

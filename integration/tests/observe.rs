@@ -200,6 +200,18 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
     let f = next(&mut resumed, 10).await;
     assert_eq!((f.change, holder_of(&f).1), (Change::Forced, Some("a1")));
     drop(forced_hold);
+    // The force record lives on (24 h): a later end is still its own cause.
+    let after_force = o
+        .acquire(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut resumed, 10).await.change, Change::Granted);
+    after_force.release().await.unwrap();
+    assert_eq!(
+        next(&mut resumed, 10).await.change,
+        Change::Released,
+        "an end after a force release is not forced"
+    );
 
     // Compacted past the resume point: the observation says so, and starts from now.
     let mut etcd = stack.etcd_client().await.unwrap();
