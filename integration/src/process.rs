@@ -225,3 +225,11 @@ pub fn work_dir(
         }
     }
 }
+
+/// A process's resident set (VmRSS), in bytes.
+pub fn rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -388,14 +388,8 @@ async fn the_streams_key_check_switched_off_is_caught() {
 async fn what_an_open_hold_stream_costs_the_arbiter() {
     let (stack, _reg) = Stack::with_test_registry_and(1).await.unwrap();
     let pid = stack.arbiters[0].proc.pid().unwrap();
-    let rss = || {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
-            .unwrap()
-    };
+    // kB, as the measurement reports it.
+    let rss = || lock_integration::process::rss(pid).unwrap() / 1024;
     let id = waiter_id(3);
     let mut direct = stack.arbiter_direct(0).await.unwrap();
     let first = format!("{SLOW_PREFIX}/stream-cost/0");

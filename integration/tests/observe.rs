@@ -377,14 +377,8 @@ async fn the_probe_catches_a_filter_that_does_not_key_observe() {
 async fn what_an_observe_stream_costs_the_arbiter() {
     let (stack, _reg) = stack_with(&[]).await;
     let pid = stack.arbiters[0].proc.pid().unwrap();
-    let rss = || {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
-            .unwrap()
-    };
+    // kB, as the measurement reports it.
+    let rss = || lock_integration::process::rss(pid).unwrap() / 1024;
     let id = waiter_id(3);
     let mut streams = Vec::new();
     // Warm: one stream first, so the connection and its buffers are counted before.

@@ -54,13 +54,7 @@ impl Sample {
     }
 }
 
-/// A process's resident set (VmRSS), in bytes.
-pub fn rss(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
+pub use lock_integration::process::rss;
 
 /// Reads the sample, then compacts the store to its current revision and defragments
 /// every member.
