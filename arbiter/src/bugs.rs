@@ -76,6 +76,10 @@ pub enum Bug {
     /// Observe reports every end of a hold as RELEASED, whatever the store did (an expiry,
     /// a force release, an advance). The gate's observe check names it.
     ObserveEndAsRelease,
+    /// AcquireAll's transaction omits the absent-compare of the set's last key: the set
+    /// is granted over that key's holder, overwriting its record. The set test and the
+    /// gate's set load name it.
+    SetWithoutOneCompare,
 }
 
 impl FromStr for Bug {
@@ -101,8 +105,9 @@ impl FromStr for Bug {
             "renewal-ignores-expiry" => Ok(Bug::RenewalIgnoresExpiry),
             "observe-token-to-all" => Ok(Bug::ObserveTokenToAll),
             "observe-end-as-release" => Ok(Bug::ObserveEndAsRelease),
+            "set-without-one-compare" => Ok(Bug::SetWithoutOneCompare),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare)"
             )),
         }
     }

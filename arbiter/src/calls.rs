@@ -64,6 +64,55 @@ pub async fn release(
     })
 }
 
+/// An AcquireAll: the edge's set must be the message's.
+pub async fn acquire_all(
+    engine: &Engine,
+    edge: &EdgeContext,
+    m: &AcquireAllRequest,
+) -> Result<AcquireAllResponse, ArbiterError> {
+    let who = edge.identity()?;
+    let set = edge.keyed_set(&m.keys)?;
+    crate::traces::namespace(set.first().namespace());
+    let wait = std::time::Duration::from_millis(m.wait_millis);
+    let g = engine.acquire_all(&who, &set, m.session_id, wait).await?;
+    tracing::debug!(
+        namespace = set.first().namespace(),
+        keys = set.len(),
+        "set granted"
+    );
+    Ok(AcquireAllResponse {
+        token: g.token.as_u64(),
+        parts: Some(TokenParts {
+            epoch: u32::from(g.token.epoch()),
+            revision: g.token.revision(),
+        }),
+        keys: set.names(),
+        ttl_seconds: g.ttl_seconds,
+    })
+}
+
+/// A ReleaseAll.
+pub async fn release_all(
+    engine: &Engine,
+    edge: &EdgeContext,
+    m: &ReleaseAllRequest,
+) -> Result<ReleaseAllResponse, ArbiterError> {
+    let who = edge.identity()?;
+    let set = edge.keyed_set(&m.keys)?;
+    crate::traces::namespace(set.first().namespace());
+    let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
+    let lease = Some(m.session_id).filter(|s| *s != 0);
+    let released_at_revision = engine.release_all(&who, &set, token, lease).await?;
+    tracing::debug!(
+        namespace = set.first().namespace(),
+        keys = set.len(),
+        "set released"
+    );
+    Ok(ReleaseAllResponse {
+        released_at_revision,
+    })
+}
+
 /// The count and latency of one operation, whatever carried it (a unary call or a message
 /// on a Hold stream).
 pub fn record<T>(operation: &'static str, start: Instant, result: &Result<T, Status>) {

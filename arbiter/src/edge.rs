@@ -18,9 +18,10 @@
 
 use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
-use lock_config::LockKey;
 use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER, decode_key};
 use lock_config::instance::{INSTANCE_HEADER, parse_instance};
+use lock_config::key_set::KEYS_HEADER;
+use lock_config::{KeySet, LockKey};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
@@ -33,6 +34,8 @@ pub struct EdgeContext {
     key_header: Option<Vec<u8>>,
     /// `lock-instance`, as the client sent it; checked only when a session is opened.
     instance: Option<Vec<u8>>,
+    /// `x-lock-keys`, as sent: the set of an AcquireAll or ReleaseAll.
+    keys_header: Option<Vec<u8>>,
 }
 
 impl EdgeContext {
@@ -43,10 +46,12 @@ impl EdgeContext {
             .filter(|s| !s.is_empty());
         let key_header = md.remove(KEY_HEADER).map(|v| v.as_bytes().to_vec());
         let instance = md.remove(INSTANCE_HEADER).map(|v| v.as_bytes().to_vec());
+        let keys_header = md.remove(KEYS_HEADER).map(|v| v.as_bytes().to_vec());
         Self {
             identity,
             key_header,
             instance,
+            keys_header,
         }
     }
 
@@ -58,6 +63,7 @@ impl EdgeContext {
                 .filter(|s| !s.is_empty()),
             key_header: md.get(KEY_HEADER).map(|v| v.as_bytes().to_vec()),
             instance: md.get(INSTANCE_HEADER).map(|v| v.as_bytes().to_vec()),
+            keys_header: md.get(KEYS_HEADER).map(|v| v.as_bytes().to_vec()),
         }
     }
 
@@ -100,6 +106,19 @@ impl EdgeContext {
         let key = LockKey::parse(body_key)?;
         match self.key_header.as_deref().and_then(decode_key) {
             Some(h) if h == key.as_str() => Ok(key),
+            _ => Err(ArbiterError::KeyHeaderMismatch),
+        }
+    }
+}
+
+impl EdgeContext {
+    /// The set of a multi-key request. The edge sets `x-lock-keys` from the decoded body
+    /// after deciding every key; a body whose set is not exactly that one (another key,
+    /// one more, one fewer) did not come through an honest edge.
+    pub fn keyed_set(&self, body_keys: &[String]) -> Result<KeySet, ArbiterError> {
+        let set = KeySet::parse(body_keys).map_err(ArbiterError::BadKeySet)?;
+        match self.keys_header.as_deref().and_then(KeySet::decode_header) {
+            Some(h) if h == set => Ok(set),
             _ => Err(ArbiterError::KeyHeaderMismatch),
         }
     }
@@ -171,6 +190,43 @@ mod tests {
         let ctx = EdgeContext::of(&req, &Bugs::default());
         assert!(matches!(
             ctx.keyed("pay/ü"),
+            Err(ArbiterError::KeyHeaderMismatch)
+        ));
+    }
+
+    /// A set is held to the `x-lock-keys` the edge decided: the same keys in any body
+    /// order pass, one more, one fewer or another key do not, nor a set with no header.
+    #[test]
+    fn a_body_set_must_be_the_edges() {
+        let mut r = Request::new(());
+        r.metadata_mut()
+            .insert(KEYS_HEADER, "pay/a pay/b".parse().unwrap());
+        let req = intercept(Bugs::default(), crate::drain::Drain::default())(r).unwrap();
+        let ctx = EdgeContext::of(&req, &Bugs::default());
+        let set = |keys: &[&str]| {
+            ctx.keyed_set(&keys.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            set(&["pay/b", "pay/a"]).unwrap().names(),
+            ["pay/a", "pay/b"]
+        );
+        for bad in [
+            &["pay/a"][..],
+            &["pay/a", "pay/b", "pay/c"],
+            &["pay/a", "pay/x"],
+        ] {
+            assert!(
+                matches!(set(bad), Err(ArbiterError::KeyHeaderMismatch)),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            set(&["pay/a", "pay/a"]),
+            Err(ArbiterError::BadKeySet(_))
+        ));
+        let none = EdgeContext::default();
+        assert!(matches!(
+            none.keyed_set(&["pay/a".to_owned()]),
             Err(ArbiterError::KeyHeaderMismatch)
         ));
     }

@@ -65,6 +65,10 @@ pub enum ArbiterError {
     WrongSessionPlace { cluster: String },
     #[error("a Hold stream carries one acquire, then one release of its grant: {0}")]
     HoldOutOfOrder(&'static str),
+    #[error("{0}")]
+    BadKeySet(lock_config::KeySetError),
+    #[error("the key set cannot be granted as one: {detail}")]
+    KeySetRefused { why: &'static str, detail: String },
     #[error("store error: {0}")]
     Store(String),
 }
@@ -78,6 +82,9 @@ impl ArbiterError {
             | ArbiterError::BadInstance(_)
             | ArbiterError::HoldOutOfOrder(_) => Reason::MalformedRequest,
             ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
+            ArbiterError::BadKeySet(lock_config::KeySetError::Key(_)) => Reason::InvalidKey,
+            ArbiterError::BadKeySet(_) => Reason::MalformedRequest,
+            ArbiterError::KeySetRefused { .. } => Reason::KeySetRefused,
             ArbiterError::Held | ArbiterError::Queued { .. } => Reason::Held,
             ArbiterError::HeldDeadline => Reason::HeldDeadline,
             ArbiterError::LeakedHold => Reason::LeakedHold,
@@ -112,6 +119,7 @@ impl ArbiterError {
             }
             ArbiterError::WrongSessionPlace { cluster } => vec![("cluster", cluster.clone())],
             ArbiterError::Queued { waiters } => vec![("waiters", waiters.to_string())],
+            ArbiterError::KeySetRefused { why, .. } => vec![("why", (*why).to_owned())],
             _ => Vec::new(),
         }
     }

@@ -41,6 +41,7 @@ pub mod renewals;
 pub mod server;
 pub mod service;
 pub mod sessions;
+pub mod set_grant;
 pub mod shard_map;
 pub mod store;
 pub mod traces;

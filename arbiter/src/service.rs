@@ -98,6 +98,22 @@ impl LockService {
         Ok(self.reply(calls::release(&self.engine, &edge, req.get_ref()).await?))
     }
 
+    async fn acquire_all_call(
+        &self,
+        req: Request<AcquireAllRequest>,
+    ) -> Result<Response<AcquireAllResponse>, Status> {
+        let edge = self.edge(&req);
+        Ok(self.reply(calls::acquire_all(&self.engine, &edge, req.get_ref()).await?))
+    }
+
+    async fn release_all_call(
+        &self,
+        req: Request<ReleaseAllRequest>,
+    ) -> Result<Response<ReleaseAllResponse>, Status> {
+        let edge = self.edge(&req);
+        Ok(self.reply(calls::release_all(&self.engine, &edge, req.get_ref()).await?))
+    }
+
     async fn validate_token_call(
         &self,
         req: Request<ValidateTokenRequest>,
@@ -183,6 +199,32 @@ impl Lock for LockService {
             "release",
             start,
             self.release_call(req).instrument(span).await,
+        )
+    }
+
+    async fn acquire_all(
+        &self,
+        req: Request<AcquireAllRequest>,
+    ) -> Result<Response<AcquireAllResponse>, Status> {
+        let start = Instant::now();
+        let span = traces::request("lock.v1/AcquireAll", req.metadata());
+        observed(
+            "acquire_all",
+            start,
+            self.acquire_all_call(req).instrument(span).await,
+        )
+    }
+
+    async fn release_all(
+        &self,
+        req: Request<ReleaseAllRequest>,
+    ) -> Result<Response<ReleaseAllResponse>, Status> {
+        let start = Instant::now();
+        let span = traces::request("lock.v1/ReleaseAll", req.metadata());
+        observed(
+            "release_all",
+            start,
+            self.release_all_call(req).instrument(span).await,
         )
     }
 

@@ -260,6 +260,25 @@ impl Sealed {
         Ok(resp)
     }
 
+    /// [`Sealed::txn_creating`] for a transaction that creates several keys (a set's
+    /// grant): on a sealed store each is taken back, exactly that version.
+    pub async fn txn_creating_all(
+        &self,
+        txn: Txn,
+        created_keys: &[String],
+    ) -> Result<TxnResponse, ArbiterError> {
+        let resp = self.etcd.txn(txn).await?;
+        if let Err(sealed) = self.check(resp.header()) {
+            if resp.succeeded() {
+                for key in created_keys {
+                    self.withdraw(key, resp.header()).await;
+                }
+            }
+            return Err(sealed);
+        }
+        Ok(resp)
+    }
+
     /// A grant or release transaction that writes `writes` (about `bytes` of keys and
     /// values), sent in the next group commit (`batch.rs`); its answer passes the seal like
     /// any other.

@@ -225,7 +225,7 @@ impl LockClient {
     }
 
     /// A live session with this TTL, on the cluster with `tag` if given.
-    fn session_for(&self, ttl_seconds: u32, tag: Option<u8>) -> Option<Arc<Session>> {
+    pub(crate) fn session_for(&self, ttl_seconds: u32, tag: Option<u8>) -> Option<Arc<Session>> {
         let sessions = self.inner.sessions.lock().ok()?;
         sessions
             .iter()
@@ -235,7 +235,7 @@ impl LockClient {
     }
 
     /// A live session on the cluster `key` was last seen on, else any.
-    fn session_for_key(&self, key: &str) -> Option<Arc<Session>> {
+    pub(crate) fn session_for_key(&self, key: &str) -> Option<Arc<Session>> {
         let Some(tag) = self.place_of(key) else {
             return self.any_session();
         };
@@ -247,11 +247,11 @@ impl LockClient {
             .find(|s| !s.is_fenced())
     }
 
-    fn place_of(&self, key: &str) -> Option<u8> {
+    pub(crate) fn place_of(&self, key: &str) -> Option<u8> {
         self.inner.places.lock().ok()?.get(key).copied()
     }
 
-    fn learn_place(&self, key: &str, tag: u8) {
+    pub(crate) fn learn_place(&self, key: &str, tag: u8) {
         if let Ok(mut places) = self.inner.places.lock() {
             if places.len() >= MAX_PLACES && !places.contains_key(key) {
                 places.clear();
@@ -260,7 +260,7 @@ impl LockClient {
         }
     }
 
-    fn forget_session(&self, s: &Arc<Session>) {
+    pub(crate) fn forget_session(&self, s: &Arc<Session>) {
         if let Ok(mut sessions) = self.inner.sessions.lock() {
             sessions.retain(|_, (x, _)| !Arc::ptr_eq(x, s));
         }
@@ -271,7 +271,7 @@ impl LockClient {
     /// a session share the one opened first (ADR-10: one session per TTL per client,
     /// however many holds; without this, 25 concurrent first acquires opened 23 sessions,
     /// each renewed: `make bench`'s renewal row, 500 holds, 13.8 keepalives/s at etcd).
-    async fn session_or_open(
+    pub(crate) async fn session_or_open(
         &self,
         key: &str,
         wanted: Option<(u32, Option<u8>)>,
@@ -317,7 +317,7 @@ impl LockClient {
 }
 
 /// `d` with up to ±25 % jitter, so retrying clients do not align.
-fn jitter(d: Duration) -> Duration {
+pub(crate) fn jitter(d: Duration) -> Duration {
     let n = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |t| t.subsec_nanos());

@@ -41,6 +41,8 @@ pub enum LockError {
     StreamFull(String),
     #[error("the store compacted past the last revision seen (to {compact_revision})")]
     HistoryCompacted { compact_revision: i64 },
+    #[error("the key set cannot be granted as one ({why}): {message}")]
+    KeySetRefused { why: String, message: String },
     #[error("the hold was fenced: its session could not be renewed in time")]
     Fenced,
     #[error("cannot reach the lock service: {0}")]
@@ -97,6 +99,10 @@ impl LockError {
             Reason::WrongSessionPlace => LockError::WrongSessionPlace {
                 cluster: meta("cluster"),
             },
+            Reason::KeySetRefused => LockError::KeySetRefused {
+                why: meta("why"),
+                message: status.message().to_owned(),
+            },
             Reason::Internal => LockError::Other {
                 code: status.code(),
                 message: status.message().to_owned(),
@@ -125,6 +131,7 @@ impl LockError {
             LockError::Moving => Reason::Moving,
             LockError::StreamFull(_) => Reason::StreamFull,
             LockError::HistoryCompacted { .. } => Reason::HistoryCompacted,
+            LockError::KeySetRefused { .. } => Reason::KeySetRefused,
             LockError::InvalidRequest(_)
             | LockError::Fenced
             | LockError::Unavailable(_)
@@ -144,6 +151,7 @@ impl LockError {
                 ("ttl_seconds", ttl_seconds.to_string()),
             ],
             LockError::WrongSessionPlace { cluster } => vec![("cluster", cluster.clone())],
+            LockError::KeySetRefused { why, .. } => vec![("why", why.clone())],
             LockError::HistoryCompacted { compact_revision } => {
                 vec![("compact_revision", compact_revision.to_string())]
             }

@@ -49,6 +49,7 @@ pub mod liveness;
 mod observe;
 pub mod proto;
 mod session;
+mod set;
 mod state;
 pub mod stub;
 
@@ -62,6 +63,7 @@ pub use lock_config::FencingToken;
 pub use lock_config::Reason;
 pub use lock_config::status_details::Refusal;
 pub use observe::{Change, Holder, Observation, Observed};
+pub use set::HeldSet;
 
 /// The manual's Rust page, compiled as doctests: a snippet that no longer compiles against
 /// this crate fails `cargo test` (issue 37).

@@ -41,11 +41,17 @@ pub struct EdgeTestSwitches {
     /// `observe-unkeyed`: Observe passes like KeepAlive, without a key decision (as a
     /// filter that did not know the method's key would).
     pub observe_unkeyed: bool,
+    /// `set-first-key-only`: AcquireAll and ReleaseAll are authorised on their set's
+    /// first key alone (as a filter that read only one key of the body would).
+    pub set_first_key_only: bool,
 }
 
 impl EdgeTestSwitches {
     pub fn any(&self) -> bool {
-        self.ignore_trailers || self.first_uri_san || self.observe_unkeyed
+        self.ignore_trailers
+            || self.first_uri_san
+            || self.observe_unkeyed
+            || self.set_first_key_only
     }
 }
 
@@ -202,10 +208,11 @@ impl FilterConfig {
                 "ignore-trailers" => test_switches.ignore_trailers = true,
                 "first-uri-san" => test_switches.first_uri_san = true,
                 "observe-unkeyed" => test_switches.observe_unkeyed = true,
+                "set-first-key-only" => test_switches.set_first_key_only = true,
                 _ => {
                     return Err(invalid(
                         format!("unsafeTestSwitches[{i}]"),
-                        "unknown switch (ignore-trailers, first-uri-san, observe-unkeyed)",
+                        "unknown switch (ignore-trailers, first-uri-san, observe-unkeyed, set-first-key-only)",
                     ));
                 }
             }

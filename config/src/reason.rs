@@ -65,6 +65,10 @@ pub enum Reason {
     /// An Observe asked to resume after a revision the store has compacted away
     /// (OUT_OF_RANGE; metadata `compact_revision`): observe from now. An addition.
     HistoryCompacted,
+    /// An AcquireAll whose set cannot be granted as one (FAILED_PRECONDITION; metadata
+    /// `why`): its keys live on more than one store, one is of a durable-fairness class,
+    /// or the session already holds one of them. An addition.
+    KeySetRefused,
     /// A method the edge does not know how to authorise (fail closed).
     UnknownMethod,
     Internal,
@@ -92,6 +96,7 @@ impl Reason {
             Reason::HistoryCompacted => "HISTORY_COMPACTED",
             Reason::Draining => "DRAINING",
             Reason::Moving => "MOVING",
+            Reason::KeySetRefused => "KEY_SET_REFUSED",
             Reason::WrongSessionPlace => "WRONG_SESSION_PLACE",
             Reason::UnknownMethod => "UNKNOWN_METHOD",
             Reason::Internal => "INTERNAL",
@@ -107,7 +112,8 @@ impl Reason {
             | Reason::LeakedHold
             | Reason::StaleToken
             | Reason::WrongSessionTtl
-            | Reason::WrongSessionPlace => GrpcCode::FailedPrecondition,
+            | Reason::WrongSessionPlace
+            | Reason::KeySetRefused => GrpcCode::FailedPrecondition,
             Reason::InvalidKey | Reason::MalformedRequest => GrpcCode::InvalidArgument,
             Reason::Held => GrpcCode::Aborted,
             Reason::HistoryCompacted => GrpcCode::OutOfRange,
@@ -185,6 +191,9 @@ impl Reason {
             Reason::WrongSessionPlace => {
                 "Addition: the session lives on another etcd cluster than the key (tiers, shards); metadata `cluster` names the key's. Open a session for the key and retry (the clients do)."
             }
+            Reason::KeySetRefused => {
+                "Addition: an AcquireAll whose set cannot be granted in one transaction; metadata `why` says which rule: `spans-stores` (its keys live on more than one etcd cluster: tiers or shards), `durable-class` (a key of a `fairness: durable` class, whose queue lives in etcd and a set would jump), `mixed-ttl` (its keys are of classes with different TTLs, and one session has one TTL), `own-hold` (the session already holds one of the keys, alone or in another set). Nothing was held. Ask for a set that fits, or take the keys one by one in key order."
+            }
             Reason::UnknownMethod => {
                 "Addition: the edge refuses methods it cannot authorise (fail closed)."
             }
@@ -205,7 +214,7 @@ impl Reason {
     }
 }
 
-const ALL: [Reason; 22] = [
+const ALL: [Reason; 23] = [
     Reason::Unauthenticated,
     Reason::NotGranted,
     Reason::RateLimited,
@@ -226,6 +235,7 @@ const ALL: [Reason; 22] = [
     Reason::Draining,
     Reason::Moving,
     Reason::WrongSessionPlace,
+    Reason::KeySetRefused,
     Reason::UnknownMethod,
     Reason::Internal,
 ];

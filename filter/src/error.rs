@@ -19,6 +19,8 @@ pub enum EdgeError {
     RegionRedirect { region: String },
     #[error("invalid key: {0}")]
     InvalidKey(KeyError),
+    #[error("a key set has 1..=16 distinct keys")]
+    BadKeySet,
     #[error("request is not a decodable lock.v1 message")]
     Undecodable,
     #[error("compressed request messages are not accepted; send identity encoding")]
@@ -56,6 +58,7 @@ impl EdgeError {
             EdgeError::RegionRedirect { .. } => Reason::RegionRedirect,
             EdgeError::InvalidKey(_) => Reason::InvalidKey,
             EdgeError::Undecodable
+            | EdgeError::BadKeySet
             | EdgeError::Compressed
             | EdgeError::TooLarge
             | EdgeError::Truncated

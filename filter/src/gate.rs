@@ -31,8 +31,9 @@ use crate::xfcc::{XFCC_HEADER, uri_sans};
 pub use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER};
 use lock_config::edge_headers::{METADATA_KEY_HEADER, decode_key, encode_key, is_edge_header};
 use lock_config::filter_config::EdgeTestSwitches;
+use lock_config::key_set::KEYS_HEADER;
 use lock_config::status_details::{STATUS_DETAILS_HEADER, encode_status_header};
-use lock_config::{CompiledFilterConfig, LockKey, SpiffeId};
+use lock_config::{CompiledFilterConfig, KeySet, KeySetError, LockKey, SpiffeId};
 use std::rc::Rc;
 
 /// What the glue tells Envoy.
@@ -146,7 +147,12 @@ impl RequestGate {
         }
         let identity = peer_identity(host, header(XFCC_HEADER), &config, self.switches())?;
         host.set_request_header(XFCC_HEADER, None);
-        host.set_request_header(KEY_HEADER, None);
+        // Every `x-lock-*` header is the edge's to set: whatever a client sent under one
+        // (`x-lock-key`, `x-lock-keys`, or a name added later) is removed, not only the
+        // names this filter sets today.
+        for name in headers.iter().map(|(k, _)| k).filter(|n| is_edge_header(n)) {
+            host.set_request_header(name, None);
+        }
         host.set_request_header(IDENTITY_HEADER, Some(identity.as_str()));
         // An identity without any grant is refused before anything is buffered, with the
         // same reply a missing grant on a key gets.
@@ -166,6 +172,15 @@ impl RequestGate {
             rate_limit(host, bucket, identity.as_str(), budget)?;
         }
         let metadata_key = raw(METADATA_KEY_HEADER);
+        // A set is decided on its body's keys, every one: a `lock-key` could name only one.
+        if let Method::Keyed(m) = method
+            && m.is_set()
+            && metadata_key.is_some()
+        {
+            host.set_request_header(METADATA_KEY_HEADER, None);
+        }
+        let metadata_key =
+            metadata_key.filter(|_| !matches!(method, Method::Keyed(m) if m.is_set()));
         match method {
             Method::Session => {
                 host.count("lock_edge.allowed.sessions");
@@ -209,12 +224,67 @@ impl RequestGate {
             FirstFrame::Incomplete if eos => return Err(EdgeError::Truncated),
             FirstFrame::Incomplete => return Ok(Step::Pause),
         };
-        let key = LockKey::parse(&method.key_of(message)?).map_err(EdgeError::InvalidKey)?;
         let State::Body { identity, .. } = &self.state else {
             return Err(EdgeError::Unconfigured);
         };
         let identity = identity.clone();
+        if method.is_set() {
+            let set = KeySet::parse(&method.keys_of(message)?).map_err(|e| match e {
+                KeySetError::Key(k) => EdgeError::InvalidKey(k),
+                KeySetError::Size | KeySetError::Duplicate(_) => EdgeError::BadKeySet,
+            })?;
+            return self.admit_set(host, &config, &identity, &set);
+        }
+        let key = LockKey::parse(&method.key_of(message)?).map_err(EdgeError::InvalidKey)?;
         self.admit(host, &config, &identity, &key, method)
+    }
+
+    /// A set's decision: every key is decided as a single key would be (grant, then
+    /// region), and any one refused refuses the whole request with that key's refusal,
+    /// which for a missing grant is the same NOT_GRANTED reply a single key gets: the
+    /// reply never says which key it was. Admitted, the set is `x-lock-keys` (the arbiter
+    /// holds the body to it) and its least key is `x-lock-key` (the ring hash routes on it).
+    fn admit_set(
+        &mut self,
+        host: &mut impl Host,
+        config: &CompiledFilterConfig,
+        identity: &str,
+        set: &KeySet,
+    ) -> Result<Step, EdgeError> {
+        let decided = if self.switches().set_first_key_only {
+            &set.keys()[..1]
+        } else {
+            set.keys()
+        };
+        // Grants for every key before any region: an identity without a grant on one key
+        // learns nothing about where the others live.
+        for key in decided {
+            config
+                .authoriser
+                .authorise(identity, key)
+                .ok_or(EdgeError::NotGranted)?;
+        }
+        for key in decided {
+            match config.namespaces.get(key.namespace()) {
+                Some(home) if *home != config.region => {
+                    host.count(&format!("lock_edge.redirected.ns.{}", key.namespace()));
+                    return Err(EdgeError::RegionRedirect {
+                        region: home.clone(),
+                    });
+                }
+                Some(_) => {}
+                None => return Err(EdgeError::NotGranted),
+            }
+        }
+        host.set_request_header(KEY_HEADER, Some(&encode_key(set.first().as_str())));
+        host.set_request_header(KEYS_HEADER, Some(&set.encode_header()));
+        let mut namespaces: Vec<&str> = set.keys().iter().map(LockKey::namespace).collect();
+        namespaces.dedup();
+        for ns in namespaces {
+            host.count(&format!("lock_edge.allowed.ns.{ns}"));
+        }
+        self.state = State::Decided;
+        Ok(Step::Continue)
     }
 
     /// The key's decision, the same on both paths: grant, then region (so an identity

@@ -19,6 +19,9 @@ pub enum Keyed {
     /// A stream: decided once, on its first message's `acquire` (or its `lock-key`); the
     /// arbiter refuses any later message naming another key.
     Hold,
+    /// A set of keys (field 1, repeated): authorised on every key, routed on the least.
+    AcquireAll,
+    ReleaseAll,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +42,8 @@ impl Method {
             Some("Inspect") => Ok(Method::Keyed(Keyed::Inspect)),
             Some("Observe") => Ok(Method::Keyed(Keyed::Observe)),
             Some("Hold") => Ok(Method::Keyed(Keyed::Hold)),
+            Some("AcquireAll") => Ok(Method::Keyed(Keyed::AcquireAll)),
+            Some("ReleaseAll") => Ok(Method::Keyed(Keyed::ReleaseAll)),
             Some("KeepAlive") | Some("CloseSession") => Ok(Method::Session),
             _ => Err(EdgeError::UnknownMethod),
         }
@@ -46,9 +51,26 @@ impl Method {
 }
 
 impl Keyed {
+    /// Methods that name a set of keys rather than one.
+    pub fn is_set(self) -> bool {
+        matches!(self, Keyed::AcquireAll | Keyed::ReleaseAll)
+    }
+
+    /// Decodes one request message and returns its keys (still unvalidated): one, or a
+    /// set's.
+    pub fn keys_of(self, message: &[u8]) -> Result<Vec<String>, EdgeError> {
+        let keys = match self {
+            Keyed::AcquireAll => v1::AcquireAllRequest::decode(message).map(|m| m.keys),
+            Keyed::ReleaseAll => v1::ReleaseAllRequest::decode(message).map(|m| m.keys),
+            _ => return self.key_of(message).map(|k| vec![k]),
+        };
+        keys.map_err(|_| EdgeError::Undecodable)
+    }
+
     /// Decodes one request message and returns its key (still unvalidated).
     pub fn key_of(self, message: &[u8]) -> Result<String, EdgeError> {
         let key = match self {
+            Keyed::AcquireAll | Keyed::ReleaseAll => return Err(EdgeError::Undecodable),
             Keyed::OpenSession => v1::OpenSessionRequest::decode(message).map(|m| m.key),
             Keyed::Acquire => v1::AcquireRequest::decode(message).map(|m| m.key),
             Keyed::Release => v1::ReleaseRequest::decode(message).map(|m| m.key),

@@ -57,7 +57,7 @@ impl Granter<'_> {
     /// Settles an attempt whose answer was lost: puts its fence `x` (on the session's
     /// lease, so it goes with the session) unless it is there, reading the holder in the
     /// same transaction; tried [`SETTLE_TRIES`] times, then the attempt stays in doubt.
-    pub(super) async fn settle(
+    pub(crate) async fn settle(
         &self,
         sealed: &Sealed,
         session: &Session,

@@ -88,6 +88,8 @@ export class Moving extends LockError {}
 export class StreamFull extends LockError {}
 /** Observe could not resume: the store compacted past the last revision seen (metadata `compact_revision`). */
 export class HistoryCompacted extends LockError {}
+/** AcquireAll: the set cannot be granted in one transaction (metadata `why`). Nothing was held. */
+export class KeySetRefused extends LockError {}
 /** The hold was fenced or lapsed: work done under it may not have been exclusive. */
 export class Fenced extends LockError {}
 /** The service could not be reached. */
@@ -119,6 +121,7 @@ const BY_REASON: Record<string, ErrorClass> = {
   MOVING: Moving,
   STREAM_FULL: StreamFull,
   HISTORY_COMPACTED: HistoryCompacted,
+  KEY_SET_REFUSED: KeySetRefused,
   DRAINING: Draining,
   INTERNAL: OtherError,
 };

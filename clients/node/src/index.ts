@@ -30,6 +30,7 @@ export {
   StoreFull,
   StreamFull,
   HistoryCompacted,
+  KeySetRefused,
   Unauthenticated,
   Unavailable,
   WrongSessionPlace,

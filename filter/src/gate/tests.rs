@@ -604,7 +604,7 @@ mod fuzz {
     }
 
     /// A request body as a client could send it.
-    fn body() -> impl Strategy<Value = (String, Vec<u8>, Option<String>)> {
+    fn body() -> impl Strategy<Value = (String, Vec<u8>, Option<Vec<String>>)> {
         prop_oneof![
             // A valid frame of the method's message: the key is what must come through.
             (key(), any::<i64>(), any::<u64>()).prop_map(|(k, session_id, wait_millis)| {
@@ -613,7 +613,24 @@ mod fuzz {
                     session_id,
                     wait_millis,
                 };
-                ("Acquire".to_owned(), frame(&msg.encode_to_vec()), Some(k))
+                (
+                    "Acquire".to_owned(),
+                    frame(&msg.encode_to_vec()),
+                    Some(vec![k]),
+                )
+            }),
+            // A set: every key must be granted for it to pass.
+            proptest::collection::vec(key(), 0..5).prop_map(|keys| {
+                let msg = v1::AcquireAllRequest {
+                    keys: keys.clone(),
+                    session_id: 7,
+                    wait_millis: 0,
+                };
+                (
+                    "AcquireAll".to_owned(),
+                    frame(&msg.encode_to_vec()),
+                    Some(keys),
+                )
             }),
             (key(), any::<u64>(), any::<i64>()).prop_map(|(k, token, session_id)| {
                 let msg = v1::ReleaseRequest {
@@ -621,14 +638,18 @@ mod fuzz {
                     token,
                     session_id,
                 };
-                ("Release".to_owned(), frame(&msg.encode_to_vec()), Some(k))
+                (
+                    "Release".to_owned(),
+                    frame(&msg.encode_to_vec()),
+                    Some(vec![k]),
+                )
             }),
             key().prop_map(|k| {
                 let msg = v1::OpenSessionRequest { key: k.clone() };
                 (
                     "OpenSession".to_owned(),
                     frame(&msg.encode_to_vec()),
-                    Some(k),
+                    Some(vec![k]),
                 )
             }),
             // A frame header with any flags and length, then any payload.
@@ -660,15 +681,25 @@ mod fuzz {
             let step = run_to_end(&mut h, &body, chunk);
             match (step, &h.reply) {
                 (Step::Continue, None) => {
-                    // Forwarded: only a decoded key of this very request, under a grant.
-                    let key = key.as_deref();
+                    // Forwarded: only the decoded keys of this very request, each under a
+                    // grant; routed on the least.
                     prop_assert!(key.is_some(), "forwarded a body that is not a lock.v1 frame");
-                    prop_assert_eq!(h.headers.get("x-lock-key").cloned(), key.map(encode_key));
-                    prop_assert!(key.is_some_and(|k| k.starts_with("pay/ledger/")));
+                    let keys = key.unwrap_or_default();
+                    prop_assert!(!keys.is_empty());
+                    prop_assert!(keys.iter().all(|k| k.starts_with("pay/ledger/")));
+                    let least = keys.iter().min().map(|k| encode_key(k));
+                    prop_assert_eq!(h.headers.get("x-lock-key").cloned(), least);
+                    if method == "AcquireAll" {
+                        let mut sorted = keys.clone();
+                        sorted.sort();
+                        let want = sorted.iter().map(|k| encode_key(k)).collect::<Vec<_>>().join(" ");
+                        prop_assert_eq!(h.headers.get("x-lock-keys").cloned(), Some(want));
+                    }
                 }
                 (Step::Pause, Some(_)) => {
                     prop_assert!(reason(&h).is_some(), "a refusal without an ErrorInfo");
                     prop_assert!(!h.headers.contains_key("x-lock-key"));
+                    prop_assert!(!h.headers.contains_key("x-lock-keys"));
                 }
                 (step, reply) => prop_assert!(false, "stuck or contradictory: {step:?} with {reply:?}"),
             }
@@ -886,4 +917,125 @@ fn a_metadata_key_in_another_spelling_is_refused() {
         );
         assert!(!h.headers.contains_key("x-lock-key"));
     }
+}
+
+fn set_body(keys: &[&str]) -> Vec<u8> {
+    frame(
+        &v1::AcquireAllRequest {
+            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+            session_id: 7,
+            wait_millis: 0,
+        }
+        .encode_to_vec(),
+    )
+}
+
+fn run_with(cfg: Rc<CompiledFilterConfig>, h: &mut FakeHost, body: Vec<u8>) -> Step {
+    let mut gate = RequestGate::new(Some(cfg));
+    if gate.on_request_headers(h, false) != Step::Pause || h.reply.is_some() {
+        return Step::Pause;
+    }
+    h.body = body;
+    let len = h.body.len();
+    gate.on_request_body(h, len, false)
+}
+
+/// A set is decided on every key: admitted, it travels as `x-lock-keys` (sorted) and is
+/// routed on its least key; one key without a grant refuses the whole request with the
+/// reply a single ungranted key gets, whichever key it is and wherever it sits.
+#[test]
+fn a_set_is_decided_on_every_key() {
+    for method in ["AcquireAll", "ReleaseAll"] {
+        let mut h = host(method, Some(LEDGER));
+        h.headers.insert("x-lock-keys".into(), "pay/other".into());
+        let keys = vec!["pay/ledger/b".to_owned(), "pay/ledger/a".to_owned()];
+        let body = match method {
+            "AcquireAll" => set_body(&["pay/ledger/b", "pay/ledger/a"]),
+            _ => frame(
+                &v1::ReleaseAllRequest {
+                    keys,
+                    token: 1 << 48 | 9,
+                    session_id: 7,
+                }
+                .encode_to_vec(),
+            ),
+        };
+        let step = run(&mut h, body, 2);
+        assert_eq!(step, Step::Continue, "{method}");
+        assert_eq!(h.headers["x-lock-key"], "pay/ledger/a");
+        assert_eq!(h.headers["x-lock-keys"], "pay/ledger/a pay/ledger/b");
+    }
+    let mut single = host("Acquire", Some(LEDGER));
+    run(&mut single, acquire_body("pay/other"), 1000);
+    let denial = single.reply.unwrap();
+    for keys in [
+        &["pay/other", "pay/ledger/a"][..],
+        &["pay/ledger/a", "pay/other"],
+        &["pay/ledger/a", "pay/ledger/b", "zzz/x"],
+        &["aaa/x", "pay/ledger/a"],
+    ] {
+        let mut h = host("AcquireAll", Some(LEDGER));
+        assert_eq!(run(&mut h, set_body(keys), 1000), Step::Pause, "{keys:?}");
+        assert_eq!(h.reply.as_ref(), Some(&denial), "{keys:?}");
+        assert!(!h.headers.contains_key("x-lock-keys"), "{keys:?}");
+    }
+    // The switch that reads only the first key lets the last one through.
+    let mut h = host("AcquireAll", Some(LEDGER));
+    let step = run_with(
+        switched("set-first-key-only"),
+        &mut h,
+        set_body(&["pay/ledger/a", "pay/other"]),
+    );
+    assert_eq!(step, Step::Continue);
+}
+
+/// A set cannot take the fast path: a granted `lock-key` in the metadata decides nothing
+/// for a body naming other keys; the body's every key is decided.
+#[test]
+fn a_set_ignores_a_metadata_key() {
+    let mut h = host("AcquireAll", Some(LEDGER));
+    h.headers.insert("lock-key".into(), "pay/ledger/a".into());
+    assert_eq!(
+        run(&mut h, set_body(&["pay/ledger/a", "pay/other"]), 1000),
+        Step::Pause
+    );
+    assert_eq!(
+        reason(&h),
+        Some((GrpcCode::PermissionDenied, "NOT_GRANTED".into()))
+    );
+    assert!(!h.headers.contains_key("lock-key"));
+}
+
+/// Empty, oversized and repeating sets are malformed; a bad key is INVALID_KEY, as alone.
+#[test]
+fn malformed_sets_are_refused() {
+    let many: Vec<String> = (0..=lock_config::MAX_SET_KEYS)
+        .map(|i| format!("pay/ledger/{i}"))
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    for (keys, want) in [
+        (&[][..], "MALFORMED_REQUEST"),
+        (&many[..], "MALFORMED_REQUEST"),
+        (&["pay/ledger/a", "pay/ledger/a"], "MALFORMED_REQUEST"),
+        (&["pay/ledger/a", "pay/ledger/../x"], "INVALID_KEY"),
+    ] {
+        let mut h = host("AcquireAll", Some(LEDGER));
+        assert_eq!(run(&mut h, set_body(keys), 1000), Step::Pause);
+        assert_eq!(reason(&h).map(|r| r.1), Some(want.into()), "{keys:?}");
+    }
+}
+
+/// Every `x-lock-*` header a client sends is removed, including names the edge sets only
+/// for some methods (`x-lock-keys` on a single-key call).
+#[test]
+fn client_edge_headers_are_removed_whatever_their_name() {
+    let mut h = host("Acquire", Some(LEDGER));
+    h.headers.insert("x-lock-keys".into(), "pay/other".into());
+    h.headers.insert("X-Lock-Future".into(), "x".into());
+    assert_eq!(
+        run(&mut h, acquire_body("pay/ledger/a"), 1000),
+        Step::Continue
+    );
+    assert!(!h.headers.contains_key("x-lock-keys"));
+    assert!(!h.headers.contains_key("X-Lock-Future"));
 }

@@ -33,6 +33,7 @@ from .errors import (
     StoreFull,
     StreamFull,
     HistoryCompacted,
+    KeySetRefused,
     Unauthenticated,
     Unavailable,
     WrongSessionPlace,
@@ -45,7 +46,7 @@ from .liveness import Lapse
 __all__ = [
     "Draining", "Fenced", "Held", "Hold", "InvalidRequest", "LeakedHold", "LockClient", "LockError",
     "MeshSidecar", "Moving", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
-    "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "HistoryCompacted", "SvidFiles",
+    "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "HistoryCompacted", "KeySetRefused", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
     "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS", "Leadership", "Observed",
 ]

@@ -135,6 +135,15 @@ class HistoryCompacted(LockError):
     (metadata ``compact_revision``). Observe again from now."""
 
 
+class KeySetRefused(LockError):
+    """AcquireAll: the set cannot be granted in one transaction (metadata ``why``:
+    spans-stores, durable-class, mixed-ttl, own-hold). Nothing was held."""
+
+    @property
+    def why(self) -> str:
+        return self.metadata.get("why", "")
+
+
 class Fenced(LockError):
     """The hold was fenced (its session could not be renewed in time): work done under it
     may not have been exclusive."""
@@ -173,6 +182,7 @@ _BY_REASON = {
     "MOVING": Moving,
     "STREAM_FULL": StreamFull,
     "HISTORY_COMPACTED": HistoryCompacted,
+    "KEY_SET_REFUSED": KeySetRefused,
     "DRAINING": Draining,
     "INTERNAL": OtherError,
 }

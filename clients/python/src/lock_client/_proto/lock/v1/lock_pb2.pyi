@@ -1,7 +1,8 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -200,3 +201,41 @@ class ObserveResponse(_message.Message):
     token: int
     store_epoch: int
     def __init__(self, event: _Optional[_Union[ObserveEvent, str]] = ..., revision: _Optional[int] = ..., held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., holder_instance: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., grant_revision: _Optional[int] = ..., token: _Optional[int] = ..., store_epoch: _Optional[int] = ...) -> None: ...
+
+class AcquireAllRequest(_message.Message):
+    __slots__ = ("keys", "session_id", "wait_millis")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    session_id: int
+    wait_millis: int
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., session_id: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
+
+class AcquireAllResponse(_message.Message):
+    __slots__ = ("token", "parts", "keys", "ttl_seconds")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    token: int
+    parts: TokenParts
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    ttl_seconds: int
+    def __init__(self, token: _Optional[int] = ..., parts: _Optional[_Union[TokenParts, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class ReleaseAllRequest(_message.Message):
+    __slots__ = ("keys", "token", "session_id")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    token: int
+    session_id: int
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., token: _Optional[int] = ..., session_id: _Optional[int] = ...) -> None: ...
+
+class ReleaseAllResponse(_message.Message):
+    __slots__ = ("released_at_revision",)
+    RELEASED_AT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    released_at_revision: int
+    def __init__(self, released_at_revision: _Optional[int] = ...) -> None: ...

@@ -82,6 +82,16 @@ class LockStub:
                 request_serializer=lock_dot_v1_dot_lock__pb2.ObserveRequest.SerializeToString,
                 response_deserializer=lock_dot_v1_dot_lock__pb2.ObserveResponse.FromString,
                 _registered_method=True)
+        self.AcquireAll = channel.unary_unary(
+                '/lock.v1.Lock/AcquireAll',
+                request_serializer=lock_dot_v1_dot_lock__pb2.AcquireAllRequest.SerializeToString,
+                response_deserializer=lock_dot_v1_dot_lock__pb2.AcquireAllResponse.FromString,
+                _registered_method=True)
+        self.ReleaseAll = channel.unary_unary(
+                '/lock.v1.Lock/ReleaseAll',
+                request_serializer=lock_dot_v1_dot_lock__pb2.ReleaseAllRequest.SerializeToString,
+                response_deserializer=lock_dot_v1_dot_lock__pb2.ReleaseAllResponse.FromString,
+                _registered_method=True)
 
 
 class LockServicer:
@@ -168,6 +178,28 @@ class LockServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireAll(self, request, context):
+        """Grants every key of a set to the session in one etcd transaction, or none of them:
+        its compares cover every key (absent), the epoch record and the session, and its puts
+        hold them all at one revision, so every key's token is the same number. At most 16
+        keys, all of classes with one TTL (the session's), on one store, none of a durable-fairness
+        class (KEY_SET_REFUSED otherwise). The edge authorises every key: one without a grant
+        refuses the whole request, with the denial a single key gets. A set waits without
+        holding anything, so two callers asking for {a,b} and {b,a} cannot deadlock; it
+        takes its keys when all are free at once (docs: coordination/acquire-all.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseAll(self, request, context):
+        """Releases a set AcquireAll granted, every key in one transaction, only if each is still
+        that grant (STALE_TOKEN otherwise, and nothing is released).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LockServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -215,6 +247,16 @@ def add_LockServicer_to_server(servicer, server):
                     servicer.Observe,
                     request_deserializer=lock_dot_v1_dot_lock__pb2.ObserveRequest.FromString,
                     response_serializer=lock_dot_v1_dot_lock__pb2.ObserveResponse.SerializeToString,
+            ),
+            'AcquireAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireAll,
+                    request_deserializer=lock_dot_v1_dot_lock__pb2.AcquireAllRequest.FromString,
+                    response_serializer=lock_dot_v1_dot_lock__pb2.AcquireAllResponse.SerializeToString,
+            ),
+            'ReleaseAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseAll,
+                    request_deserializer=lock_dot_v1_dot_lock__pb2.ReleaseAllRequest.FromString,
+                    response_serializer=lock_dot_v1_dot_lock__pb2.ReleaseAllResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -463,6 +505,60 @@ class Lock:
             '/lock.v1.Lock/Observe',
             lock_dot_v1_dot_lock__pb2.ObserveRequest.SerializeToString,
             lock_dot_v1_dot_lock__pb2.ObserveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lock.v1.Lock/AcquireAll',
+            lock_dot_v1_dot_lock__pb2.AcquireAllRequest.SerializeToString,
+            lock_dot_v1_dot_lock__pb2.AcquireAllResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lock.v1.Lock/ReleaseAll',
+            lock_dot_v1_dot_lock__pb2.ReleaseAllRequest.SerializeToString,
+            lock_dot_v1_dot_lock__pb2.ReleaseAllResponse.FromString,
             options,
             channel_credentials,
             insecure,
