@@ -102,14 +102,15 @@ pub async fn release_all(
     crate::traces::namespace(set.first().namespace());
     let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
     let lease = Some(m.session_id).filter(|s| *s != 0);
-    let released_at_revision = engine.release_all(&who, &set, token, lease).await?;
+    let released = engine.release_all(&who, &set, token, lease).await?;
     tracing::debug!(
         namespace = set.first().namespace(),
-        keys = set.len(),
+        keys = released.keys.len(),
         "set released"
     );
     Ok(ReleaseAllResponse {
-        released_at_revision,
+        released_at_revision: released.revision,
+        released_keys: released.keys,
     })
 }
 

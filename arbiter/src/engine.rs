@@ -369,19 +369,23 @@ impl Engine {
     }
 
     /// ReleaseAll: ends the set grant `token` names on every key of `set` still that grant
-    /// (`set_grant.rs`), and wakes each key's FIFO waiters here. Returns the revision.
+    /// (`set_grant.rs`), and wakes each released key's FIFO waiters here.
     pub async fn release_all(
         &self,
         identity: &str,
         set: &KeySet,
         token: FencingToken,
         lease: Option<i64>,
-    ) -> Result<i64, ArbiterError> {
+    ) -> Result<crate::set_grant::SetReleased, ArbiterError> {
         let route = self.route(set.first()).await?;
         let granter = self.granter(&route);
-        let revision = crate::set_grant::release(&granter, identity, set, token, lease).await?;
+        let released = crate::set_grant::release(&granter, identity, set, token, lease).await?;
         let registry = self.registry();
-        for key in set.keys() {
+        for key in set
+            .keys()
+            .iter()
+            .filter(|k| released.keys.iter().any(|r| r == k.as_str()))
+        {
             if let Some(c) = registry.class_for(key) {
                 METRICS.with_class(c.name, |m| {
                     m.releases.inc();
@@ -389,7 +393,7 @@ impl Engine {
             }
             self.queues.released(key.as_str());
         }
-        Ok(revision)
+        Ok(released)
     }
 
     /// ValidateToken (ADR-16): is `token` the current grant of `key`? One linearizable

@@ -399,15 +399,21 @@ async fn settle(
     }
 }
 
-/// Ends the set grant `token` names on every key of `set` still that grant; returns the
-/// revision of the delete.
+/// What a set's release ended: the revision of its delete and the keys it deleted.
+#[derive(Debug, Clone)]
+pub struct SetReleased {
+    pub revision: i64,
+    pub keys: Vec<String>,
+}
+
+/// Ends the set grant `token` names on every key of `set` still that grant.
 pub async fn release(
     granter: &Granter<'_>,
     identity: &str,
     set: &KeySet,
     token: FencingToken,
     lease: Option<i64>,
-) -> Result<i64, ArbiterError> {
+) -> Result<SetReleased, ArbiterError> {
     let store = granter.store;
     let revision = i64::try_from(token.revision()).map_err(|_| ArbiterError::MalformedToken)?;
     if let Some(lease) = lease {
@@ -475,7 +481,15 @@ pub async fn release(
             .txn(Txn::new().when(compares).and_then(deletes))
             .await
         {
-            Ok(r) if r.succeeded() => return Ok(r.header().map_or(0, |h| h.revision())),
+            Ok(r) if r.succeeded() => {
+                return Ok(SetReleased {
+                    revision: r.header().map_or(0, |h| h.revision()),
+                    keys: ending
+                        .iter()
+                        .map(|&i| set.keys()[i].as_str().to_owned())
+                        .collect(),
+                });
+            }
             // Something changed since the read (an expiry, a force release, an epoch
             // advance): read again.
             Ok(_) => sealed = store.sealed().await?,

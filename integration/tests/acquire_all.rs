@@ -443,3 +443,51 @@ async fn the_probe_catches_a_filter_that_reads_one_key_of_a_set() {
         "{faults:#?}"
     );
 }
+
+/// ReleaseAll after one key of the set ended alone: the rest are released and named; the
+/// key that had ended is not. Once none is still the grant, STALE_TOKEN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_all_ends_what_is_left_and_says_which() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
+    let (p, q, r) = (k("p"), k("q"), k("r"));
+    let session = raw
+        .open_session(OpenSessionRequest { key: p.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let set = raw
+        .acquire_all(AcquireAllRequest {
+            keys: vec![r.clone(), p.clone(), q.clone()],
+            session_id: session,
+            wait_millis: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(set.keys, [p.clone(), q.clone(), r.clone()]);
+    raw.release(ReleaseRequest {
+        key: q.clone(),
+        token: set.token,
+        session_id: session,
+    })
+    .await
+    .unwrap();
+    let release_all = ReleaseAllRequest {
+        keys: set.keys.clone(),
+        token: set.token,
+        session_id: session,
+    };
+    let released = raw
+        .release_all(release_all.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(released.released_keys, [p.clone(), r.clone()]);
+    let again = raw.release_all(release_all).await.unwrap_err();
+    assert_eq!(
+        lock_client::refusal(&again).map(|r| r.reason),
+        Some(Reason::StaleToken)
+    );
+}

@@ -58,9 +58,40 @@ pub fn revision(token: u64) -> i64 {
 pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
     let mut out = check_keys(ops, truth, &|c| gate_client_identity(c as usize));
     attacks(ops, &mut out);
+    sets(ops, &mut out);
     store_identity(ops, truth, &mut out);
     renewals(ops, truth, &mut out);
     out
+}
+
+/// A set (AcquireAll) is one grant: every key of it acknowledged with one token. Each
+/// key's part is checked as its own hold by the per-key checks (order, backing by the
+/// store, exclusion, linearizability); this adds that they were one transaction.
+fn sets(ops: &[Op], out: &mut Vec<Violation>) {
+    let mut tokens: BTreeMap<(u32, u64), Vec<(&str, u64)>> = BTreeMap::new();
+    for op in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
+        if let (Some(set), Some(key), Some(token)) = (op.set, op.key.as_deref(), op.token) {
+            tokens
+                .entry((op.client, set))
+                .or_default()
+                .push((key, token));
+        }
+    }
+    for ((client, _), parts) in tokens {
+        if parts.windows(2).any(|w| w[0].1 != w[1].1) {
+            out.push(Violation {
+                check: "set",
+                key: parts.first().map(|p| p.0.to_owned()).unwrap_or_default(),
+                detail: format!(
+                    "client {client}'s set was granted with more than one token: {:?}",
+                    parts
+                        .iter()
+                        .map(|(k, t)| format!("{k} {}", show(*t)))
+                        .collect::<Vec<_>>()
+                ),
+            });
+        }
+    }
 }
 
 /// A renewal answered "renewed" must have found the session alive: one asked after the

@@ -169,6 +169,7 @@ mod tests {
             via: None,
             served: None,
             rev: None,
+            set: None,
         }
     }
 

@@ -87,6 +87,10 @@ pub struct Event {
     /// On an acknowledged release: the store revision of its delete, as the arbiter said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rev: Option<i64>,
+    /// An AcquireAll or ReleaseAll is recorded as one operation per key (each key's
+    /// history is then checked as any other), tied by this id: the op id of its first key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<u64>,
 }
 
 /// Appends events to a file, one line each, flushed per line.
@@ -150,6 +154,8 @@ pub struct Op {
     pub served: Option<String>,
     /// A release's delete revision, as the arbiter said.
     pub rev: Option<i64>,
+    /// The set this operation was one key of (see [`Event::set`]).
+    pub set: Option<u64>,
 }
 
 impl Op {
@@ -191,6 +197,7 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
                     via: e.via.clone(),
                     served: None,
                     rev: None,
+                    set: e.set,
                 });
             }
             ph => {

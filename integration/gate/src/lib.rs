@@ -69,6 +69,8 @@ pub struct GateOptions {
     /// Share of holds whose session is lost while held (see `WorkerPlan::leak_percent`).
     pub leak_percent: u32,
     pub durable_percent: u32,
+    /// Share of rounds that take a set of keys as one (AcquireAll, `worker::set`).
+    pub set_percent: u32,
     /// Share of key picks from up to `lookback` generations back (frozen holders' keys).
     pub lookback_percent: u32,
     pub lookback: u32,
@@ -107,6 +109,7 @@ impl Default for GateOptions {
             stall_percent: 2,
             leak_percent: 2,
             durable_percent: 20,
+            set_percent: 10,
             lookback_percent: 30,
             lookback: 4,
             keys_per_generation: 3,
@@ -140,6 +143,9 @@ pub struct GateReport {
     /// and LEAKED_HOLD answers that named the client's own possible leak.
     pub sibling_handoffs: usize,
     pub sibling_leaks: usize,
+    /// Sets (AcquireAll) granted, and the keys they held.
+    pub sets: usize,
+    pub set_keys: usize,
     /// The attacker's calls by attack and outcome (`refused <REASON>`, `ok`, `unknown`).
     pub attacks: BTreeMap<(String, String), usize>,
     pub faults: Vec<Injected>,
@@ -214,6 +220,10 @@ impl GateReport {
                 parts.join(", ")
             ));
         }
+        s.push_str(&format!(
+            "  sets (AcquireAll, each key checked as its own hold, one token for all): {} granted, {} keys\n",
+            self.sets, self.set_keys
+        ));
         s.push_str(&format!(
             "  replicas (clients 2k-1, 2k: one identity, two instances): {} sibling handoffs, {} LEAKED_HOLD answers, each to the client's own earlier hold\n",
             self.sibling_handoffs, self.sibling_leaks
@@ -368,6 +378,16 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
     let report = GateReport {
         sibling_handoffs: replicas.handoffs,
         sibling_leaks: replicas.leaks,
+        sets: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.ok() && o.set.is_some())
+            .filter_map(|o| o.set.map(|s| (o.client, s)))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        set_keys: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.ok() && o.set.is_some())
+            .count(),
         operations: ops.len(),
         stale_refused,
         attacks,

@@ -228,6 +228,7 @@ pub async fn round(
             replay_percent: opts.replay_percent,
             stall_percent: opts.stall_percent,
             leak_percent: opts.leak_percent,
+            set_percent: opts.set_percent,
             // Past the TTL by two seconds: the store has ended the session (renewals stop
             // with the stall) and a waiter has been granted and written.
             stall_ms: u64::from(GATE_TTL) * 1000 + 2000,
@@ -283,6 +284,7 @@ pub async fn round(
             via: None,
             served: None,
             rev: None,
+            set: None,
         });
         op
     };

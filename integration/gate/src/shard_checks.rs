@@ -166,6 +166,7 @@ mod tests {
             via: None,
             served: None,
             rev: None,
+            set: None,
         }
     }
 

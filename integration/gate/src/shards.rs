@@ -597,6 +597,7 @@ mod tests {
             via: None,
             served: None,
             rev: None,
+            set: None,
         }
     }
 

@@ -96,6 +96,7 @@ mod tests {
             via: None,
             served: None,
             rev: None,
+            set: None,
         }
     }
 

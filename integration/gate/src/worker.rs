@@ -10,6 +10,7 @@ mod attacker;
 mod hold_stream;
 mod plan;
 mod renewals;
+mod set;
 
 pub use attacker::{ATTACKS, AttackerPlan};
 use lock_client::proto::lock_client::LockClient;
@@ -168,6 +169,7 @@ impl Client {
             via: None,
             served: None,
             rev: None,
+            set: None,
         }
     }
 
@@ -241,6 +243,11 @@ impl Client {
                     self.pause(100, 300).await;
                     continue;
                 }
+            }
+            if !contested && self.rng.random_range(0..100) < self.plan.set_percent {
+                let keys = self.plan.keys.pick_set(&mut self.rng, self.plan.origin);
+                self.set_round(keys).await;
+                continue;
             }
             let wait = if contested {
                 // Long enough for the stalled holder's session to expire.

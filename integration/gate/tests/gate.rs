@@ -42,6 +42,8 @@ async fn every_fault_kind_with_zero_violations() {
         report.sibling_leaks > 0,
         "no leaked hold was asked for again"
     );
+    // Sets (AcquireAll) were granted under the faults, each key held to a single hold's rules.
+    assert!(report.sets > 0, "no set was granted");
     // The observer followed keys through the faults, and saw holds end more than one way.
     assert!(
         report.observed.get("granted").copied().unwrap_or(0) > 0,
@@ -91,17 +93,26 @@ fn found(report: &GateReport, check: &str) -> bool {
 /// Issue 32: replicas (clients 2k-1, 2k share an identity) refused LEAKED_HOLD for each
 /// other's holds are caught by the replica check of the history. And issue 35: an Observe
 /// that tells every end of a hold as a release (the stalled holders' expiries among them)
-/// is caught against the store log. One run for both (their checks are apart, and each is
-/// clean in the run without bugs): the gate tests' time is make test's largest part.
+/// is caught against the store log; a set granted without its last key's absent-compare
+/// (over that key's holder) is caught by the per-key exclusion and linearizability checks
+/// its keys' parts are held to. One run for the three (their checks are apart, each is
+/// clean in the run without bugs, and neither other bug makes two holders of one key):
+/// the gate tests' time is make test's largest part.
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn catches_siblings_refused_as_leaks_and_observe_ends_told_as_releases() {
+async fn catches_siblings_refused_as_leaks_observe_ends_told_as_releases_and_a_set_over_a_holder() {
     let mut opts = with_bug("leak-by-identity", 15, vec![]);
     opts.inject_bugs.push("observe-end-as-release".into());
+    opts.inject_bugs.push("set-without-one-compare".into());
     let report = run(opts).await;
     assert!(!report.passed());
     assert!(found(&report, "replicas"), "no sibling refused as a leak");
     assert!(found(&report, "observe"), "no observe answer caught");
+    assert!(report.sets > 0, "no set was granted");
+    assert!(
+        found(&report, "exclusion") || !report.not_linearizable.is_empty(),
+        "no set granted over a holder caught"
+    );
 }
 
 #[cfg(debug_assertions)]

@@ -195,6 +195,7 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     via: None,
                     served: None,
                     rev: None,
+                    set: None,
                 });
             }
         }),
@@ -232,6 +233,7 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     via: None,
                     served: None,
                     rev: None,
+                    set: None,
                 });
             }
         }),

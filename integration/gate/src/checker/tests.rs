@@ -27,6 +27,7 @@ fn ev(c: u32, op: u64, t: u64, ph: Phase, f: Kind, s: i64, token: Option<u64>) -
         via: None,
         served: None,
         rev: None,
+        set: None,
     }
 }
 
@@ -461,4 +462,29 @@ fn a_renewal_of_an_ended_session_is_caught() {
     assert!(run(before, std::slice::from_ref(&end)).is_empty());
     let after = [renewal(1, 90), renewal(2, 150)].concat();
     assert_eq!(checks(&run(after, &[end])), vec!["renewal"]);
+}
+
+/// A set's keys acknowledged with two tokens were not one transaction.
+#[test]
+fn a_set_granted_with_two_tokens_is_caught() {
+    let part = |op: u64, key: &str, token: u64| {
+        let mut invoke = ev(1, op, 10, Phase::Invoke, Kind::Acquire, 7, None);
+        let mut ok = ev(1, op, 20, Phase::Ok, Kind::Acquire, 7, Some(token));
+        for e in [&mut invoke, &mut ok] {
+            e.key = Some(key.into());
+            e.set = Some(1);
+        }
+        vec![invoke, ok]
+    };
+    let one: Vec<Event> = [part(1, "pay/gate/a", tok(9)), part(2, "pay/gate/b", tok(9))].concat();
+    let mut out = Vec::new();
+    sets(&operations(&one), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let two: Vec<Event> = [
+        part(1, "pay/gate/a", tok(9)),
+        part(2, "pay/gate/b", tok(10)),
+    ]
+    .concat();
+    sets(&operations(&two), &mut out);
+    assert_eq!(checks(&out), ["set"]);
 }

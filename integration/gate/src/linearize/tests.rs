@@ -19,6 +19,7 @@ fn op(client: u32, kind: Kind, session: i64, token: Option<u64>, t: (u64, u64), 
         via: None,
         served: None,
         rev: None,
+        set: None,
     }
 }
 
@@ -249,6 +250,7 @@ fn an_epoch_advance_falls_at_its_commit_revision() {
         via: None,
         served: None,
         rev: None,
+        set: None,
     };
     let refs: Vec<&Op> = ops.iter().collect();
     let by_time = StoreTruth::default();

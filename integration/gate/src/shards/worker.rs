@@ -44,6 +44,7 @@ impl Shared {
             via: None,
             served: None,
             rev: None,
+            set: None,
         }
     }
 

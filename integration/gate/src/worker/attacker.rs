@@ -448,6 +448,7 @@ impl Attacker {
             }),
             served: None,
             rev: None,
+            set: None,
         });
         self.next_op
     }
@@ -473,6 +474,7 @@ impl Attacker {
             via: None,
             served: None,
             rev: None,
+            set: None,
         });
     }
 }

@@ -57,6 +57,10 @@ pub struct WorkerPlan {
     /// leak (ADR-13), which must be answered LEAKED_HOLD, never queued or granted.
     #[serde(default)]
     pub leak_percent: u32,
+    /// Share of rounds that take two or three keys of one generation as one set
+    /// (AcquireAll), write to each under the set's token and release them with ReleaseAll.
+    #[serde(default)]
+    pub set_percent: u32,
     /// This worker also runs the attacker.
     #[serde(default)]
     pub attacker: Option<super::attacker::AttackerPlan>,
@@ -80,11 +84,35 @@ pub struct KeyPlan {
 }
 
 impl KeyPlan {
-    pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
+    fn generation(&self, rng: &mut StdRng, origin: u64) -> u64 {
         let mut g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
         if self.lookback > 0 && g > 0 && rng.random_range(0..100) < self.lookback_percent {
             g -= rng.random_range(1..=u64::from(self.lookback).min(g));
         }
+        g
+    }
+
+    /// Two or three distinct FIFO keys of one generation (a set needs memory fairness),
+    /// in a random order: the arbiter sorts them.
+    pub(super) fn pick_set(&self, rng: &mut StdRng, origin: u64) -> Vec<String> {
+        let g = self.generation(rng, origin);
+        let per = self.per_generation.max(2);
+        let want = rng.random_range(2..=3u32).min(per);
+        let mut picked: Vec<u32> = Vec::new();
+        while picked.len() < want as usize {
+            let i = rng.random_range(0..per);
+            if !picked.contains(&i) {
+                picked.push(i);
+            }
+        }
+        picked
+            .into_iter()
+            .map(|i| format!("{}/{}/g{g}/k{i}", self.fifo_prefix, self.run))
+            .collect()
+    }
+
+    pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
+        let g = self.generation(rng, origin);
         let i = rng.random_range(0..self.per_generation.max(1));
         let prefix = if rng.random_range(0..100) < self.durable_percent {
             &self.durable_prefix

@@ -77,6 +77,7 @@ async fn renew(
         via: Some("edge".into()),
         served: None,
         rev: None,
+        set: None,
     };
     while !dead.load(Ordering::SeqCst) {
         let (tx, rx) = tokio::sync::mpsc::channel(1);

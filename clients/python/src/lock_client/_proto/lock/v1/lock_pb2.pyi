@@ -235,7 +235,9 @@ class ReleaseAllRequest(_message.Message):
     def __init__(self, keys: _Optional[_Iterable[str]] = ..., token: _Optional[int] = ..., session_id: _Optional[int] = ...) -> None: ...
 
 class ReleaseAllResponse(_message.Message):
-    __slots__ = ("released_at_revision",)
+    __slots__ = ("released_at_revision", "released_keys")
     RELEASED_AT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_KEYS_FIELD_NUMBER: _ClassVar[int]
     released_at_revision: int
-    def __init__(self, released_at_revision: _Optional[int] = ...) -> None: ...
+    released_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, released_at_revision: _Optional[int] = ..., released_keys: _Optional[_Iterable[str]] = ...) -> None: ...

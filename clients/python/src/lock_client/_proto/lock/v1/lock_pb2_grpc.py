@@ -193,8 +193,9 @@ class LockServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseAll(self, request, context):
-        """Releases a set AcquireAll granted, every key in one transaction, only if each is still
-        that grant (STALE_TOKEN otherwise, and nothing is released).
+        """Releases a set AcquireAll granted: every key still that grant, in one transaction. Keys
+        that already ended alone are skipped and not named in the answer; STALE_TOKEN when
+        none is still that grant.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
