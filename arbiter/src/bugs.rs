@@ -80,6 +80,10 @@ pub enum Bug {
     /// is granted over that key's holder, overwriting its record. The set test and the
     /// gate's set load name it.
     SetWithoutOneCompare,
+    /// A shared grant omits the "no exclusive waiter marked" compare: readers keep joining
+    /// while a writer waits, so a steady stream of them starves it. The writer-starvation
+    /// test names it.
+    SharedIgnoresWriter,
 }
 
 impl FromStr for Bug {
@@ -106,8 +110,9 @@ impl FromStr for Bug {
             "observe-token-to-all" => Ok(Bug::ObserveTokenToAll),
             "observe-end-as-release" => Ok(Bug::ObserveEndAsRelease),
             "set-without-one-compare" => Ok(Bug::SetWithoutOneCompare),
+            "shared-ignores-writer" => Ok(Bug::SharedIgnoresWriter),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare, shared-ignores-writer)"
             )),
         }
     }

@@ -23,7 +23,9 @@ pub async fn acquire(
     let key = edge.keyed(&m.key)?;
     crate::traces::namespace(key.namespace());
     let wait = std::time::Duration::from_millis(m.wait_millis);
-    let result = engine.acquire(&who, &key, m.session_id, wait).await;
+    let result = engine
+        .acquire(&who, &key, m.session_id, wait, mode_of(m.mode))
+        .await;
     match &result {
         Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
         Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
@@ -57,11 +59,22 @@ pub async fn release(
     crate::traces::namespace(key.namespace());
     let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
     let lease = Some(m.session_id).filter(|s| *s != 0);
-    let released_at_revision = engine.release(&who, &key, token, lease).await?;
+    let released_at_revision = engine
+        .release(&who, &key, token, lease, mode_of(m.mode))
+        .await?;
     tracing::debug!(namespace = key.namespace(), "released");
     Ok(ReleaseResponse {
         released_at_revision,
     })
+}
+
+/// The wire's hold mode: SHARED, or exclusive (unspecified, EXCLUSIVE, or a number this
+/// arbiter does not know, which grants no more than the exclusive lock does).
+fn mode_of(mode: i32) -> crate::shared::Mode {
+    match HoldMode::try_from(mode) {
+        Ok(HoldMode::Shared) => crate::shared::Mode::Shared,
+        _ => crate::shared::Mode::Exclusive,
+    }
 }
 
 /// An AcquireAll: the edge's set must be the message's.

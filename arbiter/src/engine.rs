@@ -21,6 +21,7 @@ use crate::observers::Observers;
 use crate::queue::Queues;
 use crate::release::{Heads, Releaser};
 use crate::sessions::{Keepers, Session, Sessions};
+use crate::shared::Mode;
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use lock_config::registry::Fairness;
 use lock_config::{FencingToken, KeySet, LockKey, Registry};
@@ -58,6 +59,8 @@ pub struct SetGranted {
 pub struct Inspection {
     pub holder: Option<Holder>,
     pub waiters: usize,
+    /// Shared holds of the key (a `shared: true` class).
+    pub shared_holders: usize,
 }
 
 impl Engine {
@@ -181,9 +184,15 @@ impl Engine {
         key: &LockKey,
         lease: i64,
         wait: Duration,
+        mode: Mode,
     ) -> Result<Grant, ArbiterError> {
         let registry = self.registry();
         let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
+        if mode == Mode::Shared && !class.spec.shared {
+            return Err(ArbiterError::NotShared {
+                class: class.name.to_owned(),
+            });
+        }
         // Boxed, as every large await here: a queued waiter keeps this future alive, and
         // routing may connect to a shard (`waiter_footprint.rs` bounds the size).
         let route = Box::pin(self.clusters.for_key(class.spec.tier, key)).await?;
@@ -204,6 +213,19 @@ impl Engine {
         let started = std::time::Instant::now();
         let granter = self.granter(&route);
         let acquire = async {
+            if class.spec.shared {
+                // Both modes of a shared class: `shared.rs` (validation keeps these memory).
+                return Box::pin(crate::shared::acquire(
+                    &granter,
+                    &session,
+                    key,
+                    &class,
+                    mode,
+                    wait,
+                    &self.drain,
+                ))
+                .await;
+            }
             match class.spec.fairness {
                 Fairness::Durable => {
                     Box::pin(crate::durable::acquire(
@@ -251,12 +273,25 @@ impl Engine {
         key: &LockKey,
         token: FencingToken,
         lease: Option<i64>,
+        mode: Mode,
     ) -> Result<i64, ArbiterError> {
         // A key with no class (the registry changed under a hold) is released plainly.
         let registry = self.registry();
         let class = registry.class_for(key);
         let tier = class.as_ref().map(|c| c.spec.tier).unwrap_or_default();
         let route = self.clusters.for_key(tier, key).await?;
+        if mode == Mode::Shared {
+            // Released by its own record, whatever the class says now (a reload may have
+            // taken `shared` away under a hold).
+            let revision =
+                crate::shared::release(&self.granter(&route), identity, key, token, lease).await?;
+            if let Some(c) = &class {
+                METRICS.with_class(c.name, |m| {
+                    m.releases.inc();
+                });
+            }
+            return Ok(revision);
+        }
         let heads = match &class {
             Some(c) if c.spec.fairness == Fairness::Durable => Heads::Durable { class: c.name },
             Some(_) => Heads::Fifo(&self.queues),
@@ -303,6 +338,15 @@ impl Engine {
         let mut routes = Vec::with_capacity(set.len());
         for key in set.keys() {
             let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
+            if class.spec.shared {
+                return Err(ArbiterError::KeySetRefused {
+                    why: "shared-class",
+                    detail: format!(
+                        "a key is of class {}, whose keys are also held shared; a set takes exclusive holds of plain classes only",
+                        class.name
+                    ),
+                });
+            }
             if class.spec.fairness == Fairness::Durable {
                 return Err(ArbiterError::KeySetRefused {
                     why: "durable-class",
@@ -425,8 +469,19 @@ impl Engine {
                 continue;
             }
             let current = first(0).map(|kv| kv.mod_revision());
-            return Ok(token.epoch() == epoch.record.epoch
-                && current == i64::try_from(token.revision()).ok());
+            let revision = i64::try_from(token.revision()).ok();
+            if token.epoch() != epoch.record.epoch {
+                return Ok(false);
+            }
+            if current == revision {
+                return Ok(true);
+            }
+            // A shared hold's token names its own record (a class that is shared now, or
+            // was: the records say, not the registry).
+            return match revision {
+                Some(r) => crate::shared::is_current(&sealed, key, r).await,
+                None => Ok(false),
+            };
         }
         Err(ArbiterError::NoQuorum)
     }
@@ -444,7 +499,12 @@ impl Engine {
         } else {
             self.queues.len(key.as_str())
         };
+        let shared_holders = match self.registry().class_for(key) {
+            Some(c) if c.spec.shared => crate::shared::count(&sealed, key).await?,
+            _ => 0,
+        };
         Ok(Inspection {
+            shared_holders,
             holder: resp
                 .kvs()
                 .first()

@@ -69,6 +69,8 @@ pub enum ArbiterError {
     BadKeySet(lock_config::KeySetError),
     #[error("the key set cannot be granted as one: {detail}")]
     KeySetRefused { why: &'static str, detail: String },
+    #[error("class {class} does not allow shared holds (shared: true): acquire it exclusive")]
+    NotShared { class: String },
     #[error("store error: {0}")]
     Store(String),
 }
@@ -80,7 +82,8 @@ impl ArbiterError {
             ArbiterError::KeyHeaderMismatch
             | ArbiterError::MalformedToken
             | ArbiterError::BadInstance(_)
-            | ArbiterError::HoldOutOfOrder(_) => Reason::MalformedRequest,
+            | ArbiterError::HoldOutOfOrder(_)
+            | ArbiterError::NotShared { .. } => Reason::MalformedRequest,
             ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
             ArbiterError::BadKeySet(lock_config::KeySetError::Key(_)) => Reason::InvalidKey,
             ArbiterError::BadKeySet(_) => Reason::MalformedRequest,

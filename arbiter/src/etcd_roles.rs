@@ -2,10 +2,10 @@
 //!
 //! | user     | role     | may                                                        |
 //! |----------|----------|------------------------------------------------------------|
-//! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`, `/x/`    |
-//! | operator | operator | read `/sys/`, `/l/`, `/s/`, `/q/`, `/x/`; read and write `/sys/shard*` (shard moves) |
+//! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`, `/x/`, `/r/` |
+//! | operator | operator | read `/sys/`, `/l/`, `/s/`, `/q/`, `/x/`, `/r/`; read and write `/sys/shard*` (shard moves) |
 //! | auditor  | auditor  | read everything under `/`; read and write `/audit/` (its election) |
-//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/x/`, `/sys/force/`, `/sys/force-request/`, `/sys/epoch*`, `/sys/advance-request/` (lock-admin) |
+//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/x/`, `/r/`, `/sys/force/`, `/sys/force-request/`, `/sys/epoch*`, `/sys/advance-request/` (lock-admin) |
 //! | root     | root     | everything: users and roles (`lockctl roles apply`), `epoch init`, `shards init`, break-glass |
 //!
 //! Users have no password: etcd names them by the common name of their client certificate
@@ -44,8 +44,9 @@ pub struct UserSpec {
     pub roles: &'static [&'static str],
 }
 
-/// Holds, sessions, durable waiters, settled grant attempts (`layout.rs`).
-const LOCK_PREFIXES: [&str; 4] = ["/l/", "/s/", "/q/", "/x/"];
+/// Holds, sessions, durable waiters, settled grant attempts, shared holds and their
+/// waiting writers (`layout.rs`).
+const LOCK_PREFIXES: [&str; 5] = ["/l/", "/s/", "/q/", "/x/", "/r/"];
 
 /// The roles this service needs ("root" is etcd's built-in role: not listed, never edited).
 pub const ROLES: &[RoleSpec] = &[
@@ -57,6 +58,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[1], Access::ReadWrite),
             (LOCK_PREFIXES[2], Access::ReadWrite),
             (LOCK_PREFIXES[3], Access::ReadWrite),
+            (LOCK_PREFIXES[4], Access::ReadWrite),
         ],
     },
     // An operator reads everything the service keeps and moves shards (the map document
@@ -72,6 +74,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[1], Access::Read),
             (LOCK_PREFIXES[2], Access::Read),
             (LOCK_PREFIXES[3], Access::Read),
+            (LOCK_PREFIXES[4], Access::Read),
         ],
     },
     RoleSpec {
@@ -81,7 +84,7 @@ pub const ROLES: &[RoleSpec] = &[
     // The admin server (lock-admin): two-person force releases (ADR-20) and epoch
     // advances (ADR-03). It deletes holds (etcd has no delete-only permission: write on
     // `/l/`), revoking a session's lease needs write on every key attached to it (`/l/`,
-    // `/s/`, `/q/`, `/x/`), and it runs the approved advance (`/sys/epoch`). It cannot move
+    // `/s/`, `/q/`, `/x/`, `/r/`), and it runs the approved advance (`/sys/epoch`). It cannot move
     // shards.
     RoleSpec {
         name: "force",
@@ -90,6 +93,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[1], Access::ReadWrite),
             (LOCK_PREFIXES[2], Access::ReadWrite),
             (LOCK_PREFIXES[3], Access::ReadWrite),
+            (LOCK_PREFIXES[4], Access::ReadWrite),
             ("/sys/force/", Access::ReadWrite),
             ("/sys/force-request/", Access::ReadWrite),
             ("/sys/epoch", Access::ReadWrite),

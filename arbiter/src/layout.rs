@@ -9,6 +9,8 @@
 //! /s/<lease-hex>             SessionRecord {spiffe_id, instance?, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! /x/<lease-hex>/<nonce>     a settled grant attempt's fence (empty), on its session lease
+//! /r/<namespace>/<path>//s/<lease-hex>  a shared hold (`shared: true` class): Holder, on its session lease
+//! /r/<namespace>/<path>//w/<lease-hex>  an exclusive waiter of a shared class (empty), on its session lease
 //! /sys/force-request/<id>    a filed force release awaiting a second operator (lock-force)
 //! /sys/force/<id>            an executed force release's record, on a 24 h lease (lock-force)
 //! /sys/advance-request/<id>  a filed epoch advance awaiting a second operator (lock-force)
@@ -49,6 +51,34 @@ pub const FORCE_PREFIX: &str = "/sys/force/";
 /// Filed force releases awaiting approval. Not under [`FORCE_PREFIX`]: filing is no event
 /// of a hold.
 pub const FORCE_REQUEST_PREFIX: &str = "/sys/force-request/";
+
+/// Shared holds and the exclusive waiters of `shared: true` classes (issue 35). Not under
+/// `/l/<key>/`: a key's path has segments of its own, so `/l/pay/a/…` is also where the
+/// holder of `pay/a/b` lives. After the key comes `//`, an empty segment no key can have,
+/// so `/r/<key>//` is a prefix of exactly that key's records. Exclusive holds of a shared
+/// class stay at `/l/<key>`, as every other class's: nothing existing moves.
+pub const SHARED_PREFIX: &str = "/r/";
+
+/// Every shared hold of `key`: `/r/<key>//s/`.
+pub fn shared_holds_prefix(key: &LockKey) -> String {
+    format!("{SHARED_PREFIX}{}//s/", key.as_str())
+}
+
+/// The shared hold of `key` on the session `lease`.
+pub fn shared_hold_key(key: &LockKey, lease: i64) -> String {
+    format!("{}{}", shared_holds_prefix(key), lease_hex(lease))
+}
+
+/// Every exclusive waiter of `key` (a shared class): `/r/<key>//w/`. While one is there,
+/// no new shared hold is granted.
+pub fn writers_waiting_prefix(key: &LockKey) -> String {
+    format!("{SHARED_PREFIX}{}//w/", key.as_str())
+}
+
+/// The exclusive waiter mark of the session `lease` on `key`.
+pub fn writer_waiting_key(key: &LockKey, lease: i64) -> String {
+    format!("{}{}", writers_waiting_prefix(key), lease_hex(lease))
+}
 
 pub fn holder_key(key: &LockKey) -> String {
     format!("{HOLDER_PREFIX}{}", key.as_str())
@@ -157,6 +187,11 @@ mod tests {
         let k = LockKey::parse("pay/ledger/42").unwrap();
         assert_eq!(holder_key(&k), "/l/pay/ledger/42");
         assert_eq!(session_key(0x694d_7a2b_1c3e_0f11), "/s/694d7a2b1c3e0f11");
+        assert_eq!(shared_hold_key(&k, 0x7a), "/r/pay/ledger/42//s/7a");
+        assert_eq!(writer_waiting_key(&k, 0x7a), "/r/pay/ledger/42//w/7a");
+        // A longer key's records are never under a shorter key's prefix.
+        let longer = LockKey::parse("pay/ledger/42/x").unwrap();
+        assert!(!shared_hold_key(&longer, 1).starts_with(&shared_holds_prefix(&k)));
         let h = Holder {
             spiffe_id: "spiffe://td/w".into(),
             instance: None,

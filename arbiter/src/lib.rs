@@ -43,6 +43,7 @@ pub mod service;
 pub mod sessions;
 pub mod set_grant;
 pub mod shard_map;
+pub mod shared;
 pub mod store;
 pub mod traces;
 pub mod wait_end;

@@ -144,6 +144,7 @@ impl LockService {
             class_name: holder.class,
             acquired_at_unix_ms: holder.acquired_at_ms,
             waiters: u32::try_from(i.waiters).unwrap_or(u32::MAX),
+            shared_holders: u32::try_from(i.shared_holders).unwrap_or(u32::MAX),
         }))
     }
 }

@@ -14,8 +14,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
 
-/// Attempts of one acquire (transient errors, session changes), within its deadline.
-const MAX_TRIES: usize = 32;
 /// Keys whose cluster the client remembers (learned from WRONG_SESSION_PLACE and grants);
 /// past it the memory starts over (a miss costs one round trip, never a wrong answer).
 const MAX_PLACES: usize = 4096;
@@ -113,65 +111,23 @@ impl LockClient {
         // Bounded so no `wait` from input can overflow the deadline: a day is longer than
         // any wait the service grants (300 s).
         let deadline = Instant::now() + wait.min(Duration::from_secs(24 * 3600));
-        let mut session = self.session_for_key(key);
-        // The session the service asked for (TTL, cluster), once it has said.
-        let mut wanted: Option<(u32, Option<u8>)> = None;
-        let mut backoff = Duration::from_millis(50);
-        for _ in 0..MAX_TRIES {
-            let s = match session.take() {
-                Some(s) => s,
-                None => self.session_or_open(key, wanted).await?,
-            };
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut rpc = self.inner.rpc()?;
-            let req = AcquireRequest {
-                key: key.to_owned(),
-                session_id: s.id,
-                wait_millis: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
-            };
-            let err = match hold_stream::acquire(&mut rpc, &self.inner.hold_streams, req).await {
-                Ok((token, link)) => {
-                    self.learn_place(key, lock_config::shards::tag_of(s.id));
-                    return Ok(self.held(key, id, token, s, link, on_fence));
+        let inner = self.inner.clone();
+        let ((token, link), s) = self
+            .on_session(key, deadline, |s, left| {
+                let inner = inner.clone();
+                async move {
+                    let mut rpc = inner.rpc()?;
+                    let req = AcquireRequest {
+                        key: key.to_owned(),
+                        session_id: s.id,
+                        wait_millis: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                        ..Default::default()
+                    };
+                    hold_stream::acquire(&mut rpc, &inner.hold_streams, req).await
                 }
-                Err(e) => e,
-            };
-            let pause = match &err {
-                LockError::WrongSessionTtl { ttl_seconds, .. } => {
-                    wanted = Some((*ttl_seconds, self.place_of(key)));
-                    session = self.session_for(*ttl_seconds, self.place_of(key));
-                    continue;
-                }
-                // The key lives on another cluster than this session (tiers, shards, or
-                // a move): a session there, or a new one opened for this key.
-                LockError::WrongSessionPlace { cluster } => {
-                    let tag = lock_config::shards::lease_tag(cluster);
-                    self.learn_place(key, tag);
-                    let ttl = u32::try_from(s.ttl().as_secs()).unwrap_or(0);
-                    wanted = Some((ttl, Some(tag)));
-                    session = self.session_for(ttl, Some(tag));
-                    continue;
-                }
-                LockError::SessionExpired => {
-                    self.forget_session(&s);
-                    continue;
-                }
-                LockError::RateLimited { retry_after } => *retry_after,
-                e if e.is_transient() => {
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    jitter(backoff)
-                }
-                _ => return Err(err),
-            };
-            if Instant::now() + pause >= deadline {
-                return Err(err);
-            }
-            tokio::time::sleep(pause).await;
-            session = Some(s);
-        }
-        Err(LockError::Unavailable(
-            "gave up after repeated retries".into(),
-        ))
+            })
+            .await?;
+        Ok(self.held(key, id, token, s, link, on_fence))
     }
 
     fn reenter(&self, key: &str, id: u64, on_fence: FenceFn) -> Option<Hold> {

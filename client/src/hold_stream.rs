@@ -136,6 +136,7 @@ pub(crate) async fn release(
             key: key.to_owned(),
             token: token.as_u64(),
             session_id,
+            ..Default::default()
         })),
     };
     link.asks.send(ask).await.ok()?;

@@ -48,8 +48,10 @@ mod hold_stream;
 pub mod liveness;
 mod observe;
 pub mod proto;
+mod retry;
 mod session;
 mod set;
+mod shared;
 mod state;
 pub mod stub;
 
@@ -64,6 +66,7 @@ pub use lock_config::Reason;
 pub use lock_config::status_details::Refusal;
 pub use observe::{Change, Holder, Observation, Observed};
 pub use set::HeldSet;
+pub use shared::SharedHold;
 
 /// The manual's Rust page, compiled as doctests: a snippet that no longer compiles against
 /// this crate fails `cargo test` (issue 37).

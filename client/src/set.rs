@@ -1,7 +1,7 @@
 //! Several keys as one hold (AcquireAll, ReleaseAll): granted in one transaction or not at
 //! all, one token for every key, released together.
 
-use crate::client::{LockClient, jitter};
+use crate::client::LockClient;
 use crate::error::LockError;
 use crate::session::{FenceFn, Session};
 use crate::state::Inner;
@@ -10,9 +10,6 @@ use lock_config::proto::v1::{AcquireAllRequest, ReleaseAllRequest};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-/// Attempts of one AcquireAll (transient errors, session changes), within its deadline.
-const MAX_TRIES: usize = 32;
 
 /// A granted set of keys. Every key's token is [`HeldSet::token`]: write to each key's
 /// resource with it. Check [`HeldSet::can_start`] before each unit of work, as for a
@@ -131,74 +128,37 @@ impl LockClient {
         let on_fence: FenceFn = Arc::new(on_fence);
         let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + wait.min(Duration::from_secs(24 * 3600));
-        let mut session = self.session_for_key(&first);
-        let mut wanted: Option<(u32, Option<u8>)> = None;
-        let mut backoff = Duration::from_millis(50);
-        for _ in 0..MAX_TRIES {
-            let s = match session.take() {
-                Some(s) => s,
-                None => self.session_or_open(&first, wanted).await?,
-            };
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut rpc = self.inner.rpc()?;
-            let req = AcquireAllRequest {
-                keys: keys.clone(),
-                session_id: s.id,
-                wait_millis: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
-            };
-            let err = match rpc.acquire_all(set_request(req)).await {
-                Ok(r) => {
-                    let r = r.into_inner();
-                    let token = FencingToken::from_u64(r.token)
-                        .map_err(|e| LockError::InvalidRequest(e.to_string()))?;
-                    for k in &r.keys {
-                        self.learn_place(k, lock_config::shards::tag_of(s.id));
-                    }
-                    s.attach(id, on_fence);
-                    return Ok(HeldSet {
-                        client: self.inner.clone(),
-                        keys: r.keys,
-                        id,
-                        token,
-                        session: s,
-                        done: false,
-                    });
+        let inner = self.inner.clone();
+        let (r, s) = self
+            .on_session(&first, deadline, |s, left| {
+                let (inner, keys) = (inner.clone(), keys.clone());
+                async move {
+                    let req = AcquireAllRequest {
+                        keys,
+                        session_id: s.id,
+                        wait_millis: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                    };
+                    Ok(inner
+                        .rpc()?
+                        .acquire_all(set_request(req))
+                        .await?
+                        .into_inner())
                 }
-                Err(status) => LockError::from_status(&status),
-            };
-            let pause = match &err {
-                LockError::WrongSessionTtl { ttl_seconds, .. } => {
-                    wanted = Some((*ttl_seconds, self.place_of(&first)));
-                    session = self.session_for(*ttl_seconds, self.place_of(&first));
-                    continue;
-                }
-                LockError::WrongSessionPlace { cluster } => {
-                    let tag = lock_config::shards::lease_tag(cluster);
-                    self.learn_place(&first, tag);
-                    let ttl = u32::try_from(s.ttl().as_secs()).unwrap_or(0);
-                    wanted = Some((ttl, Some(tag)));
-                    session = self.session_for(ttl, Some(tag));
-                    continue;
-                }
-                LockError::SessionExpired => {
-                    self.forget_session(&s);
-                    continue;
-                }
-                LockError::RateLimited { retry_after } => *retry_after,
-                e if e.is_transient() => {
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    jitter(backoff)
-                }
-                _ => return Err(err),
-            };
-            if Instant::now() + pause >= deadline {
-                return Err(err);
-            }
-            tokio::time::sleep(pause).await;
-            session = Some(s);
+            })
+            .await?;
+        let token = FencingToken::from_u64(r.token)
+            .map_err(|e| LockError::InvalidRequest(e.to_string()))?;
+        for k in &r.keys {
+            self.learn_place(k, lock_config::shards::tag_of(s.id));
         }
-        Err(LockError::Unavailable(
-            "gave up after repeated retries".into(),
-        ))
+        s.attach(id, on_fence);
+        Ok(HeldSet {
+            client: self.inner.clone(),
+            keys: r.keys,
+            id,
+            token,
+            session: s,
+            done: false,
+        })
     }
 }

@@ -95,6 +95,7 @@ impl Inner {
                 key: key.to_owned(),
                 token: token.as_u64(),
                 session_id: session,
+                ..Default::default()
             },
             key,
         ))

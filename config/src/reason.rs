@@ -192,7 +192,7 @@ impl Reason {
                 "Addition: the session lives on another etcd cluster than the key (tiers, shards); metadata `cluster` names the key's. Open a session for the key and retry (the clients do)."
             }
             Reason::KeySetRefused => {
-                "Addition: an AcquireAll whose set cannot be granted in one transaction; metadata `why` says which rule: `spans-stores` (its keys live on more than one etcd cluster: tiers or shards), `durable-class` (a key of a `fairness: durable` class, whose queue lives in etcd and a set would jump), `mixed-ttl` (its keys are of classes with different TTLs, and one session has one TTL), `own-hold` (the session already holds one of the keys, alone or in another set). Nothing was held. Ask for a set that fits, or take the keys one by one in key order."
+                "Addition: an AcquireAll whose set cannot be granted in one transaction; metadata `why` says which rule: `spans-stores` (its keys live on more than one etcd cluster: tiers or shards), `durable-class` (a key of a `fairness: durable` class, whose queue lives in etcd and a set would jump), `shared-class` (a key of a `shared: true` class, whose readers a set's transaction does not compare), `mixed-ttl` (its keys are of classes with different TTLs, and one session has one TTL), `own-hold` (the session already holds one of the keys, alone or in another set). Nothing was held. Ask for a set that fits, or take the keys one by one in key order."
             }
             Reason::UnknownMethod => {
                 "Addition: the edge refuses methods it cannot authorise (fail closed)."

@@ -182,6 +182,7 @@ pub async fn acquire(
         key: key.into(),
         session_id,
         wait_millis,
+        ..Default::default()
     };
     c.acquire(req).await.map(tonic::Response::into_inner)
 }

@@ -14,6 +14,8 @@ pub const FAST_TTL: u32 = 5;
 /// A fenced class with a 30 s TTL: hand-overs measured against it show a release was
 /// explicit, not the lease running out.
 pub const SLOW_PREFIX: &str = "pay/slow";
+/// A `shared: true` class (reader–writer holds), TTL [`FAST_TTL`].
+pub const SHARED_PREFIX: &str = "pay/shared";
 pub const SLOW_TTL: u32 = 30;
 
 /// SPIFFE ID of test waiter `i` (granted `pay/fast`, `pay/fair`, `pay/slow`).
@@ -141,7 +143,7 @@ kind: LockGrant
 metadata: {{name: test-w{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}, {SLOW_PREFIX}]
+  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}, {SLOW_PREFIX}, {SHARED_PREFIX}]
 ",
             waiter_id(i)
         ));
@@ -165,12 +167,19 @@ spec:
   rate: {{perSecond: 1, burst: {DEEP_BURST}}}
 "
     ));
-    for (name, prefix, fairness, ttl) in [
-        ("pay-gate", GATE_PREFIX, "memory", GATE_TTL),
-        ("pay-gate-fair", GATE_DURABLE_PREFIX, "durable", GATE_TTL),
-        ("pay-bench", BENCH_PREFIX, "memory", 60),
-        ("pay-scale", SCALE_PREFIX, "memory", SCALE_TTL),
-        ("pay-slow", SLOW_PREFIX, "memory", SLOW_TTL),
+    for (name, prefix, fairness, ttl, shared) in [
+        ("pay-gate", GATE_PREFIX, "memory", GATE_TTL, false),
+        (
+            "pay-gate-fair",
+            GATE_DURABLE_PREFIX,
+            "durable",
+            GATE_TTL,
+            false,
+        ),
+        ("pay-bench", BENCH_PREFIX, "memory", 60, false),
+        ("pay-scale", SCALE_PREFIX, "memory", SCALE_TTL, false),
+        ("pay-slow", SLOW_PREFIX, "memory", SLOW_TTL, false),
+        ("pay-shared", SHARED_PREFIX, "memory", FAST_TTL, true),
     ] {
         text.push_str(&format!(
             "---
@@ -187,6 +196,7 @@ spec:
   schemaVersion: \"0\"
   ttlSeconds: {ttl}
   fairness: {fairness}
+  shared: {shared}
 ---
 apiVersion: lock.dev/v1alpha1
 kind: PauseTestResult
@@ -208,7 +218,7 @@ kind: LockGrant
 metadata: {{name: gate-c{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}]
+  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}, {SHARED_PREFIX}]
 ",
             gate_id(i)
         ));

@@ -340,6 +340,7 @@ async fn set_denial_faults(filter_switches: &[&str]) -> Vec<String> {
         key: "orders/free".into(),
         session_id: 1,
         wait_millis: 0,
+        ..Default::default()
     };
     let reference = c
         .call(
@@ -471,6 +472,7 @@ async fn release_all_ends_what_is_left_and_says_which() {
         key: q.clone(),
         token: set.token,
         session_id: session,
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -84,6 +84,7 @@ async fn workload(stack: &Stack, w: usize, rounds: usize) -> Vec<String> {
                 key: key.clone(),
                 session_id,
                 wait_millis: 4000,
+                ..Default::default()
             })
             .await;
         let Ok(g) = granted else {
@@ -101,6 +102,7 @@ async fn workload(stack: &Stack, w: usize, rounds: usize) -> Vec<String> {
                     key: key.clone(),
                     token: g.into_inner().token,
                     session_id,
+                    ..Default::default()
                 })
                 .await;
         }
@@ -186,6 +188,7 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
         key: advanced.clone(),
         session_id: s,
         wait_millis: 0,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -341,6 +344,7 @@ async fn the_tailer_records_every_lock_event_once_across_a_kill_and_a_compaction
             key,
             session_id: s,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -680,6 +684,7 @@ async fn an_entity_shards_tailers_hold_their_election_on_the_coord_cluster() {
         key: keys[0].clone(),
         session_id: s,
         wait_millis: 0,
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -60,6 +60,7 @@ async fn scene(filter_switches: &[&str], arbiter_bugs: &[&str]) -> Scene {
         key: VICTIM_KEY.into(),
         session_id: victim_session,
         wait_millis: 0,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -159,6 +160,7 @@ impl Scene {
                 key: key.into(),
                 session_id: s.session_id,
                 wait_millis: 0,
+                ..Default::default()
             };
             // An Acquire, and a Hold stream (decided on its first message), each ended by
             // forged trailers.
@@ -497,6 +499,7 @@ impl Scene {
                     key: k.into(),
                     session_id: session,
                     wait_millis: 0,
+                    ..Default::default()
                 }
                 .encode_to_vec(),
             )
@@ -690,6 +693,7 @@ async fn non_ascii_keys_round_trip_and_session_ids_are_random() {
                 key: key.into(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             })
             .await
             .unwrap_or_else(|e| panic!("{key}: {e:?}"))
@@ -708,6 +712,7 @@ async fn non_ascii_keys_round_trip_and_session_ids_are_random() {
                 key: key.into(),
                 token: g.token,
                 session_id: session,
+                ..Default::default()
             })
             .await
             .unwrap();

@@ -108,6 +108,7 @@ async fn steps(bugs: &[&str], replica: bool) -> (Option<i32>, Result<(), String>
                 key: asked,
                 session_id,
                 wait_millis: 30_000,
+                ..Default::default()
             })
             .await;
         r.map(|_| ()).map_err(|s| {

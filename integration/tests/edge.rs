@@ -395,6 +395,7 @@ async fn waiters_from_several_identities_queue_at_the_key_owner() {
                 key: key.clone(),
                 session_id: s,
                 wait_millis: 0,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -407,6 +408,7 @@ async fn waiters_from_several_identities_queue_at_the_key_owner() {
                     key,
                     session_id: s,
                     wait_millis: 20_000,
+                    ..Default::default()
                 })
                 .await
             }));

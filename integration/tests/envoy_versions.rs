@@ -62,6 +62,7 @@ async fn take_refuse_redirect_push(version: &str) {
                 key: key.clone(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             }))
             .await
             .unwrap()
@@ -79,6 +80,7 @@ async fn take_refuse_redirect_push(version: &str) {
                 key: key.clone(),
                 token,
                 session_id: session,
+                ..Default::default()
             }))
             .await
             .unwrap();

@@ -28,6 +28,7 @@ macro_rules! keyed_calls {
                     key: k.clone(),
                     session_id: $session,
                     wait_millis: 0,
+                    ..Default::default()
                 }))
                 .await
                 .map(drop),
@@ -38,6 +39,7 @@ macro_rules! keyed_calls {
                     key: k.clone(),
                     token: $token,
                     session_id: $session,
+                    ..Default::default()
                 }))
                 .await
                 .map(drop),
@@ -93,6 +95,7 @@ async fn a_granted_metadata_key_cannot_carry_another_body_key_to_etcd() {
                 key: granted.clone(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             },
             &granted,
         ))

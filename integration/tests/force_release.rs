@@ -56,6 +56,7 @@ async fn hold(stack: &Stack, who: usize, key: &str) -> Hold {
             key: key.into(),
             session_id,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -273,6 +274,7 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
                     key: k,
                     session_id,
                     wait_millis: 25_000,
+                    ..Default::default()
                 })
                 .await;
             r.map(|g| g.into_inner().token)
@@ -301,6 +303,7 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
             key: key.clone(),
             token: a.token,
             session_id: a.session_id,
+            ..Default::default()
         })
         .await;
     assert!(old.is_err(), "the old holder's release is refused: {old:?}");
@@ -340,6 +343,7 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
             key: key2.clone(),
             token: c1.token,
             session_id: c1.session_id,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -372,6 +376,7 @@ async fn two_people_release_a_leaked_lock_and_nothing_else_can() {
             key: k4.clone(),
             session_id: d.session_id,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -206,6 +206,7 @@ fn acquire(key: &str, session: i64) -> Ask {
         key: key.into(),
         session_id: session,
         wait_millis: 0,
+        ..Default::default()
     })
 }
 
@@ -214,6 +215,7 @@ fn release(key: &str, token: u64, session: i64) -> Ask {
         key: key.into(),
         token,
         session_id: session,
+        ..Default::default()
     })
 }
 
@@ -412,6 +414,7 @@ async fn what_an_open_hold_stream_costs_the_arbiter() {
                 key: key.clone(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             },
             Some(&key),
             Some(&id),

@@ -90,6 +90,7 @@ async fn stage(bugs: &[&str], pair: Pair) -> Race {
                 key: key.clone(),
                 session_id: hs,
                 wait_millis: 0,
+                ..Default::default()
             },
             Some(&key),
             Some(&holder_id),
@@ -111,6 +112,7 @@ async fn stage(bugs: &[&str], pair: Pair) -> Race {
                 key: key.clone(),
                 session_id: head_session,
                 wait_millis: WAIT.as_millis() as u64,
+                ..Default::default()
             };
             let r = direct
                 .acquire(as_from_edge(req, Some(&key), Some(&id)))
@@ -141,6 +143,7 @@ async fn stage(bugs: &[&str], pair: Pair) -> Race {
                 key: key.clone(),
                 token: held.token,
                 session_id: hs,
+                ..Default::default()
             },
             Some(&key),
             Some(&holder_id),
@@ -291,6 +294,7 @@ async fn stage_late_grant(stack: &Stack, trial: usize) -> Option<LateGrant> {
         key: key.clone(),
         session_id: hs,
         wait_millis: 0,
+        ..Default::default()
     };
     let held_by_h = until_answered(stack, 1, &key, &id, acquire, async |c, r| {
         c.acquire(r).await
@@ -318,6 +322,7 @@ async fn stage_late_grant(stack: &Stack, trial: usize) -> Option<LateGrant> {
                 key: key.clone(),
                 session_id: ws,
                 wait_millis: 8000,
+                ..Default::default()
             };
             direct
                 .acquire(as_from_edge(req, Some(&key), Some(&id)))
@@ -355,6 +360,7 @@ async fn stage_late_grant(stack: &Stack, trial: usize) -> Option<LateGrant> {
             key: key.clone(),
             token: held_by_h.token,
             session_id: hs,
+            ..Default::default()
         };
         let (key, id) = (key.clone(), id.clone());
         tokio::spawn(async move {
@@ -380,6 +386,7 @@ async fn stage_late_grant(stack: &Stack, trial: usize) -> Option<LateGrant> {
             key: key.clone(),
             token: grant.token,
             session_id: ws,
+            ..Default::default()
         };
         until_answered(stack, 1, &key, &id, release, async |c, r| {
             c.release(r).await

@@ -147,6 +147,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
                 key: key.clone(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             },
             &key,
         ))
@@ -280,6 +281,7 @@ async fn observe_denial_faults(filter_switches: &[&str]) -> Vec<String> {
         key: "orders/held".into(),
         session_id: s,
         wait_millis: 0,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -301,6 +303,7 @@ async fn observe_denial_faults(filter_switches: &[&str]) -> Vec<String> {
         key: "orders/free".into(),
         session_id: 1,
         wait_millis: 0,
+        ..Default::default()
     };
     let reference = c
         .call(

@@ -175,6 +175,7 @@ async fn killing_one_of_three_arbiters_moves_its_keys_and_no_call_outlives_its_d
                         key: key.clone(),
                         session_id: session,
                         wait_millis: 500,
+                        ..Default::default()
                     },
                     &key,
                 );
@@ -188,6 +189,7 @@ async fn killing_one_of_three_arbiters_moves_its_keys_and_no_call_outlives_its_d
                                     key: key.clone(),
                                     token,
                                     session_id: session,
+                                    ..Default::default()
                                 },
                                 &key,
                             ))
@@ -361,6 +363,7 @@ async fn prometheus_scrapes_arbiters_and_envoy_with_cardinality_fixed_over_a_tho
                             key: key.clone(),
                             session_id: session,
                             wait_millis: 0,
+                            ..Default::default()
                         },
                         &key,
                     ))
@@ -376,6 +379,7 @@ async fn prometheus_scrapes_arbiters_and_envoy_with_cardinality_fixed_over_a_tho
                                 key: key.clone(),
                                 token: token + 1,
                                 session_id: session,
+                                ..Default::default()
                             },
                             &key,
                         ))
@@ -390,6 +394,7 @@ async fn prometheus_scrapes_arbiters_and_envoy_with_cardinality_fixed_over_a_tho
                         key: key.clone(),
                         token,
                         session_id: session,
+                        ..Default::default()
                     },
                     &key,
                 ))
@@ -650,6 +655,7 @@ async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_ser
                 key: key.into(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             },
             Some(key),
             Some(LEDGER),
@@ -662,6 +668,7 @@ async fn lockctl_register_counts_grants_and_the_dashboard_uses_only_exported_ser
         key: key.into(),
         token,
         session_id: session,
+        ..Default::default()
     };
     assert!(
         c.release(lock_integration::as_from_edge(

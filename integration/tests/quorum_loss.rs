@@ -65,6 +65,7 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
             key: "pay/ledger/q".into(),
             session_id: s,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -117,6 +118,7 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
                     key: "pay/ledger/q".into(),
                     session_id: s,
                     wait_millis: 0,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();

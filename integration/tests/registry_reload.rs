@@ -75,6 +75,7 @@ async fn classes_reload_live_and_an_invalid_registry_is_refused() {
             key: key.clone(),
             session_id: h.session_id,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -90,6 +91,7 @@ async fn classes_reload_live_and_an_invalid_registry_is_refused() {
                     key: k,
                     session_id: s.session_id,
                     wait_millis: 60_000,
+                    ..Default::default()
                 })
                 .await;
             (
@@ -120,6 +122,7 @@ async fn classes_reload_live_and_an_invalid_registry_is_refused() {
             key: format!("{SLOW_PREFIX}/other"),
             session_id: h.session_id,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -139,6 +142,7 @@ async fn classes_reload_live_and_an_invalid_registry_is_refused() {
             key: key.clone(),
             token: g.token,
             session_id: h.session_id,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -151,6 +155,7 @@ async fn classes_reload_live_and_an_invalid_registry_is_refused() {
         key: key.clone(),
         token: g1.token,
         session_id: s1,
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -44,6 +44,7 @@ async fn try_grant_direct(c: &mut Client, key: &str) -> Result<u64, tonic::Statu
             key: key.into(),
             session_id: s,
             wait_millis: 0,
+            ..Default::default()
         },
         Some(key),
         Some(OPERATOR),
@@ -67,6 +68,7 @@ async fn grants(c: &mut Client, tag: &str, n: usize) -> Vec<u64> {
                 key,
                 session_id: s,
                 wait_millis: 0,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -86,6 +88,7 @@ async fn try_grant(c: &mut Client, key: &str) -> Result<u64, tonic::Status> {
         key: key.into(),
         session_id: s,
         wait_millis: 0,
+        ..Default::default()
     })
     .await?
     .into_inner()

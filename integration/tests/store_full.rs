@@ -22,6 +22,7 @@ async fn nospace_refuses_grants_but_releases_and_keepalives_work() {
             key: "pay/ledger/a".into(),
             session_id: s,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -55,6 +56,7 @@ async fn nospace_refuses_grants_but_releases_and_keepalives_work() {
             key: "pay/ledger/b".into(),
             session_id: s,
             wait_millis: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -85,6 +87,7 @@ async fn nospace_refuses_grants_but_releases_and_keepalives_work() {
             key: "pay/ledger/a".into(),
             token: held.token,
             session_id: s,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -55,6 +55,7 @@ async fn spans(bugs: &[&str]) -> (Vec<serde_json::Value>, Vec<u64>) {
                 key: key.clone(),
                 session_id,
                 wait_millis: 0,
+                ..Default::default()
             }))
             .await
             .unwrap()
@@ -65,6 +66,7 @@ async fn spans(bugs: &[&str]) -> (Vec<serde_json::Value>, Vec<u64>) {
             key,
             token,
             session_id,
+            ..Default::default()
         }))
         .await
         .unwrap();

@@ -32,7 +32,13 @@ async fn a_waiting_acquire_keeps_a_small_future() {
     let key = LockKey::parse("pay/bench/footprint").unwrap();
 
     // Futures are measured, never polled.
-    let engine_future = engine.acquire("id", &key, 1, Duration::from_secs(1));
+    let engine_future = engine.acquire(
+        "id",
+        &key,
+        1,
+        Duration::from_secs(1),
+        lock_arbiter::shared::Mode::Exclusive,
+    );
     let engine_bytes = std::mem::size_of_val(&engine_future);
     let service = LockService::new(engine.clone(), "footprint");
     let service_future = service.acquire(tonic::Request::new(AcquireRequest::default()));

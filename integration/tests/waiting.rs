@@ -54,6 +54,7 @@ async fn waiters_are_granted_in_arrival_order_with_one_write_per_handoff() {
                 key: k.clone(),
                 token: g.token,
                 session_id: s,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -68,6 +69,7 @@ async fn waiters_are_granted_in_arrival_order_with_one_write_per_handoff() {
             key: key.clone(),
             token: first.token,
             session_id: hs,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -259,6 +261,7 @@ async fn validate_token_and_inspect() {
         key: key.clone(),
         token: g.token,
         session_id: s0,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -307,6 +310,7 @@ async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
                 key: k.clone(),
                 token: g.token,
                 session_id: s,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -329,6 +333,7 @@ async fn durable_waiters_keep_create_revision_order_and_no_one_overtakes() {
             key: key.clone(),
             token: first.token,
             session_id: hs,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -405,6 +410,7 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
                 key: k,
                 token: g.token,
                 session_id: s,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -417,6 +423,7 @@ async fn durable_order_survives_a_restart_of_the_owning_arbiter() {
             key: key.clone(),
             token: first.token,
             session_id: hs,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -465,6 +472,7 @@ async fn a_handoff_to_an_entry_whose_request_died_is_its_sessions_grant() {
             key: key.clone(),
             token: first.token,
             session_id: hs,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -544,6 +552,7 @@ async fn a_release_reaches_an_arbiter_whose_epoch_cache_is_behind() {
                 key: k.into(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             },
             Some(k),
             Some(&me),
@@ -555,6 +564,7 @@ async fn a_release_reaches_an_arbiter_whose_epoch_cache_is_behind() {
                 key: k.into(),
                 token,
                 session_id: session,
+                ..Default::default()
             },
             Some(k),
             Some(&me),

@@ -92,6 +92,7 @@ async fn grant_held_leak_release_and_a_larger_token() {
             key: key.into(),
             token: wrong,
             session_id: s1,
+            ..Default::default()
         })
         .await;
     assert_eq!(refused(r).1, Reason::StaleToken);
@@ -100,6 +101,7 @@ async fn grant_held_leak_release_and_a_larger_token() {
             key: key.into(),
             token: g1.token,
             session_id: s1,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -122,6 +124,7 @@ async fn grant_held_leak_release_and_a_larger_token() {
             key: key.into(),
             token: g1.token,
             session_id: s1,
+            ..Default::default()
         })
         .await;
     assert_eq!(refused(r).1, Reason::StaleToken);
@@ -308,6 +311,7 @@ async fn forged_headers_change_neither_key_nor_identity() {
         key: "pay/ledger/real".into(),
         session_id: s,
         wait_millis: 0,
+        ..Default::default()
     });
     req.metadata_mut()
         .insert("x-lock-key", "pay/ledger/forged".parse().unwrap());
@@ -350,6 +354,7 @@ async fn forged_headers_change_neither_key_nor_identity() {
         key: "pay/ledger/y".into(),
         session_id: s,
         wait_millis: 0,
+        ..Default::default()
     };
     let req = as_from_edge(y(), Some("pay/ledger/z"), Some(LEDGER));
     assert_eq!(refused(direct.acquire(req).await).0, Code::InvalidArgument);

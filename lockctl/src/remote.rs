@@ -44,6 +44,7 @@ pub async fn acquire(conn: &Conn, key: &str) -> Result<(), Failure> {
                 key: key.to_owned(),
                 session_id: session.session_id,
                 wait_millis: 0,
+                ..Default::default()
             },
             key,
         ))
@@ -75,6 +76,7 @@ pub async fn release(conn: &Conn, key: &str, token: u64) -> Result<(), Failure> 
                 key: key.to_owned(),
                 token,
                 session_id: 0,
+                ..Default::default()
             },
             key,
         ))

@@ -118,6 +118,7 @@ fn class_fields(c: &ResolvedClass<'_>) -> Vec<(&'static str, String)> {
             },
         ),
         ("fairness", word(c.spec.fairness)),
+        ("shared", c.spec.shared.to_string()),
         ("tier", word(c.spec.tier)),
         // What the class's fence evidence is about (ADR-17): validation decides whether a
         // change still has its PauseTestResult; the diff shows that it changed.

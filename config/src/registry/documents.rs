@@ -170,6 +170,12 @@ pub struct LockClassSpec {
     pub on_quorum_loss: QuorumPosture,
     #[serde(default)]
     pub fairness: Fairness,
+    /// Reader–writer holds (issue 35): keys of this class may be held `SHARED` by many
+    /// sessions at once, or `EXCLUSIVE` by one, excluding every shared hold. A queued
+    /// exclusive waiter stops new shared grants, so writers are not starved. Needs
+    /// `fairness: memory`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
     /// Required (ADR-07: routing is decided once, by the owner, in review): `coord` for
     /// the few long-held, highly available locks such as leader election; `entity` for the
     /// many short, high-churn locks on business entities (sharded clusters).

@@ -191,6 +191,7 @@ fn acquire_body(key: &str) -> Vec<u8> {
             key: key.into(),
             session_id: 7,
             wait_millis: 0,
+            ..Default::default()
         }
         .encode_to_vec(),
     )
@@ -612,6 +613,7 @@ mod fuzz {
                     key: k.clone(),
                     session_id,
                     wait_millis,
+                    ..Default::default()
                 };
                 (
                     "Acquire".to_owned(),
@@ -637,6 +639,7 @@ mod fuzz {
                     key: k.clone(),
                     token,
                     session_id,
+                    ..Default::default()
                 };
                 (
                     "Release".to_owned(),

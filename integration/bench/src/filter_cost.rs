@@ -119,6 +119,7 @@ pub async fn denials(env: &Env, calls: usize) -> anyhow::Result<Vec<Denial>> {
                 key: held.into(),
                 session_id: session,
                 wait_millis: 0,
+                ..Default::default()
             },
             held,
         ))

@@ -253,6 +253,7 @@ impl Waiter {
                     key: key.clone(),
                     session_id: *session,
                     wait_millis,
+                    ..Default::default()
                 };
                 let wrap = |s| request(s, key, identity.as_deref());
                 match crate::ops::hold_cycle(c, acquire, wrap).await? {
@@ -275,6 +276,7 @@ impl Waiter {
                         key: key.clone(),
                         session_id: *session,
                         wait_millis,
+                        ..Default::default()
                     },
                     key,
                     identity.as_deref(),
@@ -291,6 +293,7 @@ impl Waiter {
                         key: key.clone(),
                         token,
                         session_id: *session,
+                        ..Default::default()
                     },
                     key,
                     identity.as_deref(),

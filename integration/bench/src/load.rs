@@ -119,6 +119,7 @@ pub fn acquire_request(key: &str, s: &Session, wait_millis: u64) -> tonic::Reque
             key: key.to_owned(),
             session_id: s.id,
             wait_millis,
+            ..Default::default()
         },
         Some(key),
         Some(&s.identity),
@@ -341,6 +342,7 @@ pub async fn grant_load(
                     key: key.clone(),
                     token,
                     session_id: s.id,
+                    ..Default::default()
                 },
                 Some(&key),
                 Some(&s.identity),

@@ -12,7 +12,8 @@
 //! processes over the cell's window: on a shared 2-core machine throughput is CPU per
 //! operation, and a gain must be told from noise.
 //!
-//! Also: one hot key with 64 waiters (handoffs, handoff latency, etcd writes and grant
+//! Also: 4 keys taken as one (`sets.rs`: AcquireAll beside four Acquires and etcd's v3lock
+//! four times), readers and a writer on one shared key (`rw.rs`), one hot key with 64 waiters (handoffs, handoff latency, etcd writes and grant
 //! attempts per handoff), where Envoy's CPU goes (`edge.rs`: the same calls through Envoys
 //! that differ in one thing each), renewal cost with 1 and 500 holds per session, the filter's own
 //! cost (the same Envoy with and without it), the authoriser with 100,000 grants (natively
@@ -31,7 +32,9 @@ mod observe;
 mod ops;
 mod redis_server;
 mod renewal;
+mod rw;
 mod scale;
+mod sets;
 mod shards;
 mod uncontended;
 
@@ -42,7 +45,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Every workload, in the order they run.
-const WORKLOADS: &str = "uncontended,hot,edge,renewal,filter,memory,scale,scale-tmpfs,shards";
+const WORKLOADS: &str =
+    "uncontended,hot,sets,shared,edge,renewal,filter,memory,scale,scale-tmpfs,shards";
 
 #[derive(Parser)]
 struct Args {
@@ -105,6 +109,12 @@ async fn main() -> anyhow::Result<()> {
     let mut table = format!("{uncontended}\n| measurement | | |\n|---|---|---|\n{authoriser}");
     if run("hot") {
         table.push_str(&hot_key::run(&env, args.waiters, length, &args.out).await?);
+    }
+    if run("sets") {
+        table.push_str(&sets::run(&env, length).await?);
+    }
+    if run("shared") {
+        table.push_str(&rw::run(&env, length).await?);
     }
     if run("edge") {
         // Envoy variants at the concurrencies the goals name (16 and 64), three rounds.

@@ -365,6 +365,7 @@ impl Op {
                     key: key.clone(),
                     session_id: *session,
                     wait_millis: 0,
+                    ..Default::default()
                 };
                 let route = *route;
                 hold_cycle(c, acquire, |s| with_headers(s, key, route))
@@ -384,6 +385,7 @@ impl Op {
                             key: key.clone(),
                             session_id: *session,
                             wait_millis: 0,
+                            ..Default::default()
                         },
                         key,
                         *route,
@@ -395,6 +397,7 @@ impl Op {
                         key: key.clone(),
                         token: g.token,
                         session_id: *session,
+                        ..Default::default()
                     },
                     key,
                     *route,
@@ -461,6 +464,7 @@ pub async fn hold_cycle(
         key,
         token,
         session_id,
+        ..Default::default()
     };
     asks.send(HoldRequest {
         step: Some(Ask::Release(release)),

@@ -324,6 +324,7 @@ impl Client {
             key: key.into(),
             session_id: session,
             wait_millis: wait_ms,
+            ..Default::default()
         };
         let limit = CALL_TIMEOUT + Duration::from_millis(wait_ms);
         self.link = None;
@@ -371,6 +372,7 @@ impl Client {
             key: key.into(),
             token,
             session_id: session.unwrap_or(0),
+            ..Default::default()
         };
         let on_stream = match link {
             Some(link) => {

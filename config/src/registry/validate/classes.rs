@@ -105,6 +105,16 @@ impl Validator {
             };
             self.err(source, id, "spec.onQuorumLoss", why);
         }
+        // Shared holds live beside the holder record, not in a durable queue: a durable
+        // class's waiters would be overtaken by every shared grant.
+        if spec.shared && spec.fairness == Fairness::Durable {
+            self.err(
+                source,
+                id,
+                "spec.shared",
+                "shared holds need fairness: memory (a durable queue would be overtaken by every shared grant)",
+            );
+        }
         if spec.enforcement == Enforcement::Fenced {
             self.fenced_by_its_result(source, id, name, spec, results, today);
         }

@@ -100,6 +100,11 @@ fn each_invalid_class_is_refused_naming_it() {
             "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes\n",
             "spec",
         ),
+        // Shared holds with a durable queue: every shared grant would overtake the queue.
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: durable\n  shared: true\n",
+            "spec.shared",
+        ),
         (
             "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSecond: 30\n",
             "spec",

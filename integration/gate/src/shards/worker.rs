@@ -118,6 +118,7 @@ pub(super) async fn run(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Sha
             key: key.clone(),
             session_id: session,
             wait_millis: 500,
+            ..Default::default()
         };
         let answer = rpc.acquire(as_from_edge(req, Some(key), me)).await;
         let mut done = s.event(c, op, Phase::Ok, Kind::Acquire, key);
@@ -136,6 +137,7 @@ pub(super) async fn run(c: u32, mut rpc: Rpc, keys: Arc<Vec<String>>, s: Arc<Sha
                     key: key.clone(),
                     token,
                     session_id: session,
+                    ..Default::default()
                 };
                 let r = rpc.release(as_from_edge(rel, Some(key), me)).await;
                 let mut done = s.event(c, op, Phase::Ok, Kind::Release, key);

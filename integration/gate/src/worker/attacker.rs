@@ -214,6 +214,7 @@ impl Attacker {
             key: key.clone(),
             session_id: session,
             wait_millis: 0,
+            ..Default::default()
         };
         let op = self.invoke(Kind::Acquire, &key, None, name);
         let outcome = if name == "acquire-forged-identity-header" {
@@ -254,6 +255,7 @@ impl Attacker {
                 key: key.clone(),
                 token,
                 session_id: session,
+                ..Default::default()
             };
             let mut edge = self.edge.clone();
             let outcome = match tokio::time::timeout(CALL_TIMEOUT, edge.release(req)).await {
@@ -271,6 +273,7 @@ impl Attacker {
             key: v.key.clone(),
             token: v.token,
             session_id: v.session,
+            ..Default::default()
         };
         let mut edge = self.edge.clone();
         let call = async {
@@ -287,6 +290,7 @@ impl Attacker {
                         key: v.key.clone(),
                         session_id: v.session,
                         wait_millis: 0,
+                        ..Default::default()
                     })
                     .await
                     .map(|r| Some(r.into_inner().token)),
@@ -358,6 +362,7 @@ impl Attacker {
                     key: self.me.ungranted_key.clone(),
                     session_id: self.own_session(),
                     wait_millis: 0,
+                    ..Default::default()
                 }
                 .encode_to_vec(),
                 Vec::new(),

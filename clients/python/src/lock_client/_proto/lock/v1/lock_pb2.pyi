@@ -7,6 +7,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class HoldMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HOLD_MODE_UNSPECIFIED: _ClassVar[HoldMode]
+    HOLD_MODE_EXCLUSIVE: _ClassVar[HoldMode]
+    HOLD_MODE_SHARED: _ClassVar[HoldMode]
+
 class ObserveEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OBSERVE_EVENT_UNSPECIFIED: _ClassVar[ObserveEvent]
@@ -18,6 +24,9 @@ class ObserveEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OBSERVE_EVENT_FORCED: _ClassVar[ObserveEvent]
     OBSERVE_EVENT_REVOKED: _ClassVar[ObserveEvent]
     OBSERVE_EVENT_PROGRESS: _ClassVar[ObserveEvent]
+HOLD_MODE_UNSPECIFIED: HoldMode
+HOLD_MODE_EXCLUSIVE: HoldMode
+HOLD_MODE_SHARED: HoldMode
 OBSERVE_EVENT_UNSPECIFIED: ObserveEvent
 OBSERVE_EVENT_CURRENT: ObserveEvent
 OBSERVE_EVENT_GRANTED: ObserveEvent
@@ -69,14 +78,16 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("key", "session_id", "wait_millis")
+    __slots__ = ("key", "session_id", "wait_millis", "mode")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     key: str
     session_id: int
     wait_millis: int
-    def __init__(self, key: _Optional[str] = ..., session_id: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
+    mode: HoldMode
+    def __init__(self, key: _Optional[str] = ..., session_id: _Optional[int] = ..., wait_millis: _Optional[int] = ..., mode: _Optional[_Union[HoldMode, str]] = ...) -> None: ...
 
 class TokenParts(_message.Message):
     __slots__ = ("epoch", "revision")
@@ -99,14 +110,16 @@ class AcquireResponse(_message.Message):
     def __init__(self, token: _Optional[int] = ..., parts: _Optional[_Union[TokenParts, _Mapping]] = ..., class_name: _Optional[str] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("key", "token", "session_id")
+    __slots__ = ("key", "token", "session_id", "mode")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     key: str
     token: int
     session_id: int
-    def __init__(self, key: _Optional[str] = ..., token: _Optional[int] = ..., session_id: _Optional[int] = ...) -> None: ...
+    mode: HoldMode
+    def __init__(self, key: _Optional[str] = ..., token: _Optional[int] = ..., session_id: _Optional[int] = ..., mode: _Optional[_Union[HoldMode, str]] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("released_at_revision",)
@@ -151,18 +164,20 @@ class InspectRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class InspectResponse(_message.Message):
-    __slots__ = ("held", "holder_spiffe_id", "class_name", "acquired_at_unix_ms", "waiters")
+    __slots__ = ("held", "holder_spiffe_id", "class_name", "acquired_at_unix_ms", "waiters", "shared_holders")
     HELD_FIELD_NUMBER: _ClassVar[int]
     HOLDER_SPIFFE_ID_FIELD_NUMBER: _ClassVar[int]
     CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
     ACQUIRED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     held: bool
     holder_spiffe_id: str
     class_name: str
     acquired_at_unix_ms: int
     waiters: int
-    def __init__(self, held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ...) -> None: ...
+    shared_holders: int
+    def __init__(self, held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., shared_holders: _Optional[int] = ...) -> None: ...
 
 class ObserveRequest(_message.Message):
     __slots__ = ("key", "after_revision", "session_id", "after_store_epoch")

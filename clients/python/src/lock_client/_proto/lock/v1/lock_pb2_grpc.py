@@ -182,8 +182,8 @@ class LockServicer:
         """Grants every key of a set to the session in one etcd transaction, or none of them:
         its compares cover every key (absent), the epoch record and the session, and its puts
         hold them all at one revision, so every key's token is the same number. At most 16
-        keys, all of classes with one TTL (the session's), on one store, none of a durable-fairness
-        class (KEY_SET_REFUSED otherwise). The edge authorises every key: one without a grant
+        keys, all of classes with one TTL (the session's), on one store, none of a
+        durable-fairness or shared class (KEY_SET_REFUSED otherwise). The edge authorises every key: one without a grant
         refuses the whole request, with the denial a single key gets. A set waits without
         holding anything, so two callers asking for {a,b} and {b,a} cannot deadlock; it
         takes its keys when all are free at once (docs: coordination/acquire-all.md).

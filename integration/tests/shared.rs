@@ -1,0 +1,282 @@
+//! Issue 35, item 4: shared holds (reader–writer) through Envoy. Readers of a `shared:
+//! true` class hold a key at once; a writer's exclusive hold waits for every one of them,
+//! and once it waits no new reader is let in, so a stream of readers cannot starve it
+//! (seen failing with the arbiter's `shared-ignores-writer`). Tokens order readers and
+//! writers: a writer's is above every reader's before it, a later reader's above the
+//! writer's. Two identities, and two replicas of one identity.
+
+use lock_client::{LockClient, LockError};
+use lock_config::Reason;
+use lock_config::proto::v1::*;
+use lock_integration::registry::{FAST_PREFIX, SHARED_PREFIX, waiter_id};
+use lock_integration::{Stack, StackOptions};
+use std::time::{Duration, Instant};
+
+fn no_fence() -> impl Fn() + Send + Sync + 'static {
+    || {}
+}
+
+async fn stack_with(arbiter_bugs: &[&str]) -> (Stack, tempfile::TempDir) {
+    let reg = tempfile::tempdir().unwrap();
+    let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
+    let stack = Stack::start(StackOptions {
+        registry,
+        arbiters: 2,
+        arbiter_args: lock_integration::inject_bugs(arbiter_bugs),
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    (stack, reg)
+}
+
+fn k(name: &str) -> String {
+    format!("{SHARED_PREFIX}/{name}")
+}
+
+type Raw = lock_client::proto::lock_client::LockClient<tonic::transport::Channel>;
+
+async fn inspect(raw: &mut Raw, key: &str) -> InspectResponse {
+    raw.inspect(InspectRequest { key: key.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn valid(raw: &mut Raw, key: &str, token: u64) -> bool {
+    raw.validate_token(ValidateTokenRequest {
+        key: key.into(),
+        token,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .valid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_a_writer_excludes_them_and_tokens_order_them() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let key = k("doc");
+    let c = |i| stack.lock_client(&waiter_id(i)).unwrap();
+    let (r1, r2, w, r3) = (c(0), c(1), c(2), c(3));
+    let mut look = stack.workload(&waiter_id(4)).await.unwrap();
+
+    let a = r1
+        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    let b = r2
+        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    assert_ne!(a.token(), b.token(), "each shared hold is its own grant");
+    let seen = inspect(&mut look, &key).await;
+    assert_eq!((seen.held, seen.shared_holders), (false, 2));
+    assert!(valid(&mut look, &key, a.token().as_u64()).await);
+    assert!(valid(&mut look, &key, b.token().as_u64()).await);
+
+    // A writer is refused at once, then waits; while it waits no new reader gets in.
+    assert_eq!(
+        w.acquire(&key, Duration::ZERO, no_fence()).await.err(),
+        Some(LockError::Held)
+    );
+    let writing = {
+        let (w, key) = (w.clone(), key.clone());
+        tokio::spawn(async move { w.acquire(&key, Duration::from_secs(20), || {}).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        r3.acquire_shared(&key, Duration::ZERO, no_fence())
+            .await
+            .err(),
+        Some(LockError::Held),
+        "a reader joined while a writer waited"
+    );
+    let reading = {
+        let (r3, key) = (r3.clone(), key.clone());
+        tokio::spawn(async move {
+            r3.acquire_shared(&key, Duration::from_secs(20), || {})
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ta, tb) = (a.token(), b.token());
+    a.release().await.unwrap();
+    assert!(!writing.is_finished(), "the writer got in beside a reader");
+    b.release().await.unwrap();
+    let write = tokio::time::timeout(Duration::from_secs(10), writing)
+        .await
+        .expect("the writer is granted once the readers are gone")
+        .unwrap()
+        .unwrap();
+    assert!(
+        write.token() > ta && write.token() > tb,
+        "a writer's token is above every earlier reader's"
+    );
+    let seen = inspect(&mut look, &key).await;
+    assert_eq!((seen.held, seen.shared_holders), (true, 0));
+    assert!(
+        !valid(&mut look, &key, ta.as_u64()).await,
+        "an ended read is no grant"
+    );
+
+    // The reader that queued behind the writer gets in after it, above it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!reading.is_finished(), "a reader got in beside the writer");
+    let tw = write.token();
+    write.release().await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the reader is granted after the writer")
+        .unwrap()
+        .unwrap();
+    assert!(
+        read.token() > tw,
+        "a later reader's token is above the writer's"
+    );
+    read.release().await.unwrap();
+    assert_eq!(inspect(&mut look, &key).await.shared_holders, 0);
+    for c in [r1, r2, w, r3] {
+        c.shutdown().await.unwrap();
+    }
+}
+
+/// Two replicas of one identity (one SVID): they read side by side, and one's exclusive
+/// hold waits for the other's read (a sibling, never a leak).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_of_one_identity_share_and_wait_for_each_other() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let key = k("replicas");
+    let svid = stack.pki.svid("replica", &waiter_id(5)).unwrap();
+    let a1 = stack.lock_client_with(&svid, Some("a1")).unwrap();
+    let a2 = stack.lock_client_with(&svid, Some("a2")).unwrap();
+    let r1 = a1
+        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    let r2 = a2
+        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .await
+        .unwrap();
+    r2.release().await.unwrap();
+    assert_eq!(
+        a2.acquire(&key, Duration::ZERO, no_fence()).await.err(),
+        Some(LockError::Held),
+        "a sibling's read is waited for"
+    );
+    let writing = {
+        let (a2, key) = (a2.clone(), key.clone());
+        tokio::spawn(async move { a2.acquire(&key, Duration::from_secs(20), || {}).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t1 = r1.token();
+    r1.release().await.unwrap();
+    let w = tokio::time::timeout(Duration::from_secs(10), writing)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(w.token() > t1);
+    w.release().await.unwrap();
+    a1.shutdown().await.unwrap();
+    a2.shutdown().await.unwrap();
+}
+
+/// Three readers overlap without pause for up to 8 s; a writer asks after 0.5 s with 4 s
+/// to wait. Returns whether it was granted in its wait.
+async fn writer_among_a_stream_of_readers(bugs: &[&str]) -> bool {
+    let (stack, _reg) = stack_with(bugs).await;
+    let key = k("busy");
+    let stop = Instant::now() + Duration::from_secs(8);
+    let mut readers = Vec::new();
+    for (i, start) in [(6usize, 0u64), (7, 60), (3, 120)] {
+        let c: LockClient = stack.lock_client(&waiter_id(i)).unwrap();
+        let key = key.clone();
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(start)).await;
+            let mut rounds = 0;
+            while Instant::now() < stop && rounds < 200 {
+                rounds += 1;
+                if let Ok(r) = c.acquire_shared(&key, Duration::from_secs(5), || {}).await {
+                    tokio::time::sleep(Duration::from_millis(180)).await;
+                    let _ = r.release().await;
+                }
+            }
+            c.shutdown().await.ok();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let w = stack.lock_client(&waiter_id(2)).unwrap();
+    let granted = match w.acquire(&key, Duration::from_secs(4), no_fence()).await {
+        Ok(hold) => {
+            hold.release().await.unwrap();
+            true
+        }
+        Err(LockError::Held) => false,
+        Err(e) => panic!("the writer was refused otherwise: {e}"),
+    };
+    for r in readers {
+        r.await.unwrap();
+    }
+    w.shutdown().await.ok();
+    granted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_is_not_starved_by_a_stream_of_readers() {
+    assert!(writer_among_a_stream_of_readers(&[]).await);
+}
+
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_catches_shared_grants_that_ignore_a_waiting_writer() {
+    assert!(!writer_among_a_stream_of_readers(&["shared-ignores-writer"]).await);
+}
+
+/// SHARED on a class that is not shared is refused before etcd, and a set never takes a
+/// key of a shared class (its transaction does not compare the readers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_mode_needs_a_shared_class_and_sets_refuse_shared_classes() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
+    let plain = format!("{FAST_PREFIX}/not-shared");
+    let session = raw
+        .open_session(OpenSessionRequest { key: plain.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let refused = raw
+        .acquire(lock_integration::routed(
+            AcquireRequest {
+                key: plain.clone(),
+                session_id: session,
+                wait_millis: 0,
+                mode: HoldMode::Shared.into(),
+            },
+            &plain,
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        lock_client::refusal(&refused).map(|r| r.reason),
+        Some(Reason::MalformedRequest),
+        "{refused:?}"
+    );
+    let c = stack.lock_client(&waiter_id(0)).unwrap();
+    let set = c
+        .acquire_all(
+            &[k("in-a-set"), k("in-a-set-2")],
+            Duration::ZERO,
+            no_fence(),
+        )
+        .await
+        .err();
+    assert!(
+        matches!(&set, Some(LockError::KeySetRefused { why, .. }) if why == "shared-class"),
+        "{set:?}"
+    );
+    c.shutdown().await.unwrap();
+}
