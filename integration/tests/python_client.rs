@@ -6,7 +6,7 @@
 
 use lock_integration::Stack;
 use lock_integration::paths::workspace_root;
-use lock_integration::registry::{FAST_PREFIX, FAST_TTL, waiter_id};
+use lock_integration::registry::{FAST_PREFIX, FAST_TTL, SHARED_PREFIX, waiter_id};
 use lock_integration::sidecar::Sidecar;
 use std::process::Command;
 
@@ -49,6 +49,7 @@ fn pytest_with(
         .env("LOCK_OTHER_SVID", &other.cert)
         .env("LOCK_OTHER_SVID_KEY", &other.key)
         .env("LOCK_TEST_PREFIX", FAST_PREFIX)
+        .env("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX)
         .env("LOCK_TEST_TTL", FAST_TTL.to_string())
         .env("LOCK_ETCD", &stack.etcd.client_url)
         .env(

@@ -20,6 +20,7 @@ def stack_env():
     return {
         "endpoint": _env("LOCK_ENDPOINT"),
         "prefix": _env("LOCK_TEST_PREFIX"),
+        "shared_prefix": _env("LOCK_TEST_SHARED_PREFIX"),
         "ttl": float(_env("LOCK_TEST_TTL")),
         "etcd": {
             "url": _env("LOCK_ETCD"),

@@ -366,3 +366,49 @@ def test_keys_on_different_clusters_get_a_session_each(locks):
     assert len(locks._sessions) == len(keys)
     for h in again:
         h.release()
+
+
+def test_acquire_all_takes_a_set_with_one_token_and_no_deadlock(locks, other_locks, stack_env):
+    """Issue 35: a set is granted whole, with one token; {a,b} and {b,a} asked at once by two
+    identities both get through (a set waits holding nothing)."""
+    a, b = fresh(stack_env["prefix"]), fresh(stack_env["prefix"])
+    single = other_locks.acquire(b, on_fence=unfenced)
+    with pytest.raises(Held):
+        locks.acquire_all([a, b], on_fence=unfenced)
+    single.release()
+    s = locks.acquire_all([b, a], 5, on_fence=unfenced)
+    assert s.keys == sorted([a, b]) and s.token > single.token
+    assert str(s.token) not in repr(s)
+    s.release()
+    done = []
+
+    def loop(client, keys):
+        for _ in range(5):
+            with client.acquire_all(keys, 10, on_fence=unfenced):
+                time.sleep(0.01)
+        done.append(keys)
+
+    threads = [threading.Thread(target=loop, args=(c, k))
+               for c, k in ((locks, [a, b]), (other_locks, [b, a]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(done) == 2, "a set waited forever"
+
+
+def test_shared_holds_admit_readers_together_and_a_writer_alone(replica, other_locks, stack_env):
+    """Issue 35: readers of a shared class hold a key at once (two replicas of one identity
+    among them); a writer waits for them, above their tokens."""
+    key = fresh(stack_env["shared_prefix"])
+    a = replica(f"reader-{uuid.uuid4().hex[:6]}")
+    r1 = a.acquire_shared(key, 5, on_fence=unfenced)
+    r2 = replica(f"reader-{uuid.uuid4().hex[:6]}").acquire_shared(key, 5, on_fence=unfenced)
+    assert r1.token != r2.token
+    with pytest.raises(Held):
+        other_locks.acquire(key, on_fence=unfenced)
+    r1.release()
+    r2.release()
+    w = other_locks.acquire(key, 5, on_fence=unfenced)
+    assert w.token > max(r1.token, r2.token)
+    w.release()

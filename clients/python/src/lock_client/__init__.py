@@ -13,7 +13,16 @@
 Behind a mesh sidecar: `LockClient("http://127.0.0.1:15001", MeshSidecar())`.
 """
 
-from .client import DEFAULT_MAX_HOLD_STREAMS, Hold, LockClient, MeshSidecar, SvidFiles, check_endpoint
+from .client import (
+    DEFAULT_MAX_HOLD_STREAMS,
+    HeldSet,
+    Hold,
+    LockClient,
+    MeshSidecar,
+    SharedHold,
+    SvidFiles,
+    check_endpoint,
+)
 from .errors import (
     Draining,
     Fenced,
@@ -48,5 +57,6 @@ __all__ = [
     "MeshSidecar", "Moving", "NoQuorum", "NotGranted", "OtherError", "RateLimited", "RegionRedirect",
     "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "HistoryCompacted", "KeySetRefused", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
-    "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS", "Leadership", "Observed",
+    "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS", "Leadership", "Observed", "HeldSet",
+    "SharedHold",
 ]

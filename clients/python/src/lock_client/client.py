@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 import grpc
 
@@ -25,6 +25,8 @@ from .keys import INSTANCE_METADATA, keyed, process_instance
 from .liveness import Lapse, Liveness
 from . import observe as _observe
 from .observe import Leadership, Observed
+
+T = TypeVar("T")
 
 log = logging.getLogger("lock_client")
 
@@ -416,6 +418,87 @@ class Hold:
         return f"Hold(key={self.key!r}, fenced={self.fenced})"
 
 
+class _Ended:
+    """What a set or a shared hold shares with a Hold: liveness, and a release once."""
+
+    def __init__(self, client: "LockClient", hold_id: int, token: int, session: _Session):
+        self._client = client
+        self._id = hold_id
+        self.token = token
+        self._session = session
+        self._done = False
+
+    def can_start(self) -> bool:
+        """False from the first failed renewal on: finish in-flight work, start nothing new."""
+        return self._session.can_start()
+
+    @property
+    def fenced(self) -> bool:
+        return self._session.fenced
+
+    def was_continuous(self) -> bool:
+        """True if the hold covered every instant from its grant until now."""
+        return self._session.lapse() is None
+
+    def release(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._session.detach(self._id)
+        if self._session.fenced:
+            raise errors.Fenced("the hold was fenced before its release")
+        try:
+            self._release()
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class HeldSet(_Ended):
+    """Keys granted together by AcquireAll: `token` is every key's token. `release()` ends
+    them in one transaction."""
+
+    def __init__(self, client: "LockClient", keys: List[str], hold_id: int, token: int,
+                 session: _Session):
+        super().__init__(client, hold_id, token, session)
+        self.keys = keys
+
+    def _release(self) -> None:
+        req = lock_pb2.ReleaseAllRequest(keys=self.keys, token=self.token,
+                                         session_id=self._session.id)
+        self._client._stub().ReleaseAll(req, timeout=CALL_SLACK)
+
+    def __repr__(self) -> str:  # never the token: it is a capability
+        return f"HeldSet(keys={self.keys!r}, fenced={self.fenced})"
+
+
+class SharedHold(_Ended):
+    """A shared hold (`acquire_shared`). Its token is above the last exclusive grant of the
+    key before it: a resource that keeps its last writer's token serves reads only under a
+    token at least that one."""
+
+    def __init__(self, client: "LockClient", key: str, hold_id: int, token: int,
+                 session: _Session):
+        super().__init__(client, hold_id, token, session)
+        self.key = key
+
+    def _release(self) -> None:
+        req = lock_pb2.ReleaseRequest(key=self.key, token=self.token, session_id=self._session.id,
+                                      mode=lock_pb2.HOLD_MODE_SHARED)
+        self._client._stub().Release(req, metadata=keyed(self.key), timeout=CALL_SLACK)
+
+    def __repr__(self) -> str:  # never the token: it is a capability
+        return f"SharedHold(key={self.key!r}, fenced={self.fenced})"
+
+
 class LockClient:
     """Client of the fenced lock service through its Envoy edge.
 
@@ -493,6 +576,72 @@ class LockClient:
                 entry.session.attach(hold_id, on_fence)
                 return Hold(self, key, hold_id, entry.token, entry.session)
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
+
+        def grant(s: _Session, left: float) -> Tuple[int, Optional[_HoldLink]]:
+            req = lock_pb2.AcquireRequest(key=key, session_id=s.id, wait_millis=int(left * 1000))
+            return self._grant(key, req, left + CALL_SLACK)
+
+        (token, link), s = self._on_session(key, deadline, grant)
+        return self._held(key, hold_id, token, s, on_fence, link)
+
+    def acquire_all(self, keys: List[str], wait: float = 0.0, *, on_fence: FenceFn) -> "HeldSet":
+        """Takes every key of `keys` together (AcquireAll): all or nothing, in one
+        transaction, one token for every key. Waiting holds nothing, so callers asking for
+        overlapping sets in any order cannot deadlock. The keys must be of classes with one
+        TTL, on one store, neither durable nor shared (KeySetRefused otherwise)."""
+        if not callable(on_fence):
+            raise TypeError("acquire_all: on_fence is required (ADR-12)")
+        if not keys:
+            raise errors.InvalidRequest("a key set has 1..=16 keys")
+        first = min(keys)
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
+
+        def grant(s: _Session, left: float) -> lock_pb2.AcquireAllResponse:
+            req = lock_pb2.AcquireAllRequest(keys=list(keys), session_id=s.id,
+                                             wait_millis=int(left * 1000))
+            try:
+                # No lock-key: the edge decides a set on every key of its body.
+                return self._stub().AcquireAll(req, timeout=left + CALL_SLACK)
+            except grpc.RpcError as e:
+                raise errors.from_rpc_error(e) from None
+
+        r, s = self._on_session(first, deadline, grant)
+        with self._lock:
+            hold_id = self._next_hold
+            self._next_hold += 1
+        s.attach(hold_id, on_fence)
+        return HeldSet(self, list(r.keys), hold_id, r.token, s)
+
+    def acquire_shared(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> "SharedHold":
+        """Takes `key` shared (a `shared: true` class): many sessions hold it at once; an
+        exclusive acquire of it waits for all of them, and while one waits new shared holds
+        wait behind it."""
+        if not callable(on_fence):
+            raise TypeError("acquire_shared: on_fence is required (ADR-12)")
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
+
+        def grant(s: _Session, left: float) -> int:
+            req = lock_pb2.AcquireRequest(key=key, session_id=s.id, wait_millis=int(left * 1000),
+                                          mode=lock_pb2.HOLD_MODE_SHARED)
+            try:
+                return self._stub().Acquire(req, metadata=keyed(key),
+                                            timeout=left + CALL_SLACK).token
+            except grpc.RpcError as e:
+                raise errors.from_rpc_error(e) from None
+
+        token, s = self._on_session(key, deadline, grant)
+        with self._lock:
+            hold_id = self._next_hold
+            self._next_hold += 1
+        s.attach(hold_id, on_fence)
+        return SharedHold(self, key, hold_id, token, s)
+
+    def _on_session(self, key: str, deadline: float,
+                    call: Callable[[_Session, float], T]) -> Tuple[T, _Session]:
+        """`call(session, seconds left)` for `key` until it answers, the deadline passes or a
+        refusal no retry cures: a session opened for the key's class when there is none, one
+        of the TTL or on the cluster the service asks for, a new one when it expired, and
+        transient refusals waited out inside the deadline."""
         session = self._session_for_key(key)
         # The session the service asked for, once it has said (by TTL or by cluster).
         wanted: Optional[Callable[[], Optional[_Session]]] = None
@@ -505,11 +654,9 @@ class LockClient:
                 if s is None:
                     s = self._session_or_open(key, wanted, opened)
                 left = max(deadline - time.monotonic(), 0.0)
-                req = lock_pb2.AcquireRequest(key=key, session_id=s.id,
-                                              wait_millis=int(left * 1000))
-                token, link = self._grant(key, req, left + CALL_SLACK)
+                answer = call(s, left)
                 self._learn_place(key, _tag_of(s.id))
-                return self._held(key, hold_id, token, s, on_fence, link)
+                return answer, s
             except errors.LockError as err_:
                 err = err_
             if isinstance(err, errors.WrongSessionTtl):
