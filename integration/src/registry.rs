@@ -16,6 +16,8 @@ pub const FAST_TTL: u32 = 5;
 pub const SLOW_PREFIX: &str = "pay/slow";
 /// A `shared: true` class (reader–writer holds), TTL [`FAST_TTL`].
 pub const SHARED_PREFIX: &str = "pay/shared";
+/// A `shared: true` class with the bench class's TTL (60 s: a bench cell renews nothing).
+pub const BENCH_SHARED_PREFIX: &str = "pay/bench-shared";
 pub const SLOW_TTL: u32 = 30;
 
 /// SPIFFE ID of test waiter `i` (granted `pay/fast`, `pay/fair`, `pay/slow`).
@@ -180,6 +182,7 @@ spec:
         ("pay-scale", SCALE_PREFIX, "memory", SCALE_TTL, false),
         ("pay-slow", SLOW_PREFIX, "memory", SLOW_TTL, false),
         ("pay-shared", SHARED_PREFIX, "memory", FAST_TTL, true),
+        ("pay-bench-shared", BENCH_SHARED_PREFIX, "memory", 60, true),
     ] {
         text.push_str(&format!(
             "---
@@ -218,7 +221,7 @@ kind: LockGrant
 metadata: {{name: gate-c{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}, {SHARED_PREFIX}]
+  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}, {SHARED_PREFIX}, {BENCH_SHARED_PREFIX}]
 ",
             gate_id(i)
         ));

@@ -280,3 +280,47 @@ async fn shared_mode_needs_a_shared_class_and_sets_refuse_shared_classes() {
     );
     c.shutdown().await.unwrap();
 }
+
+/// An epoch advance ends every hold of the old epoch, shared ones and waiting writers'
+/// marks included: afterwards a writer is granted at once, and the old readers' tokens no
+/// longer validate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_epoch_advance_ends_shared_holds_too() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let key = k("advanced");
+    let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
+    let session = raw
+        .open_session(OpenSessionRequest { key: key.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let read = raw
+        .acquire(lock_integration::routed(
+            AcquireRequest {
+                key: key.clone(),
+                session_id: session,
+                wait_millis: 0,
+                mode: HoldMode::Shared.into(),
+            },
+            &key,
+            None,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut look = stack.workload(&waiter_id(4)).await.unwrap();
+    assert_eq!(inspect(&mut look, &key).await.shared_holders, 1);
+    let from = u16::try_from(read.parts.unwrap().epoch).unwrap();
+    stack.advance_epoch(from).await.unwrap();
+    assert_eq!(inspect(&mut look, &key).await.shared_holders, 0);
+    assert!(!valid(&mut look, &key, read.token).await);
+    let w = stack.lock_client(&waiter_id(1)).unwrap();
+    let write = w
+        .acquire(&key, Duration::from_secs(10), no_fence())
+        .await
+        .unwrap();
+    assert!(write.token() > lock_client::FencingToken::from_u64(read.token).unwrap());
+    write.release().await.unwrap();
+    w.shutdown().await.unwrap();
+}

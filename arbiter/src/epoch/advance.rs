@@ -6,7 +6,7 @@
 use crate::error::ArbiterError;
 use crate::etcd::Etcd;
 use crate::layout::{
-    AdvancedBy, EPOCH_KEY, EpochRecord, HOLDER_PREFIX, QUEUE_PREFIX, decode, encode,
+    AdvancedBy, EPOCH_KEY, EpochRecord, HOLDER_PREFIX, QUEUE_PREFIX, SHARED_PREFIX, decode, encode,
 };
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 
@@ -75,7 +75,8 @@ pub async fn plan(
 }
 
 /// The transaction: the caller's compares beside the record's, its ops beside the put and
-/// the two prefix deletes.
+/// the prefix deletes: every hold (exclusive and shared) and every waiter (durable queue
+/// entries, waiting writers' marks) of the old epoch.
 pub fn txn(plan: &Plan, mut compares: Vec<Compare>, mut ops: Vec<TxnOp>) -> Txn {
     compares.insert(
         0,
@@ -87,6 +88,7 @@ pub fn txn(plan: &Plan, mut compares: Vec<Compare>, mut ops: Vec<TxnOp>) -> Txn 
             TxnOp::put(EPOCH_KEY, encode(&plan.record), None),
             TxnOp::delete(HOLDER_PREFIX, Some(DeleteOptions::new().with_prefix())),
             TxnOp::delete(QUEUE_PREFIX, Some(DeleteOptions::new().with_prefix())),
+            TxnOp::delete(SHARED_PREFIX, Some(DeleteOptions::new().with_prefix())),
         ],
     );
     Txn::new().when(compares).and_then(ops)

@@ -10,7 +10,7 @@ use crate::observe::{CpuPerOp, cpu_by_role};
 use crate::ops::{Route, System, percentile, with_headers};
 use lock_client::proto::lock_client::LockClient;
 use lock_config::proto::v1::{AcquireRequest, HoldMode, OpenSessionRequest, ReleaseRequest};
-use lock_integration::registry::{SHARED_PREFIX, gate_id};
+use lock_integration::registry::{BENCH_SHARED_PREFIX, gate_id};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
@@ -88,7 +88,7 @@ struct Cell {
 }
 
 async fn measure(env: &Env, writer: bool, length: Duration) -> anyhow::Result<Cell> {
-    let key = format!("{SHARED_PREFIX}/bench-{}", if writer { "rw" } else { "r" });
+    let key = format!("{BENCH_SHARED_PREFIX}/{}", if writer { "rw" } else { "r" });
     let mut workers = Vec::new();
     for i in 0..READERS {
         workers.push(Worker::new(env, i, &key, HoldMode::Shared).await?);
@@ -166,7 +166,7 @@ pub async fn run(env: &Env, length: Duration) -> anyhow::Result<String> {
         };
         let _ = writeln!(
             out,
-            "| {name} | {:.0} | {} | {} | {:.0} | {} | {} | {:.2} |{} {:.0} |",
+            "| {name} | {:.0} | {} | {} | {:.0} | {} | {} | {:.2} |{}",
             rate(&cell.reads),
             percentile(&cell.reads, 0.5),
             percentile(&cell.reads, 0.99),
@@ -175,7 +175,6 @@ pub async fn run(env: &Env, length: Duration) -> anyhow::Result<String> {
             w(0.99),
             cell.proposals,
             cell.cpu.cells(),
-            cell.cpu.total()
         );
     }
     Ok(out)

@@ -217,14 +217,13 @@ pub async fn run(env: &Env, length: Duration) -> anyhow::Result<String> {
             );
             let _ = writeln!(
                 out,
-                "| {} | {c} | {:.0} | {} | {} | {:.2} |{} {:.0} |",
+                "| {} | {c} | {:.0} | {} | {} | {:.2} |{}",
                 way.name(),
                 cell.ops as f64 / cell.secs,
                 cell.p50_us,
                 cell.p99_us,
                 cell.proposals.unwrap_or(0.0),
                 cell.cpu.cells(),
-                cell.cpu.total()
             );
         }
     }

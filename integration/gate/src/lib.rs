@@ -71,6 +71,8 @@ pub struct GateOptions {
     pub durable_percent: u32,
     /// Share of rounds that take a set of keys as one (AcquireAll, `worker::set`).
     pub set_percent: u32,
+    /// Share of rounds that campaign for the generation's leader key and lead.
+    pub election_percent: u32,
     /// Share of key picks from up to `lookback` generations back (frozen holders' keys).
     pub lookback_percent: u32,
     pub lookback: u32,
@@ -110,6 +112,7 @@ impl Default for GateOptions {
             leak_percent: 2,
             durable_percent: 20,
             set_percent: 10,
+            election_percent: 10,
             lookback_percent: 30,
             lookback: 4,
             keys_per_generation: 3,
@@ -143,6 +146,9 @@ pub struct GateReport {
     /// and LEAKED_HOLD answers that named the client's own possible leak.
     pub sibling_handoffs: usize,
     pub sibling_leaks: usize,
+    /// Elections: terms led (grants of a leader key) and the writes made under them.
+    pub terms: usize,
+    pub leader_writes: usize,
     /// Sets (AcquireAll) granted, and the keys they held.
     pub sets: usize,
     pub set_keys: usize,
@@ -220,6 +226,10 @@ impl GateReport {
                 parts.join(", ")
             ));
         }
+        s.push_str(&format!(
+            "  elections (a leader key per generation; the term is the token): {} terms, {} writes under them\n",
+            self.terms, self.leader_writes
+        ));
         s.push_str(&format!(
             "  sets (AcquireAll, each key checked as its own hold, one token for all): {} granted, {} keys\n",
             self.sets, self.set_keys
@@ -378,6 +388,18 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
     let report = GateReport {
         sibling_handoffs: replicas.handoffs,
         sibling_leaks: replicas.leaks,
+        terms: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.ok() && o.via.as_deref() == Some("edge-elect"))
+            .count(),
+        leader_writes: ops
+            .iter()
+            .filter(|o| {
+                o.kind == Kind::Write
+                    && o.ok()
+                    && o.key.as_deref().is_some_and(|k| k.ends_with("/leader"))
+            })
+            .count(),
         sets: ops
             .iter()
             .filter(|o| o.kind == Kind::Acquire && o.ok() && o.set.is_some())

@@ -229,6 +229,7 @@ pub async fn round(
             stall_percent: opts.stall_percent,
             leak_percent: opts.leak_percent,
             set_percent: opts.set_percent,
+            election_percent: opts.election_percent,
             // Past the TTL by two seconds: the store has ended the session (renewals stop
             // with the stall) and a waiter has been granted and written.
             stall_ms: u64::from(GATE_TTL) * 1000 + 2000,

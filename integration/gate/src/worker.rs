@@ -217,7 +217,7 @@ impl Client {
 
     /// A request as Envoy would forward it, for the direct route.
     fn request<T>(&self, msg: T, key: &str, via: &str) -> tonic::Request<T> {
-        let direct_as = (via != "edge").then_some(self.spiffe_id.as_str());
+        let direct_as = (!via.starts_with("edge")).then_some(self.spiffe_id.as_str());
         lock_integration::routed(msg, key, direct_as)
     }
 
@@ -243,6 +243,11 @@ impl Client {
                     self.pause(100, 300).await;
                     continue;
                 }
+            }
+            if !contested && self.rng.random_range(0..100) < self.plan.election_percent {
+                let key = self.plan.keys.leader(self.plan.origin);
+                self.lead(&key).await;
+                continue;
             }
             if !contested && self.rng.random_range(0..100) < self.plan.set_percent {
                 let keys = self.plan.keys.pick_set(&mut self.rng, self.plan.origin);
@@ -309,10 +314,20 @@ impl Client {
     }
 
     async fn acquire(&mut self, key: &str, wait_ms: u64) -> Outcome<u64> {
+        let (client, via) = self.route();
+        self.acquire_via(key, wait_ms, client, via).await
+    }
+
+    async fn acquire_via(
+        &mut self,
+        key: &str,
+        wait_ms: u64,
+        mut client: LockClient<Channel>,
+        mut via: String,
+    ) -> Outcome<u64> {
         let Some(session) = self.session.as_ref().map(|s| s.id) else {
             return Outcome::Fail("no session".into());
         };
-        let (mut client, mut via) = self.route();
         // Through the edge, half the locks are taken as lock-client takes them: one `Hold`
         // stream for the acquire and its release.
         let stream = via == "edge" && self.rng.random_bool(0.5);
@@ -410,15 +425,7 @@ impl Client {
 
     /// The guarded writes of a holder: the register, then PostgreSQL if present.
     async fn write(&mut self, key: &str, token: u64) {
-        let op = self.invoke(Kind::Write, Some(key), Some(token), None);
-        let outcome =
-            match tokio::time::timeout(CALL_TIMEOUT, self.register.write(key, token)).await {
-                Ok(Ok(true)) => Outcome::Ok(()),
-                Ok(Ok(false)) => Outcome::Fail("STALE".into()),
-                Ok(Err(e)) => Outcome::Unknown(e.to_string()),
-                Err(_) => Outcome::Unknown("timeout".into()),
-            };
-        self.complete(op, Kind::Write, &outcome, Answer::default());
+        self.write_register(key, token).await;
         if self.pg.is_none() {
             return;
         }
@@ -429,6 +436,20 @@ impl Client {
             Err(e) => Outcome::Unknown(e.to_string()),
         };
         self.complete(op, Kind::PgWrite, &outcome, Answer::default());
+    }
+
+    /// A guarded write to the register, which accepts a token equal to the last it
+    /// accepted (a leader writes several times in one term) and refuses a lower one.
+    async fn write_register(&mut self, key: &str, token: u64) {
+        let op = self.invoke(Kind::Write, Some(key), Some(token), None);
+        let outcome =
+            match tokio::time::timeout(CALL_TIMEOUT, self.register.write(key, token)).await {
+                Ok(Ok(true)) => Outcome::Ok(()),
+                Ok(Ok(false)) => Outcome::Fail("STALE".into()),
+                Ok(Err(e)) => Outcome::Unknown(e.to_string()),
+                Err(_) => Outcome::Unknown("timeout".into()),
+            };
+        self.complete(op, Kind::Write, &outcome, Answer::default());
     }
 
     async fn pg_write(&mut self, key: &str, token: u64) -> anyhow::Result<bool> {
@@ -482,6 +503,31 @@ impl Client {
 }
 
 impl Client {
+    /// An election round (issue 35): campaign for `key` (the generation's leader key) by
+    /// waiting in its queue through the edge, lead for a few writes to the register under
+    /// the one term, then resign. The term is the grant's token, so every per-key check
+    /// holds an election to the lock's rules: terms rise in grant order, and the register
+    /// never accepts a deposed leader's write after a later leader's.
+    async fn lead(&mut self, key: &str) {
+        let wait = self.rng.random_range(1500..4000);
+        let via = "edge-elect".to_owned();
+        let edge = self.edge.clone();
+        let term = match self.acquire_via(key, wait, edge, via).await {
+            Outcome::Ok(term) => term,
+            Outcome::Fail(why) if why == "SESSION_EXPIRED" => {
+                self.session = None;
+                return;
+            }
+            Outcome::Fail(_) => return self.pause(5, 30).await,
+            Outcome::Unknown(_) => return self.pause(50, 200).await,
+        };
+        for _ in 0..self.rng.random_range(2..=4) {
+            self.pause(40, 160).await;
+            self.write_register(key, term).await;
+        }
+        self.release(key, term).await;
+    }
+
     /// Loses this client's session while it holds `key` (renewals stop; the hold stays
     /// until the store expires the session), then asks for `key` again under a new session
     /// with the same instance, waiting or not: its own leaked hold, to be told LEAKED_HOLD

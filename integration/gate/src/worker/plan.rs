@@ -61,6 +61,11 @@ pub struct WorkerPlan {
     /// (AcquireAll), write to each under the set's token and release them with ReleaseAll.
     #[serde(default)]
     pub set_percent: u32,
+    /// Share of rounds that campaign for the generation's leader key (a long wait in its
+    /// queue), then lead: several guarded writes to the register under the one term, then
+    /// resign.
+    #[serde(default)]
+    pub election_percent: u32,
     /// This worker also runs the attacker.
     #[serde(default)]
     pub attacker: Option<super::attacker::AttackerPlan>,
@@ -109,6 +114,13 @@ impl KeyPlan {
             .into_iter()
             .map(|i| format!("{}/{}/g{g}/k{i}", self.fifo_prefix, self.run))
             .collect()
+    }
+
+    /// The leader key of the current generation (one election per generation keeps each
+    /// key's history short, as for every other key).
+    pub(super) fn leader(&self, origin: u64) -> String {
+        let g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
+        format!("{}/{}/g{g}/leader", self.fifo_prefix, self.run)
     }
 
     pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
