@@ -44,6 +44,8 @@ async fn every_fault_kind_with_zero_violations() {
     );
     // Sets (AcquireAll) were granted under the faults, each key held to a single hold's rules.
     assert!(report.sets > 0, "no set was granted");
+    // Elections: leaders were elected under the faults, each term held to the lock's rules.
+    assert!(report.terms > 0, "no leader was elected");
     // The observer followed keys through the faults, and saw holds end more than one way.
     assert!(
         report.observed.get("granted").copied().unwrap_or(0) > 0,
