@@ -6,7 +6,7 @@
 
 use lock_integration::Stack;
 use lock_integration::paths::workspace_root;
-use lock_integration::registry::{FAST_PREFIX, FAST_TTL, waiter_id};
+use lock_integration::registry::{FAST_PREFIX, FAST_TTL, SHARED_PREFIX, waiter_id};
 use lock_integration::sidecar::Sidecar;
 use std::path::PathBuf;
 use std::process::Command;
@@ -68,6 +68,7 @@ fn stack_env(stack: &Stack) -> Vec<(String, String)> {
         ("LOCK_OTHER_SVID", s(&other.cert)),
         ("LOCK_OTHER_SVID_KEY", s(&other.key)),
         ("LOCK_TEST_PREFIX", FAST_PREFIX.to_owned()),
+        ("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX.to_owned()),
         ("LOCK_TEST_TTL", FAST_TTL.to_string()),
         ("LOCK_ETCD", stack.etcd.client_url.clone()),
         (

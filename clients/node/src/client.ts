@@ -6,7 +6,17 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { fileURLToPath } from "node:url";
 import { channelArgs, checkEndpoint, stamp, type Credentials } from "./connect.js";
-import { Fenced, fromGrpcError, LockError, SessionExpired, Unavailable, WrongSessionPlace, WrongSessionTtl, RateLimited } from "./errors.js";
+import {
+  Fenced,
+  fromGrpcError,
+  InvalidRequest,
+  LockError,
+  SessionExpired,
+  Unavailable,
+  WrongSessionPlace,
+  WrongSessionTtl,
+  RateLimited,
+} from "./errors.js";
 import { encodeKey, INSTANCE_METADATA, METADATA_KEY, processInstance, tagOf } from "./keys.js";
 import { describeLapse, Liveness, type Lapse } from "./liveness.js";
 
@@ -365,6 +375,77 @@ export class Hold {
   }
 }
 
+/** What a set and a shared hold share: liveness, and one release. Never log the token. */
+abstract class OtherHold {
+  private done = false;
+
+  /** @internal */
+  constructor(
+    protected readonly client: LockClient,
+    protected readonly holdId: number,
+    /** The fencing token. */
+    readonly token: bigint,
+    protected readonly session: Session,
+  ) {}
+
+  canStart(): boolean {
+    return this.session.canStart();
+  }
+  get fenced(): boolean {
+    return this.session.fenced;
+  }
+  wasContinuous(): boolean {
+    return this.session.lapse() === null;
+  }
+  async release(): Promise<void> {
+    if (this.done) return;
+    this.done = true;
+    await this.end();
+  }
+  protected abstract end(): Promise<void>;
+  abstract toString(): string;
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+}
+
+/** Keys granted together by `acquireAll`: `token` is every key's; `release()` ends them in
+ * one transaction. */
+export class HeldSet extends OtherHold {
+  /** @internal */
+  constructor(client: LockClient, readonly keys: string[], holdId: number, token: bigint, session: Session) {
+    super(client, holdId, token, session);
+  }
+  protected end(): Promise<void> {
+    return this.client.finishOther("set", this.keys, this.holdId, this.token, this.session);
+  }
+  toString(): string {
+    return `HeldSet(keys=${JSON.stringify(this.keys)}, fenced=${this.fenced})`;
+  }
+  toJSON(): object {
+    return { keys: this.keys, fenced: this.fenced };
+  }
+}
+
+/** A shared hold (`acquireShared`). Its token is above the last exclusive grant of the key
+ * before it: a resource that keeps its last writer's token serves reads only under a token at
+ * least that one. */
+export class SharedHold extends OtherHold {
+  /** @internal */
+  constructor(client: LockClient, readonly key: string, holdId: number, token: bigint, session: Session) {
+    super(client, holdId, token, session);
+  }
+  protected end(): Promise<void> {
+    return this.client.finishOther("shared", this.key, this.holdId, this.token, this.session);
+  }
+  toString(): string {
+    return `SharedHold(key=${JSON.stringify(this.key)}, fenced=${this.fenced})`;
+  }
+  toJSON(): object {
+    return { key: this.key, fenced: this.fenced };
+  }
+}
+
 export interface AcquireOptions {
   /** How long to wait for a held key, in milliseconds (0: refuse at once). */
   waitMs?: number;
@@ -491,6 +572,88 @@ export class LockClient {
       return new Hold(this, key, holdId, entry.token, entry.session);
     }
     const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
+    const [[token, link], s] = await this.onSession(key, deadline, (s, left) => this.grant(key, s.id, left));
+    s.attach(holdId, opts.onFence);
+    this.holds.set(key, { count: 1, token, session: s, link });
+    return new Hold(this, key, holdId, token, s);
+  }
+
+  /**
+   * Takes every key of `keys` together (AcquireAll): all or nothing, in one transaction, one
+   * token for every key. Waiting holds nothing, so callers asking for overlapping sets in any
+   * order cannot deadlock. The keys must be of classes with one TTL, on one store, neither
+   * durable nor shared (KeySetRefused otherwise).
+   */
+  async acquireAll(keys: string[], opts: AcquireOptions): Promise<HeldSet> {
+    if (typeof opts?.onFence !== "function") {
+      throw new TypeError("acquireAll: opts.onFence is required (ADR-12)");
+    }
+    if (keys.length === 0) throw new InvalidRequest("a key set has 1..=16 keys");
+    const first = [...keys].sort()[0] ?? "";
+    const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
+    const [r, s] = await this.onSession<{ token: string; keys: string[] }>(first, deadline, (s, left) =>
+      // No lock-key: the edge decides a set on every key of its body.
+      unary<{ token: string; keys: string[] }>(
+        this.stub(),
+        "acquireAll",
+        { keys, sessionId: s.id, waitMillis: String(Math.floor(left)) },
+        new grpc.Metadata(),
+        left + CALL_SLACK_MS,
+      ),
+    );
+    const holdId = this.nextHold++;
+    s.attach(holdId, opts.onFence);
+    return new HeldSet(this, r.keys, holdId, BigInt(r.token), s);
+  }
+
+  /**
+   * Takes `key` shared (a `shared: true` class): many sessions hold it at once; an exclusive
+   * acquire of it waits for all of them, and while one waits, new shared holds wait behind it.
+   */
+  async acquireShared(key: string, opts: AcquireOptions): Promise<SharedHold> {
+    if (typeof opts?.onFence !== "function") {
+      throw new TypeError("acquireShared: opts.onFence is required (ADR-12)");
+    }
+    const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
+    const [r, s] = await this.onSession(key, deadline, (s, left) =>
+      unary<{ token: string }>(
+        this.stub(),
+        "acquire",
+        { key, sessionId: s.id, waitMillis: String(Math.floor(left)), mode: "HOLD_MODE_SHARED" },
+        keyed(key),
+        left + CALL_SLACK_MS,
+      ),
+    );
+    const holdId = this.nextHold++;
+    s.attach(holdId, opts.onFence);
+    return new SharedHold(this, key, holdId, BigInt(r.token), s);
+  }
+
+  /** @internal Ends a set or a shared hold (their `release()`). */
+  async finishOther(kind: "set" | "shared", key: string | string[], holdId: number, token: bigint, s: Session): Promise<void> {
+    s.detach(holdId);
+    if (s.fenced) throw new Fenced("the hold was fenced before its release");
+    if (kind === "set") {
+      const keys = key as string[];
+      await unary(this.stub(), "releaseAll", { keys, token: token.toString(), sessionId: s.id }, new grpc.Metadata(), CALL_SLACK_MS);
+    } else {
+      const k = key as string;
+      const req = { key: k, token: token.toString(), sessionId: s.id, mode: "HOLD_MODE_SHARED" };
+      await unary(this.stub(), "release", req, keyed(k), CALL_SLACK_MS);
+    }
+  }
+
+  /**
+   * `call(session, ms left)` for `key` until it answers, the deadline passes or a refusal no
+   * retry cures: a session opened for the key's class when there is none, one of the TTL or
+   * on the cluster the service asks for, a new one when it expired, and transient refusals
+   * waited out inside the deadline.
+   */
+  private async onSession<T>(
+    key: string,
+    deadline: number,
+    call: (s: Session, leftMs: number) => Promise<T>,
+  ): Promise<[T, Session]> {
     let session = this.sessionForKey(key);
     // The session the service asked for, once it has said (by TTL or by cluster).
     let wanted: (() => Session | null) | null = null;
@@ -503,11 +666,9 @@ export class LockClient {
       try {
         s ??= await this.sessionOrOpen(key, wanted, opened);
         const left = Math.max(deadline - now(), 0);
-        const [token, link] = await this.grant(key, s.id, left);
+        const answer = await call(s, left);
         this.learnPlace(key, tagOf(s.id));
-        s.attach(holdId, opts.onFence);
-        this.holds.set(key, { count: 1, token, session: s, link });
-        return new Hold(this, key, holdId, token, s);
+        return [answer, s];
       } catch (e) {
         err = fromGrpcError(e);
       }

@@ -7,7 +7,7 @@
 //   });
 //   await locks.shutdown();
 
-export { LockClient, Hold, DEFAULT_MAX_HOLD_STREAMS, type AcquireOptions, type ClientOptions, type FenceFn } from "./client.js";
+export { LockClient, Hold, HeldSet, SharedHold, DEFAULT_MAX_HOLD_STREAMS, type AcquireOptions, type ClientOptions, type FenceFn } from "./client.js";
 export { checkEndpoint, meshSidecar, svidFiles, type Credentials, type MeshSidecar, type SvidFiles } from "./connect.js";
 export {
   Draining,

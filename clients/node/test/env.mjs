@@ -12,7 +12,8 @@ export function env(name) {
 
 export const prefix = () => env("LOCK_TEST_PREFIX");
 export const ttlMs = () => Number(env("LOCK_TEST_TTL")) * 1000;
-export const fresh = () => `${prefix()}/node-${randomBytes(5).toString("hex")}`;
+export const fresh = (p = prefix()) => `${p}/node-${randomBytes(5).toString("hex")}`;
+export const sharedPrefix = () => env("LOCK_TEST_SHARED_PREFIX");
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // The fence callback of tests whose holds guard no work (onFence is required: ADR-12).
 export const unfenced = () => undefined;

@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { Held, InvalidRequest, LeakedHold, LockClient, meshSidecar, NotGranted } from "../dist/index.js";
-import { client, env, fresh, sleep, ttlMs, unfenced } from "./env.mjs";
+import { client, env, fresh, sharedPrefix, sleep, ttlMs, unfenced } from "./env.mjs";
 
 const locks = client("LOCK");
 const other = client("LOCK_OTHER");
@@ -230,4 +230,37 @@ test("a hold frozen past its ttl is not continuous", async () => {
       if (child.exitCode === null) child.kill("SIGKILL");
     }
   }
+});
+
+test("acquireAll takes a set with one token, and opposite orders do not deadlock", async () => {
+  const [a, b] = [fresh(), fresh()];
+  const single = await other.acquire(b, { onFence: unfenced });
+  await assert.rejects(locks.acquireAll([a, b], { onFence: unfenced }), Held);
+  await single.release();
+  const set = await locks.acquireAll([b, a], { waitMs: 5000, onFence: unfenced });
+  assert.deepEqual(set.keys, [a, b].sort());
+  assert.ok(set.token > single.token);
+  assert.ok(!String(set).includes(String(set.token)) && !JSON.stringify(set).includes(String(set.token)));
+  await set.release();
+  const loop = async (c, keys) => {
+    for (let i = 0; i < 5; i++) {
+      const s = await c.acquireAll(keys, { waitMs: 10_000, onFence: unfenced });
+      await sleep(10);
+      await s.release();
+    }
+  };
+  await Promise.all([loop(locks, [a, b]), loop(other, [b, a])]);
+});
+
+test("shared holds admit readers together and a writer alone", async () => {
+  const key = fresh(sharedPrefix());
+  const r1 = await replica(`reader-${randomBytes(3).toString("hex")}`).acquireShared(key, { waitMs: 5000, onFence: unfenced });
+  const r2 = await replica(`reader-${randomBytes(3).toString("hex")}`).acquireShared(key, { waitMs: 5000, onFence: unfenced });
+  assert.notEqual(r1.token, r2.token);
+  await assert.rejects(other.acquire(key, { waitMs: 0, onFence: unfenced }), Held);
+  await r1.release();
+  await r2.release();
+  const w = await other.acquire(key, { waitMs: 5000, onFence: unfenced });
+  assert.ok(w.token > r1.token && w.token > r2.token);
+  await w.release();
 });
