@@ -395,7 +395,13 @@ pub fn holder_record(session: &Session, class: &ResolvedClass<'_>) -> Holder {
     }
 }
 
-fn claimant<'a>(sealed: &Sealed, session: &'a Session, lease_hex: &'a str) -> Claimant<'a> {
+/// Who asks, as the verdicts see it: `session` under the epoch `sealed` has cached (the set
+/// and shared grants build theirs here too).
+pub(crate) fn claimant<'a>(
+    sealed: &Sealed,
+    session: &'a Session,
+    lease_hex: &'a str,
+) -> Claimant<'a> {
     Claimant {
         lease_hex,
         spiffe_id: &session.spiffe_id,

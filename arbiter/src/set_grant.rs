@@ -27,7 +27,7 @@
 //! the session ends; a set none of whose keys is still that grant is STALE_TOKEN.
 
 use crate::error::ArbiterError;
-use crate::grant::{Claimant, HolderSeen, holder_record, holder_seen, reseal_once};
+use crate::grant::{Claimant, HolderSeen, claimant, holder_record, holder_seen, reseal_once};
 use crate::grant::{Granter, MAX_ATTEMPTS};
 use crate::layout::{EPOCH_KEY, attempt_fence_key, encode, holder_key};
 use crate::layout::{lease_hex, session_key};
@@ -259,16 +259,6 @@ async fn attempt(
         }
     }
     Err(ArbiterError::Held)
-}
-
-fn claimant<'a>(sealed: &Sealed, session: &'a Session, lease_hex: &'a str) -> Claimant<'a> {
-    Claimant {
-        lease_hex,
-        spiffe_id: &session.spiffe_id,
-        instance: session.instance.as_deref(),
-        session_create_revision: session.create_revision,
-        epoch_mod_revision: sealed.epoch().mod_revision,
-    }
 }
 
 async fn try_grant(

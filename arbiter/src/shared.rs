@@ -30,7 +30,9 @@
 
 use crate::bugs::Bug;
 use crate::error::ArbiterError;
-use crate::grant::{Claimant, Grant, Granter, HolderSeen, holder_record, holder_seen, mint};
+use crate::grant::{
+    Claimant, Grant, Granter, HolderSeen, claimant, holder_record, holder_seen, mint,
+};
 use crate::grant::{MAX_ATTEMPTS, Verdict, reseal_once};
 use crate::layout::{EPOCH_KEY, Holder, attempt_fence_key, decode, encode, holder_key};
 use crate::layout::{lease_hex, session_key, shared_hold_key, shared_holds_prefix};
@@ -270,13 +272,7 @@ async fn attempt(
     for attempt in 0..MAX_ATTEMPTS {
         sealed = store.admit(sealed, key).await?;
         let lease = lease_hex(session.lease);
-        let claimant = Claimant {
-            lease_hex: &lease,
-            spiffe_id: &session.spiffe_id,
-            instance: session.instance.as_deref(),
-            session_create_revision: session.create_revision,
-            epoch_mod_revision: sealed.epoch().mod_revision,
-        };
+        let claimant = claimant(&sealed, session, &lease);
         match try_grant(granter, &sealed, session, &claimant, key, class, mode).await {
             Ok(SharedVerdict::Granted { revision }) => {
                 return mint(sealed.epoch(), revision, class).map(Ok);

@@ -114,14 +114,20 @@ impl Stack {
     pub async fn with_test_registry_and(
         arbiters: usize,
     ) -> anyhow::Result<(Self, tempfile::TempDir)> {
-        let reg = tempfile::tempdir()?;
-        let registry = crate::registry::write_test_registry(reg.path())?;
-        let stack = Self::start(StackOptions {
-            registry,
+        Self::with_test_registry_options(StackOptions {
             arbiters,
             ..Default::default()
         })
-        .await?;
+        .await
+    }
+
+    /// A stack of `opts` on the test registry (its `registry` is replaced).
+    pub async fn with_test_registry_options(
+        opts: StackOptions,
+    ) -> anyhow::Result<(Self, tempfile::TempDir)> {
+        let reg = tempfile::tempdir()?;
+        let registry = crate::registry::write_test_registry(reg.path())?;
+        let stack = Self::start(StackOptions { registry, ..opts }).await?;
         Ok((stack, reg))
     }
 

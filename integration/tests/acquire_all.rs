@@ -22,17 +22,13 @@ fn no_fence() -> impl Fn() + Send + Sync + 'static {
 }
 
 async fn stack_with(arbiter_bugs: &[&str]) -> (Stack, tempfile::TempDir) {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(StackOptions {
-        registry,
+    Stack::with_test_registry_options(StackOptions {
         arbiters: 2,
         arbiter_args: lock_integration::inject_bugs(arbiter_bugs),
         ..StackOptions::default()
     })
     .await
-    .unwrap();
-    (stack, reg)
+    .unwrap()
 }
 
 fn k(name: &str) -> String {
