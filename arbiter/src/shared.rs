@@ -92,7 +92,8 @@ pub enum SharedVerdict {
 }
 
 /// A refused shared grant: its own shared record means it was granted; then the exclusive
-/// holder, then a writer's mark, is what it waits for.
+/// holder (this session's own: told LEAKED_HOLD), then a writer's mark, is what it waits
+/// for.
 pub fn shared_verdict(claimant: &Claimant<'_>, seen: &Seen) -> SharedVerdict {
     if let Some(v) = common(claimant, seen) {
         return v;
@@ -104,8 +105,13 @@ pub fn shared_verdict(claimant: &Claimant<'_>, seen: &Seen) -> SharedVerdict {
             revision: own.mod_revision,
         };
     }
-    if let Some(v) = exclusive_holder(claimant, seen) {
-        return v;
+    match exclusive_holder(claimant, seen) {
+        // This session holds the key exclusive: a shared answer with that hold's token
+        // would be released SHARED and refused, leaving the exclusive hold behind. It is
+        // told LEAKED_HOLD, as a shared holder asking exclusive is: release it first.
+        Some(SharedVerdict::Granted { .. }) => return SharedVerdict::LeakedHold,
+        Some(v) => return v,
+        None => {}
     }
     match &seen.writer_waiting {
         Some((_, lease)) if lease_hex(*lease) == claimant.lease_hex => SharedVerdict::LeakedHold,

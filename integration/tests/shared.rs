@@ -233,7 +233,7 @@ async fn the_test_catches_shared_grants_that_ignore_a_waiting_writer() {
 /// SHARED on a class that is not shared is refused before etcd, and a set never takes a
 /// key of a shared class (its transaction does not compare the readers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_mode_needs_a_shared_class_and_sets_refuse_shared_classes() {
+async fn shared_mode_needs_a_shared_class_one_mode_per_session_and_sets_refuse_shared_classes() {
     let (stack, _reg) = stack_with(&[]).await;
     let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
     let plain = format!("{FAST_PREFIX}/not-shared");
@@ -261,6 +261,53 @@ async fn shared_mode_needs_a_shared_class_and_sets_refuse_shared_classes() {
         Some(Reason::MalformedRequest),
         "{refused:?}"
     );
+    // One session holding a key in one mode and asking for it in the other is told
+    // LEAKED_HOLD either way (it would wait for itself, or be answered with a hold of the
+    // other mode that its release in this mode would not end).
+    let key = k("mode-switch");
+    let session = raw
+        .open_session(OpenSessionRequest { key: key.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let ask = |mode: HoldMode| {
+        lock_integration::routed(
+            AcquireRequest {
+                key: key.clone(),
+                session_id: session,
+                wait_millis: 0,
+                mode: mode.into(),
+            },
+            &key,
+            None,
+        )
+    };
+    for (held, asked) in [
+        (HoldMode::Exclusive, HoldMode::Shared),
+        (HoldMode::Shared, HoldMode::Exclusive),
+    ] {
+        let token = raw.acquire(ask(held)).await.unwrap().into_inner().token;
+        let refused = raw.acquire(ask(asked)).await.unwrap_err();
+        assert_eq!(
+            lock_client::refusal(&refused).map(|r| r.reason),
+            Some(Reason::LeakedHold),
+            "held {held:?}, asked {asked:?}: {refused:?}"
+        );
+        raw.release(lock_integration::routed(
+            ReleaseRequest {
+                key: key.clone(),
+                token,
+                session_id: session,
+                mode: held.into(),
+            },
+            &key,
+            None,
+        ))
+        .await
+        .unwrap();
+    }
+
     let c = stack.lock_client(&waiter_id(0)).unwrap();
     let set = c
         .acquire_all(

@@ -87,6 +87,14 @@ fn a_shared_grant_waits_for_the_writer_and_its_mark_only() {
             },
         ),
         (
+            "this session's own exclusive hold is not a shared grant: release it first",
+            Seen {
+                holder: Some(h("7a", ME, "pod-1", 60)),
+                ..seen()
+            },
+            SharedVerdict::LeakedHold,
+        ),
+        (
             "this process's exclusive hold under another session is its leak",
             Seen {
                 holder: Some(h("7c", ME, "pod-1", 60)),
