@@ -19,7 +19,11 @@
 //!    STALE_TOKEN.
 //! 6. Attacks: no call of the attacker on another client's key, session or token, or around
 //!    the edge, succeeds.
-//! 7. Store identity: every holder record in etcd's history names the identity of the
+//! 7. Shared holds (a `shared: true` class): the exclusion of 3 holds an exclusive hold
+//!    against every other, and shared holds overlap freely; `shared_rules.rs` adds the
+//!    reader–writer rules the store shows (no shared hold made while a writer waits) and
+//!    the register's reads.
+//! 8. Store identity: every holder record in etcd's history names the identity of the
 //!    certificate that acquired it: the identity that opened the session (lease) it is
 //!    written on, and one that asked for that key. Checked from the store's side, so a grant
 //!    nobody was told about (an attack whose answer was lost) counts too.
@@ -28,6 +32,7 @@
 
 use super::history::{Kind, Op};
 use super::store_log::StoreTruth;
+use crate::store_log::hold_of;
 use lock_arbiter::layout::HOLDER_PREFIX;
 use lock_config::FencingToken;
 use lock_integration::registry::gate_client_identity;
@@ -59,6 +64,7 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
     let mut out = check_keys(ops, truth, &|c| gate_client_identity(c as usize));
     attacks(ops, &mut out);
     sets(ops, &mut out);
+    crate::shared_rules::check(ops, truth, &mut out);
     store_identity(ops, truth, &mut out);
     renewals(ops, truth, &mut out);
     out
@@ -138,7 +144,7 @@ pub fn check_keys(
             .copied()
             .filter(|o| o.kind == Kind::Acquire && o.ok() && o.token.is_some())
             .collect();
-        token_order(key, &grants, &mut out);
+        token_order(key, &grants, &ops, truth, &mut out);
         token_unique(key, &grants, &mut out);
         backed(key, &grants, truth, identity, &mut out);
         exclusion(key, &ops, truth, &mut out);
@@ -193,7 +199,7 @@ fn store_identity(ops: &[Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
     let mut holds: Vec<_> = truth.hold_identity.iter().collect();
     holds.sort();
     for ((hkey, rev), who) in holds {
-        let key = hkey.strip_prefix(HOLDER_PREFIX).unwrap_or(hkey);
+        let key = hold_of(hkey).map_or(hkey.as_str(), |(k, _)| k);
         let lease = truth.hold_lease.get(&(hkey.clone(), *rev));
         let problem = match lease.and_then(|l| owner.get(l)) {
             Some(c) if gate_client_identity(*c as usize) != *who => Some(format!(
@@ -242,10 +248,39 @@ fn sweep<'a>(ops: &[&'a Op], mut judge: impl FnMut(&'a Op, &'a Op)) {
     }
 }
 
-fn token_order(key: &str, grants: &[&Op], out: &mut Vec<Violation>) {
+/// A grant's answer may be a re-answer: a session that asks again for a key it still
+/// holds (its release failed, or the answer of its grant was lost) is given that grant
+/// back. Such an answer is not a new grant, and token order does not apply to it; with
+/// shared holds others may have been granted since. It is known by an earlier answer of
+/// the same token to the same session, or by an earlier call of the session with no
+/// answer and the store having made the record before this call was made.
+fn token_order(
+    key: &str,
+    grants: &[&Op],
+    asked: &[&Op],
+    truth: &StoreTruth,
+    out: &mut Vec<Violation>,
+) {
+    let reanswer = |y: &Op| {
+        let t = y.token.unwrap_or(0);
+        let answered_before = grants.iter().any(|g| {
+            g.session == y.session && g.token == y.token && g.returned() < Some(y.invoked)
+        });
+        // Or an earlier call of this session whose answer was lost made it.
+        let made_before = truth
+            .made_seen(key, revision(t))
+            .is_some_and(|made| made < y.invoked)
+            && asked.iter().any(|a| {
+                a.kind == Kind::Acquire
+                    && a.session == y.session
+                    && a.invoked < y.invoked
+                    && a.unknown()
+            });
+        answered_before || made_before
+    };
     sweep(grants, |x, y| {
         let (tx, ty) = (x.token.unwrap_or(0), y.token.unwrap_or(0));
-        if tx > ty {
+        if tx > ty && !reanswer(y) {
             out.push(Violation {
                 check: "token-order",
                 key: key.into(),
@@ -412,6 +447,8 @@ struct Hold {
     /// release may commit later (a frozen leader's proposal applied after it resumed) and
     /// end this hold then, with no call of the client's to mark it.
     pending_release: bool,
+    /// A shared hold: it may overlap other shared holds.
+    shared: bool,
 }
 
 fn holds(ops: &[&Op]) -> Vec<Hold> {
@@ -442,6 +479,7 @@ fn holds(ops: &[&Op]) -> Vec<Hold> {
                                 from: op.returned().unwrap_or(op.invoked),
                                 until: u64::MAX,
                                 pending_release: unanswered.contains(&token),
+                                shared: op.shared,
                             });
                         }
                     }
@@ -473,7 +511,7 @@ fn exclusion(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
             if b.from >= a.until {
                 continue;
             }
-            if a.token == b.token {
+            if a.token == b.token || (a.shared && b.shared) {
                 continue;
             }
             let (ra, rb) = (revision(a.token), revision(b.token));

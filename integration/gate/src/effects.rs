@@ -170,6 +170,7 @@ mod tests {
             served: None,
             rev: None,
             set: None,
+            shared: false,
         }
     }
 

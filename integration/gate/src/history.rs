@@ -34,6 +34,10 @@ pub enum Kind {
     KeepAlive,
     /// A guarded write to the in-test fenced register.
     Write,
+    /// A guarded read of the in-test fenced register by a shared holder: served only under
+    /// a token at least the last write's, so a reader paused while a writer came and went
+    /// is refused (`STALE`).
+    Read,
     /// A guarded write to the PostgreSQL reference fence.
     PgWrite,
     /// A two-person epoch advance (lock-admin's filing and approval), as operators would
@@ -91,6 +95,9 @@ pub struct Event {
     /// history is then checked as any other), tied by this id: the op id of its first key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set: Option<u64>,
+    /// An acquire or release of a shared hold (`HoldMode::SHARED`, a `shared: true` class).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// Appends events to a file, one line each, flushed per line.
@@ -156,6 +163,8 @@ pub struct Op {
     pub rev: Option<i64>,
     /// The set this operation was one key of (see [`Event::set`]).
     pub set: Option<u64>,
+    /// A shared hold's acquire or release (see [`Event::shared`]).
+    pub shared: bool,
 }
 
 impl Op {
@@ -198,6 +207,7 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
                     served: None,
                     rev: None,
                     set: e.set,
+                    shared: e.shared,
                 });
             }
             ph => {

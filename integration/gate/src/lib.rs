@@ -15,6 +15,7 @@ pub mod register;
 pub mod round;
 pub mod shard_checks;
 pub mod shards;
+pub mod shared_rules;
 pub mod siblings;
 pub mod soak;
 pub mod store_log;
@@ -73,6 +74,8 @@ pub struct GateOptions {
     pub set_percent: u32,
     /// Share of rounds that campaign for the generation's leader key and lead.
     pub election_percent: u32,
+    /// Share of rounds on a shared class's key, as a reader or a writer (`worker::shared`).
+    pub shared_percent: u32,
     /// Share of key picks from up to `lookback` generations back (frozen holders' keys).
     pub lookback_percent: u32,
     pub lookback: u32,
@@ -113,6 +116,7 @@ impl Default for GateOptions {
             durable_percent: 20,
             set_percent: 10,
             election_percent: 10,
+            shared_percent: 15,
             lookback_percent: 30,
             lookback: 4,
             keys_per_generation: 3,
@@ -152,6 +156,14 @@ pub struct GateReport {
     /// Sets (AcquireAll) granted, and the keys they held.
     pub sets: usize,
     pub set_keys: usize,
+    /// Shared holds (reader–writer): readers and writers granted on the shared class's
+    /// keys, and from the store, readers granted beside another reader and writers that
+    /// marked themselves waiting; reads the register served.
+    pub shared_readers: usize,
+    pub shared_writers: usize,
+    pub readers_overlapping: usize,
+    pub writers_marked: usize,
+    pub reads_served: usize,
     /// The attacker's calls by attack and outcome (`refused <REASON>`, `ok`, `unknown`).
     pub attacks: BTreeMap<(String, String), usize>,
     pub faults: Vec<Injected>,
@@ -235,15 +247,23 @@ impl GateReport {
             self.sets, self.set_keys
         ));
         s.push_str(&format!(
+            "  shared holds (reader-writer): {} readers ({} beside another reader), {} writers ({} marked waiting, stopping new readers), {} reads served\n",
+            self.shared_readers,
+            self.readers_overlapping,
+            self.shared_writers,
+            self.writers_marked,
+            self.reads_served
+        ));
+        s.push_str(&format!(
             "  replicas (clients 2k-1, 2k: one identity, two instances): {} sibling handoffs, {} LEAKED_HOLD answers, each to the client's own earlier hold\n",
             self.sibling_handoffs, self.sibling_leaks
         ));
-        let stale: Vec<String> = [Kind::Write, Kind::PgWrite]
+        let stale: Vec<String> = [Kind::Write, Kind::PgWrite, Kind::Read]
             .iter()
             .map(|k| format!("{k:?} {}", self.stale_refused.get(k).copied().unwrap_or(0)))
             .collect();
         s.push_str(&format!(
-            "  stale holder refused (its session ended before it wrote): {}\n",
+            "  stale holder refused (its session ended before it wrote or read): {}\n",
             stale.join(", ")
         ));
         if !self.attacks.is_empty() {
@@ -366,7 +386,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
             .session
             .and_then(|s| truth.session_end_seen.get(&s))
             .is_some_and(|seen| *seen < op.invoked);
-        if matches!(op.kind, Kind::Write | Kind::PgWrite) && op.failed() && ended {
+        if matches!(op.kind, Kind::Write | Kind::PgWrite | Kind::Read) && op.failed() && ended {
             *stale_refused.entry(op.kind).or_insert(0) += 1;
         }
     }
@@ -409,6 +429,25 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         set_keys: ops
             .iter()
             .filter(|o| o.kind == Kind::Acquire && o.ok() && o.set.is_some())
+            .count(),
+        shared_readers: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.ok() && o.shared)
+            .count(),
+        shared_writers: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.ok() && !o.shared)
+            .filter(|o| {
+                o.key
+                    .as_deref()
+                    .is_some_and(|k| k.starts_with(lock_integration::registry::SHARED_PREFIX))
+            })
+            .count(),
+        readers_overlapping: truth.rw.shared_overlapping,
+        writers_marked: truth.rw.marks_made,
+        reads_served: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Read && o.ok())
             .count(),
         operations: ops.len(),
         stale_refused,

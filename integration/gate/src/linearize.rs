@@ -1,4 +1,6 @@
-//! Linearizability of each key's history against a sequential fenced mutex.
+//! Linearizability of each key's history against a sequential fenced mutex, and for a
+//! `shared: true` class's keys a fenced reader–writer lock (shared holds beside the
+//! exclusive one; `MutexState::readers`).
 //!
 //! The gate decides each key with the Wing–Gong–Lowe search with memoisation (`wgl.rs`):
 //! stateright's `LinearizabilityTester` (kept below as the reference, and checked to agree
@@ -47,6 +49,16 @@ pub enum MutexOp {
     },
     /// An epoch advance deleted every hold.
     Revoke,
+    /// A shared hold's acquire (a `shared: true` class): granted while no exclusive hold
+    /// stands, beside other shared holds. Its refusals are left out of the model (a
+    /// waiting writer's mark, which the model does not hold, refuses it too).
+    AcquireShared {
+        session: i64,
+    },
+    ReleaseShared {
+        session: i64,
+        token: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +117,9 @@ impl SequentialSpec for FencedMutex {
                 }
             }
             MutexOp::Revoke => self.holder = None,
+            // The reference knows the exclusive mutex only (the WGL model below is the
+            // one that checks shared keys).
+            MutexOp::AcquireShared { .. } | MutexOp::ReleaseShared { .. } => {}
         }
         MutexRet::Done
     }
@@ -165,6 +180,9 @@ pub struct Placed {
 pub struct MutexState {
     /// (session, token); a token of None is a grant whose acknowledgement was lost.
     holder: Option<(i64, Option<u64>)>,
+    /// Shared holds: session -> token (None: the acknowledgement was lost). Empty for
+    /// every key of an exclusive class.
+    readers: BTreeMap<i64, Option<u64>>,
     last: u64,
     /// The highest commit revision placed so far: what commits later must come after it.
     rev: i64,
@@ -173,6 +191,18 @@ pub struct MutexState {
 impl MutexState {
     fn ours(&self, session: i64, token: u64) -> bool {
         matches!(self.holder, Some((s, t)) if s == session && t.is_none_or(|t| t == token))
+    }
+
+    fn ours_shared(&self, session: i64, token: u64) -> bool {
+        self.readers
+            .get(&session)
+            .is_some_and(|t| t.is_none_or(|t| t == token))
+    }
+
+    /// Another session holds, exclusively or shared: what refuses an exclusive acquire.
+    fn held_by_other(&self, session: i64) -> bool {
+        matches!(self.holder, Some((h, _)) if h != session)
+            || self.readers.keys().any(|r| *r != session)
     }
 }
 
@@ -191,8 +221,49 @@ impl wgl::Model for MutexState {
         match (&p.op, ret) {
             // No answer seen: apply whatever the operation may have done.
             (MutexOp::Acquire { session }, None) => {
-                if s.holder.is_none() {
+                if s.holder.is_none() && s.readers.is_empty() {
                     s.holder = Some((*session, None));
+                }
+            }
+            (MutexOp::AcquireShared { session }, None) => {
+                if s.holder.is_none() {
+                    s.readers.entry(*session).or_insert(None);
+                }
+            }
+            (MutexOp::ReleaseShared { session, token }, None) => {
+                if s.ours_shared(*session, *token) {
+                    s.readers.remove(session);
+                }
+            }
+            (MutexOp::AcquireShared { session }, Some(MutexRet::Granted(t))) => {
+                match s.readers.get(session).copied() {
+                    // A retried acquire answered with the grant the session already has.
+                    Some(Some(held)) => {
+                        if held != *t {
+                            return None;
+                        }
+                    }
+                    Some(None) => {
+                        s.readers.insert(*session, Some(*t));
+                        s.last = s.last.max(*t);
+                    }
+                    None if s.holder.is_none() && *t > s.last && revision_bits(*t) > s.rev => {
+                        s.readers.insert(*session, Some(*t));
+                        s.last = *t;
+                        s.rev = revision_bits(*t);
+                    }
+                    None => return None,
+                }
+            }
+            (MutexOp::ReleaseShared { session, token }, Some(MutexRet::Released)) => {
+                if !s.ours_shared(*session, *token) {
+                    return None;
+                }
+                s.readers.remove(session);
+            }
+            (MutexOp::ReleaseShared { session, token }, Some(MutexRet::Stale)) => {
+                if s.readers.get(session) == Some(&Some(*token)) {
+                    return None;
                 }
             }
             (MutexOp::Release { session, token }, None) => {
@@ -211,7 +282,7 @@ impl wgl::Model for MutexState {
                     s.holder = Some((h, Some(*t)));
                     s.last = s.last.max(*t);
                 }
-                None if *t > s.last && revision_bits(*t) > s.rev => {
+                None if s.readers.is_empty() && *t > s.last && revision_bits(*t) > s.rev => {
                     s.holder = Some((*session, Some(*t)));
                     s.last = *t;
                     s.rev = revision_bits(*t);
@@ -219,7 +290,7 @@ impl wgl::Model for MutexState {
                 _ => return None,
             },
             (MutexOp::Acquire { session }, Some(MutexRet::Refused)) => {
-                if !matches!(s.holder, Some((h, _)) if h != *session) {
+                if !s.held_by_other(*session) {
                     return None;
                 }
             }
@@ -238,8 +309,12 @@ impl wgl::Model for MutexState {
                 if matches!(s.holder, Some((h, _)) if h == *session) {
                     s.holder = None;
                 }
+                s.readers.remove(session);
             }
-            (MutexOp::Revoke, _) => s.holder = None,
+            (MutexOp::Revoke, _) => {
+                s.holder = None;
+                s.readers.clear();
+            }
             _ => return None,
         }
         Some(s)
@@ -318,9 +393,17 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             let first = sessions.entry(session).or_insert(op.invoked);
             *first = (*first).min(op.invoked);
         }
-        let m = match op.kind {
-            Kind::Acquire => MutexOp::Acquire { session },
-            Kind::Release => MutexOp::Release {
+        let m = match (op.kind, op.shared) {
+            (Kind::Acquire, false) => MutexOp::Acquire { session },
+            (Kind::Release, false) => MutexOp::Release {
+                session,
+                token: op.token.unwrap_or(0),
+            },
+            // A shared acquire refused fits anywhere: a writer's mark (not in the model)
+            // refuses it as well as an exclusive hold.
+            (Kind::Acquire, true) if op.failed() => continue,
+            (Kind::Acquire, true) => MutexOp::AcquireShared { session },
+            (Kind::Release, true) => MutexOp::ReleaseShared {
                 session,
                 token: op.token.unwrap_or(0),
             },
@@ -368,10 +451,7 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             ret: Some(ret),
         });
     }
-    let key_logged = {
-        let hkey = format!("{}{key}", lock_arbiter::layout::HOLDER_PREFIX);
-        truth.hold_lease.keys().any(|(k, _)| *k == hkey)
-    };
+    let key_logged = truth.logged(key);
     for (session, first) in sessions {
         if let Some(seen) = truth.session_end_seen.get(&session) {
             // Ended before its first acquire that may have held was even invoked (that
@@ -508,6 +588,7 @@ fn store_effects(key: &str, ops: &[&Op], truth: &StoreTruth) -> Option<Vec<Effec
                 .filter(|o| mine(o, Kind::Acquire) && o.invoked <= made)
                 .filter(|o| o.unknown() || o.token == Some(token))
                 .collect();
+            let shared = truth.is_shared(key, rev);
             if granting.iter().any(|o| o.unknown()) {
                 let from = granting.iter().map(|o| o.invoked).min().unwrap_or(made);
                 let by = granting
@@ -515,11 +596,12 @@ fn store_effects(key: &str, ops: &[&Op], truth: &StoreTruth) -> Option<Vec<Effec
                     .filter(|o| o.ok())
                     .filter_map(|o| o.returned())
                     .fold(made, u64::min);
-                out.push((
-                    MutexOp::Acquire { session },
-                    from,
-                    (by.max(from), MutexRet::Granted(token)),
-                ));
+                let acquire = if shared {
+                    MutexOp::AcquireShared { session }
+                } else {
+                    MutexOp::Acquire { session }
+                };
+                out.push((acquire, from, (by.max(from), MutexRet::Granted(token))));
             }
             // The release: only a delete no session end or advance made.
             let Some(gone) = gone else { continue };
@@ -533,11 +615,12 @@ fn store_effects(key: &str, ops: &[&Op], truth: &StoreTruth) -> Option<Vec<Effec
                 .collect();
             if !releasing.iter().any(|o| o.ok()) && !releasing.is_empty() {
                 let from = releasing.iter().map(|o| o.invoked).min().unwrap_or(gone);
-                out.push((
-                    MutexOp::Release { session, token },
-                    from,
-                    (gone.max(from), MutexRet::Released),
-                ));
+                let release = if shared {
+                    MutexOp::ReleaseShared { session, token }
+                } else {
+                    MutexOp::Release { session, token }
+                };
+                out.push((release, from, (gone.max(from), MutexRet::Released)));
             }
         }
     }

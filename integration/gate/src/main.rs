@@ -44,6 +44,10 @@ enum Cmd {
         /// Percent of holds that stall past their session's TTL before writing.
         #[arg(long, default_value_t = GateOptions::default().stall_percent)]
         stall_percent: u32,
+        /// Percent of rounds on the shared class's key (a reader seven times in ten, else
+        /// a writer).
+        #[arg(long, default_value_t = GateOptions::default().shared_percent)]
+        shared_percent: u32,
         /// Skip the PostgreSQL reference fence.
         #[arg(long)]
         no_postgres: bool,
@@ -206,6 +210,7 @@ fn main() -> std::process::ExitCode {
             fault_gap,
             inject_bug,
             stall_percent,
+            shared_percent,
             no_postgres,
             out,
             seed,
@@ -217,6 +222,7 @@ fn main() -> std::process::ExitCode {
                 fault_gap: Duration::from_secs(fault_gap),
                 inject_bugs: inject_bug,
                 stall_percent,
+                shared_percent,
                 postgres: !no_postgres,
                 out_dir: out,
                 seed,

@@ -1,7 +1,9 @@
 //! The in-test fenced resource: a register per key that accepts a write only if its token
 //! is not below the highest token it has accepted (the holder of the current grant may
-//! write many times). Workers reach it over TCP on loopback, one line per write:
-//! `W <key> <token>` answered `OK` or `STALE`.
+//! write many times), and serves a read (a shared holder's) only under a token at least
+//! that one: a reader granted before the last writer was paused while it came and went.
+//! Workers reach it over TCP on loopback, one line per call: `W <key> <token>` or
+//! `R <key> <token>`, answered `OK` or `STALE`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -44,14 +46,16 @@ async fn serve(conn: TcpStream, fences: Arc<Mutex<HashMap<String, u64>>>) {
             parts.next(),
             parts.next().map(str::parse::<u64>),
         ) {
-            (Some("W"), Some(key), Some(Ok(token))) => {
+            (Some(op @ ("W" | "R")), Some(key), Some(Ok(token))) => {
                 let Ok(mut f) = fences.lock() else { return };
                 let current = f.entry(key.to_owned()).or_insert(0);
-                if token >= *current {
-                    *current = token;
-                    "OK\n"
-                } else {
+                if token < *current {
                     "STALE\n"
+                } else {
+                    if op == "W" {
+                        *current = token;
+                    }
+                    "OK\n"
                 }
             }
             _ => "ERR\n",
@@ -79,8 +83,18 @@ impl RegisterClient {
 
     /// Ok(true): accepted; Ok(false): refused as stale.
     pub async fn write(&mut self, key: &str, token: u64) -> anyhow::Result<bool> {
+        self.call("W", key, token).await
+    }
+
+    /// Ok(true): served; Ok(false): refused as stale (a write under a later token came
+    /// first).
+    pub async fn read(&mut self, key: &str, token: u64) -> anyhow::Result<bool> {
+        self.call("R", key, token).await
+    }
+
+    async fn call(&mut self, op: &str, key: &str, token: u64) -> anyhow::Result<bool> {
         self.write
-            .write_all(format!("W {key} {token}\n").as_bytes())
+            .write_all(format!("{op} {key} {token}\n").as_bytes())
             .await?;
         match self.lines.next_line().await?.as_deref() {
             Some("OK") => Ok(true),

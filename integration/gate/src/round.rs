@@ -12,7 +12,7 @@ use super::{timeline, worker};
 use lock_integration::paths::workspace_bin;
 use lock_integration::process::Proc;
 use lock_integration::registry::{
-    GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, gate_id, write_test_registry,
+    GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, SHARED_PREFIX, gate_id, write_test_registry,
 };
 use lock_integration::{Stack, StackOptions};
 use std::path::{Path, PathBuf};
@@ -210,6 +210,7 @@ pub async fn round(
             keys: worker::KeyPlan {
                 fifo_prefix: GATE_PREFIX.into(),
                 durable_prefix: GATE_DURABLE_PREFIX.into(),
+                shared_prefix: SHARED_PREFIX.into(),
                 run: run_id.clone(),
                 per_generation: opts.keys_per_generation,
                 generation_ms: u64::try_from(opts.generation.as_millis())?,
@@ -230,6 +231,7 @@ pub async fn round(
             leak_percent: opts.leak_percent,
             set_percent: opts.set_percent,
             election_percent: opts.election_percent,
+            shared_percent: opts.shared_percent,
             // Past the TTL by two seconds: the store has ended the session (renewals stop
             // with the stall) and a waiter has been granted and written.
             stall_ms: u64::from(GATE_TTL) * 1000 + 2000,
@@ -286,6 +288,7 @@ pub async fn round(
             served: None,
             rev: None,
             set: None,
+            shared: false,
         });
         op
     };

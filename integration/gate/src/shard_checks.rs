@@ -167,6 +167,7 @@ mod tests {
             served: None,
             rev: None,
             set: None,
+            shared: false,
         }
     }
 

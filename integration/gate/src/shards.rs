@@ -598,6 +598,7 @@ mod tests {
             served: None,
             rev: None,
             set: None,
+            shared: false,
         }
     }
 

@@ -97,6 +97,7 @@ mod tests {
             served: None,
             rev: None,
             set: None,
+            shared: false,
         }
     }
 

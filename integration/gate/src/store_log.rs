@@ -7,7 +7,8 @@
 use super::history::mono_ns;
 use etcd_client::{EventType, WatchOptions};
 use lock_arbiter::layout::{
-    EPOCH_KEY, FORCE_PREFIX, HOLDER_PREFIX, Holder, SESSION_PREFIX, decode,
+    EPOCH_KEY, FORCE_PREFIX, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARED_PREFIX, decode,
+    lease_hex,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -150,7 +151,7 @@ async fn watch_all(
                             _ => (kv.create_revision(), kv.lease(), kv.mod_revision()),
                         };
                         let key = String::from_utf8_lossy(kv.key()).into_owned();
-                        let holder = (!delete && key.starts_with(HOLDER_PREFIX))
+                        let holder = (!delete && hold_of(&key).is_some())
                             .then(|| decode::<Holder>(kv.value()).map(|h| h.spiffe_id))
                             .flatten();
                         events.push(StoreEvent {
@@ -187,6 +188,23 @@ async fn watch_all(
             }
         }
     }
+}
+
+/// The lock key a holder record holds, and whether it is a shared hold: `/l/<key>` (the
+/// exclusive holder, every class) or `/r/<key>//s/<lease>` (a shared hold). A key has no
+/// empty segment, so the first `//` after the prefix ends it.
+pub fn hold_of(etcd_key: &str) -> Option<(&str, bool)> {
+    if let Some(key) = etcd_key.strip_prefix(HOLDER_PREFIX) {
+        return Some((key, false));
+    }
+    let (key, rest) = etcd_key.strip_prefix(SHARED_PREFIX)?.split_once("//")?;
+    rest.starts_with("s/").then_some((key, true))
+}
+
+/// The lock key of an exclusive waiter's mark, `/r/<key>//w/<lease>`.
+pub fn writer_mark_of(etcd_key: &str) -> Option<&str> {
+    let (key, rest) = etcd_key.strip_prefix(SHARED_PREFIX)?.split_once("//")?;
+    rest.starts_with("w/").then_some(key)
 }
 
 /// The store's history, indexed for the checker.
@@ -226,6 +244,12 @@ pub struct StoreTruth {
     /// two releases by one session).
     pub batches: usize,
     pub batched_writes: usize,
+    /// (lock key, revision) -> the shared hold record made at that revision: lookups by
+    /// key and token revision find a shared hold here, every other at `/l/<key>`.
+    pub shared_records: HashMap<(String, i64), String>,
+    /// What the store shows of shared classes: reader–writer conflicts, and counts
+    /// (`shared_rules::replay`).
+    pub rw: crate::shared_rules::Replay,
 }
 
 impl StoreTruth {
@@ -234,7 +258,11 @@ impl StoreTruth {
         // The live hold of each holder key, to end it when a handoff writes over it.
         let mut live: HashMap<String, i64> = HashMap::new();
         for e in events {
-            if let Some(_key) = e.key.strip_prefix(HOLDER_PREFIX) {
+            if let Some((key, shared)) = hold_of(&e.key) {
+                if shared && !e.delete {
+                    t.shared_records
+                        .insert((key.to_owned(), e.revision), e.key.clone());
+                }
                 let id = (e.key.clone(), e.hold_id());
                 if e.delete {
                     if let Some(seen) = t.hold_seen.get_mut(&id) {
@@ -286,26 +314,57 @@ impl StoreTruth {
                 t.batched_writes += n;
             }
         }
+        t.rw = crate::shared_rules::replay(events);
         t
+    }
+
+    /// The record of the hold of `key` made at `revision`: its shared hold record if it
+    /// was one, else the exclusive holder `/l/<key>`.
+    fn hkey(&self, key: &str, revision: i64) -> String {
+        self.shared_records
+            .get(&(key.to_owned(), revision))
+            .cloned()
+            .unwrap_or_else(|| format!("{HOLDER_PREFIX}{key}"))
+    }
+
+    /// When the watcher saw the hold of `key` made at `revision` (an upper bound on when
+    /// it was made).
+    pub fn made_seen(&self, key: &str, revision: i64) -> Option<u64> {
+        self.hold_seen
+            .get(&(self.hkey(key, revision), revision))
+            .map(|(made, _)| *made)
+    }
+
+    /// Whether the hold of `key` made at `revision` was a shared hold.
+    pub fn is_shared(&self, key: &str, revision: i64) -> bool {
+        self.shared_records
+            .contains_key(&(key.to_owned(), revision))
+    }
+
+    /// Whether the log has any hold record of `key` (exclusive or shared).
+    pub fn logged(&self, key: &str) -> bool {
+        self.hold_lease
+            .keys()
+            .any(|(k, _)| hold_of(k).is_some_and(|(lk, _)| lk == key))
     }
 
     /// Did the grant of `key` at `revision` create a holder key?
     pub fn backed(&self, key: &str, revision: i64) -> bool {
         self.holds
-            .contains_key(&(format!("{HOLDER_PREFIX}{key}"), revision))
+            .contains_key(&(self.hkey(key, revision), revision))
     }
 
     /// The identity named by the holder record created at `revision`, if the log has it.
     pub fn identity_of(&self, key: &str, revision: i64) -> Option<&str> {
         self.hold_identity
-            .get(&(format!("{HOLDER_PREFIX}{key}"), revision))
+            .get(&(self.hkey(key, revision), revision))
             .map(String::as_str)
     }
 
     /// The lease the holder record created at `revision` was written on.
     pub fn lease_of(&self, key: &str, revision: i64) -> Option<i64> {
         self.hold_lease
-            .get(&(format!("{HOLDER_PREFIX}{key}"), revision))
+            .get(&(self.hkey(key, revision), revision))
             .copied()
     }
 
@@ -313,17 +372,19 @@ impl StoreTruth {
     /// the revision that deleted it (inner None: it lived to the end of the run).
     pub fn deleted_at(&self, key: &str, revision: i64) -> Option<Option<i64>> {
         self.holds
-            .get(&(format!("{HOLDER_PREFIX}{key}"), revision))
+            .get(&(self.hkey(key, revision), revision))
             .copied()
     }
 
-    /// Holds of `key` written on `lease`: (create revision, seen created, seen deleted).
+    /// Holds of `key` written on `lease`, exclusive or shared: (create revision, seen
+    /// created, seen deleted).
     pub fn holds_on(&self, key: &str, lease: i64) -> Vec<(i64, u64, Option<u64>)> {
         let hkey = format!("{HOLDER_PREFIX}{key}");
+        let shared = format!("{SHARED_PREFIX}{key}//s/{}", lease_hex(lease));
         let mut out: Vec<_> = self
             .hold_lease
             .iter()
-            .filter(|((k, _), l)| *k == hkey && **l == lease)
+            .filter(|((k, _), l)| (*k == hkey || *k == shared) && **l == lease)
             .filter_map(|((k, rev), _)| {
                 let (made, gone) = self.hold_seen.get(&(k.clone(), *rev))?;
                 Some((*rev, *made, *gone))
@@ -357,7 +418,7 @@ impl StoreTruth {
     /// (its session ended, an epoch advance deleted it, or operators force-released it),
     /// if it was.
     pub fn revoked_at(&self, key: &str, revision: i64) -> Option<i64> {
-        let id = (format!("{HOLDER_PREFIX}{key}"), revision);
+        let id = (self.hkey(key, revision), revision);
         let deleted = (*self.holds.get(&id)?)?;
         let lease = self.hold_lease.get(&id).copied().unwrap_or(0);
         let by_session = self.session_end.get(&lease) == Some(&deleted);

@@ -11,11 +11,12 @@ mod hold_stream;
 mod plan;
 mod renewals;
 mod set;
+mod shared;
 
 pub use attacker::{ATTACKS, AttackerPlan};
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::{self as remote, Svid};
-use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest, ReleaseRequest};
+use lock_config::proto::v1::{AcquireRequest, HoldMode, OpenSessionRequest, ReleaseRequest};
 pub use plan::{ClientPlan, KeyPlan, WorkerPlan};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
@@ -71,6 +72,9 @@ struct Client {
     link: Option<hold_stream::Link>,
     ops: u64,
     contested: Contested,
+    /// This round's hold is asked for, held and released `SHARED` (a shared round's
+    /// reader); reset at the top of every round.
+    shared: bool,
 }
 
 /// A call's outcome as the history records it.
@@ -152,6 +156,7 @@ impl Client {
             link: None,
             ops: 0,
             contested,
+            shared: false,
         })
     }
 
@@ -170,6 +175,15 @@ impl Client {
             served: None,
             rev: None,
             set: None,
+            shared: self.shared && matches!(f, Kind::Acquire | Kind::Release),
+        }
+    }
+
+    fn mode(&self) -> i32 {
+        if self.shared {
+            HoldMode::Shared.into()
+        } else {
+            HoldMode::Exclusive.into()
         }
     }
 
@@ -229,6 +243,7 @@ impl Client {
 
     async fn run(mut self) -> anyhow::Result<()> {
         while !self.done() {
+            self.shared = false;
             let (key, contested) = match self.contested_key() {
                 Some(k) => (k, true),
                 None => (self.plan.keys.pick(&mut self.rng, self.plan.origin), false),
@@ -247,6 +262,11 @@ impl Client {
             if !contested && self.rng.random_range(0..100) < self.plan.election_percent {
                 let key = self.plan.keys.leader(self.plan.origin);
                 self.lead(&key).await;
+                continue;
+            }
+            if !contested && self.rng.random_range(0..100) < self.plan.shared_percent {
+                let key = self.plan.keys.pick_shared(&mut self.rng, self.plan.origin);
+                self.shared_round(&key).await;
                 continue;
             }
             if !contested && self.rng.random_range(0..100) < self.plan.set_percent {
@@ -339,7 +359,7 @@ impl Client {
             key: key.into(),
             session_id: session,
             wait_millis: wait_ms,
-            ..Default::default()
+            mode: self.mode(),
         };
         let limit = CALL_TIMEOUT + Duration::from_millis(wait_ms);
         self.link = None;
@@ -387,7 +407,7 @@ impl Client {
             key: key.into(),
             token,
             session_id: session.unwrap_or(0),
-            ..Default::default()
+            mode: self.mode(),
         };
         let on_stream = match link {
             Some(link) => {

@@ -46,6 +46,13 @@ async fn every_fault_kind_with_zero_violations() {
     assert!(report.sets > 0, "no set was granted");
     // Elections: leaders were elected under the faults, each term held to the lock's rules.
     assert!(report.terms > 0, "no leader was elected");
+    // Shared holds: readers and writers of the shared class's keys under the faults, held
+    // to the reader-writer rules.
+    assert!(report.shared_readers > 0, "no shared hold was granted");
+    assert!(
+        report.shared_writers > 0,
+        "no writer of a shared key was granted"
+    );
     // The observer followed keys through the faults, and saw holds end more than one way.
     assert!(
         report.observed.get("granted").copied().unwrap_or(0) > 0,
@@ -114,6 +121,24 @@ async fn catches_siblings_refused_as_leaks_observe_ends_told_as_releases_and_a_s
     assert!(
         found(&report, "exclusion") || !report.not_linearizable.is_empty(),
         "no set granted over a holder caught"
+    );
+}
+
+/// Issue 35: a shared grant that ignores a waiting writer's mark (so that a stream of
+/// readers could starve the writer) is caught against the store log, which shows the
+/// reader's record made while the writer's mark stood.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_readers_granted_past_a_waiting_writer() {
+    let mut opts = with_bug("shared-ignores-writer", 15, vec![]);
+    // Enough readers and writers on one key for writers to wait among readers.
+    opts.shared_percent = 60;
+    let report = run(opts).await;
+    assert!(report.writers_marked > 0, "no writer waited: no test");
+    assert!(!report.passed());
+    assert!(
+        found(&report, "shared-store"),
+        "no reader granted past a waiting writer caught"
     );
 }
 

@@ -196,6 +196,7 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     served: None,
                     rev: None,
                     set: None,
+                    shared: false,
                 });
             }
         }),
@@ -234,6 +235,7 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     served: None,
                     rev: None,
                     set: None,
+                    shared: false,
                 });
             }
         }),

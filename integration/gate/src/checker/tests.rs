@@ -28,6 +28,7 @@ fn ev(c: u32, op: u64, t: u64, ph: Phase, f: Kind, s: i64, token: Option<u64>) -
         served: None,
         rev: None,
         set: None,
+        shared: false,
     }
 }
 

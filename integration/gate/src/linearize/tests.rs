@@ -20,6 +20,7 @@ fn op(client: u32, kind: Kind, session: i64, token: Option<u64>, t: (u64, u64), 
         served: None,
         rev: None,
         set: None,
+        shared: false,
     }
 }
 
@@ -251,6 +252,7 @@ fn an_epoch_advance_falls_at_its_commit_revision() {
         served: None,
         rev: None,
         set: None,
+        shared: false,
     };
     let refs: Vec<&Op> = ops.iter().collect();
     let by_time = StoreTruth::default();

@@ -45,6 +45,7 @@ impl Shared {
             served: None,
             rev: None,
             set: None,
+            shared: false,
         }
     }
 

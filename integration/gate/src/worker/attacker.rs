@@ -454,6 +454,7 @@ impl Attacker {
             served: None,
             rev: None,
             set: None,
+            shared: false,
         });
         self.next_op
     }
@@ -480,6 +481,7 @@ impl Attacker {
             served: None,
             rev: None,
             set: None,
+            shared: false,
         });
     }
 }

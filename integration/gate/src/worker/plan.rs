@@ -66,6 +66,11 @@ pub struct WorkerPlan {
     /// resign.
     #[serde(default)]
     pub election_percent: u32,
+    /// Share of rounds on a key of the shared class (reader–writer): most take it
+    /// `SHARED` and read the register under the reader's token, the rest take it
+    /// `EXCLUSIVE` and write to it.
+    #[serde(default)]
+    pub shared_percent: u32,
     /// This worker also runs the attacker.
     #[serde(default)]
     pub attacker: Option<super::attacker::AttackerPlan>,
@@ -79,6 +84,9 @@ pub struct WorkerPlan {
 pub struct KeyPlan {
     pub fifo_prefix: String,
     pub durable_prefix: String,
+    /// The `shared: true` class's prefix (empty: no shared rounds).
+    #[serde(default)]
+    pub shared_prefix: String,
     pub run: String,
     pub per_generation: u32,
     pub generation_ms: u64,
@@ -121,6 +129,13 @@ impl KeyPlan {
     pub(super) fn leader(&self, origin: u64) -> String {
         let g = mono_ns().saturating_sub(origin) / (self.generation_ms.max(1) * 1_000_000);
         format!("{}/{}/g{g}/leader", self.fifo_prefix, self.run)
+    }
+
+    /// The shared class's key of a generation (one, so that readers meet each other and
+    /// writers meet readers).
+    pub(super) fn pick_shared(&self, rng: &mut StdRng, origin: u64) -> String {
+        let g = self.generation(rng, origin);
+        format!("{}/{}/g{g}/k0", self.shared_prefix, self.run)
     }
 
     pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {

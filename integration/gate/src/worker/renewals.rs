@@ -78,6 +78,7 @@ async fn renew(
         served: None,
         rev: None,
         set: None,
+        shared: false,
     };
     while !dead.load(Ordering::SeqCst) {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
