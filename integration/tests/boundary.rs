@@ -444,7 +444,9 @@ async fn the_peer_check_switched_off_is_caught() {
 
 /// Wire-level shapes through the edge: the first message split at every byte (with a
 /// forged trailer each time), a second message with another key, a trailing partial
-/// message, hand-made protobuf with the key field twice, pseudo-headers in trailers.
+/// message, hand-made protobuf with the key field twice, pseudo-headers in trailers; and
+/// for sets, the AcquireAll body split at every byte with forged trailers, two sets in one
+/// call, and a ReleaseAll with forged trailers.
 #[tokio::test]
 async fn hostile_frames_through_the_edge_forge_nothing() {
     let s = scene(&[], &[]).await;
@@ -522,6 +524,8 @@ impl Scene {
                 "two messages: not a grant of the first key: {reply:?}"
             )),
         }
+
+        wrong.extend(self.probe_set_frames(&mut c, session).await);
 
         // A complete message followed by part of another.
         let mut partial = acq("pay/ledger/partial");
@@ -601,6 +605,88 @@ impl Scene {
             }
         }
         wrong.extend(self.forgeries().await);
+        wrong
+    }
+}
+
+impl Scene {
+    /// The same shapes with sets (AcquireAll, ReleaseAll), whose keys ride in a repeated
+    /// field and pass to the arbiter as `x-lock-keys`: the body split at every byte with
+    /// forged trailers (the operator's identity, and on every other cut `x-lock-keys`
+    /// naming the victim's key),
+    /// two sets in one call, and a ReleaseAll with forged trailers. Returns what broke
+    /// the rules; `forgeries` then sees anything held in another's name.
+    async fn probe_set_frames(&self, c: &mut H2Client, session: i64) -> Vec<String> {
+        let mut wrong = Vec::new();
+        let identity = ("x-lock-identity".to_owned(), OPERATOR.to_owned());
+        let victim_keys = ("x-lock-keys".to_owned(), encode_key(VICTIM_KEY));
+        let forged = Part::Trailers(vec![identity.clone(), victim_keys.clone()]);
+        let set = |keys: &[String]| {
+            grpc_frame(
+                &AcquireAllRequest {
+                    keys: keys.to_vec(),
+                    session_id: session,
+                    wait_millis: 0,
+                }
+                .encode_to_vec(),
+            )
+        };
+        let keys = |name: &str| {
+            vec![
+                format!("pay/ledger/{name}-a"),
+                format!("pay/ledger/{name}-b"),
+            ]
+        };
+        let len = set(&keys("set-split-00")).len();
+        for cut in 1..len {
+            // Keys of one length for every cut, each cut its own set.
+            let body = set(&keys(&format!("set-split-{cut:02}")));
+            // The identity alone on odd cuts (a set held in the operator's name, were it
+            // read), with the victim's key as the set's keys on even ones.
+            let trailers = if cut % 2 == 1 {
+                vec![identity.clone()]
+            } else {
+                vec![identity.clone(), victim_keys.clone()]
+            };
+            let parts = [
+                Part::Data(body[..cut].to_vec()),
+                Part::Data(body[cut..].to_vec()),
+                Part::Trailers(trailers),
+            ];
+            let reply = c.call("AcquireAll", &[], &parts).await.unwrap();
+            if !reply.ok() {
+                wrong.push(format!("set split at {cut}: {reply:?}"));
+            }
+        }
+        // Two sets in one unary call: only the first, the one the edge decided, counts.
+        let mut two = set(&keys("set-first"));
+        two.extend(set(&["orders/set-second".to_owned()]));
+        let reply = c
+            .call("AcquireAll", &[], &[Part::Data(two), Part::End])
+            .await
+            .unwrap();
+        let Ok(granted) = reply.decode::<AcquireAllResponse>() else {
+            wrong.push(format!("two sets: not a grant of the first: {reply:?}"));
+            return wrong;
+        };
+        if granted.keys != keys("set-first") {
+            wrong.push(format!("two sets: granted {:?}", granted.keys));
+        }
+        // Its release, with forged trailers: it ends the ledger's own set, nothing else.
+        let release = ReleaseAllRequest {
+            keys: keys("set-first"),
+            token: granted.token,
+            session_id: session,
+        };
+        let parts = [
+            Part::Data(grpc_frame(&release.encode_to_vec())),
+            forged.clone(),
+        ];
+        let reply = c.call("ReleaseAll", &[], &parts).await.unwrap();
+        match reply.decode::<ReleaseAllResponse>() {
+            Ok(r) if r.released_keys == keys("set-first") => {}
+            _ => wrong.push(format!("the set's own release: {reply:?}")),
+        }
         wrong
     }
 }
