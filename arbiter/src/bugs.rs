@@ -84,6 +84,12 @@ pub enum Bug {
     /// while a writer waits, so a steady stream of them starves it. The writer-starvation
     /// test names it.
     SharedIgnoresWriter,
+    /// A release whose transaction's answer was lost (NO_QUORUM: a timeout, etcd out of
+    /// reach) is answered released, as if it had committed (issue 34): a release that
+    /// assumes success. Where the arbiter cannot reach etcd (`arbiter-mute`,
+    /// `cut-arbiter-etcd`) or reaches it slowly (`slow-links`) the hold stays while its
+    /// holder was told it ended; the gate's release check names it.
+    ReleaseInDoubtAsReleased,
 }
 
 impl FromStr for Bug {
@@ -111,8 +117,9 @@ impl FromStr for Bug {
             "observe-end-as-release" => Ok(Bug::ObserveEndAsRelease),
             "set-without-one-compare" => Ok(Bug::SetWithoutOneCompare),
             "shared-ignores-writer" => Ok(Bug::SharedIgnoresWriter),
+            "release-in-doubt-as-released" => Ok(Bug::ReleaseInDoubtAsReleased),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare, shared-ignores-writer)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare, shared-ignores-writer, release-in-doubt-as-released)"
             )),
         }
     }

@@ -283,6 +283,25 @@ async fn catches_a_renewal_of_an_ended_session_after_the_edge_lost_an_arbiter() 
     );
 }
 
+/// Issue 34: a release whose answer was lost answered as released (a release that assumes
+/// success). Where the arbiter cannot reach etcd (muted, or cut off both ways while clients
+/// still reach it) the hold stays while its holder was told it ended: the release check
+/// sees an acknowledged release the store never made, or one naming a delete that was not.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_release_that_assumes_success_when_the_arbiter_loses_etcd() {
+    let report = run(with_bug(
+        "release-in-doubt-as-released",
+        30,
+        vec![faults::Fault::ArbiterMute, faults::Fault::CutArbiterEtcd],
+    ))
+    .await;
+    assert!(
+        found(&report, "release"),
+        "a release acknowledged without its delete went unseen"
+    );
+}
+
 /// The attacker's forgeries succeed once the layers that stop them are switched off (the
 /// filter keeps `x-lock-*` trailers, the arbiter reads edge headers from merged metadata
 /// and admits any peer certificate), and the gate reports them.
