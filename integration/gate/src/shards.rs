@@ -19,13 +19,15 @@
 //! With `faults` (`make gate`; issue 34), each move runs under faults: the add with shard
 //! `e1`'s etcd frozen (SIGSTOP) for 2 s and the coord cluster's etcd (its leader: it is
 //! the only member) killed and restarted, the pin with arbiter-0 frozen for 3 s, so it
-//! resumes mid-move holding the map it had, and arbiter-1 killed and restarted; a move a
+//! resumes mid-move holding the map it had, arbiter-1 killed and restarted, and `e3` (the
+//! keys' destination; its only member, so its leader) partitioned from the arbiters and
+//! lockctl for 3 s through the relay its map address points at; a move a
 //! fault made fail is run again (the same command finishes a half-done move). The summary counts what each fault did to the
 //! workers' calls. Workers close their sessions when they stop, as a process that exits
 //! does, so a grant whose answer a fault lost leaves no hold behind.
 //!
-//! What this gate does not do (the main gate does, on one cluster): network partitions
-//! and link faults. Sessions live 30 s (the dev class's TTL) and are replaced
+//! What this gate does not do (the main gate does, on one cluster): link faults other than
+//! that one partition. Sessions live 30 s (the dev class's TTL) and are replaced
 //! every 15 s, so no hold here ends by expiry, and no move here needs an epoch advance.
 
 mod worker;
@@ -205,6 +207,19 @@ async fn freeze(name: &str, pid: Option<u32>, hold: Duration) -> (String, u64, u
     (name.to_owned(), from, mono_ns())
 }
 
+/// A partition beside a move: 50 ms into it (before the move's writes reach the cluster
+/// behind `link`), every connection through `link` is cut both ways (bytes held, nothing
+/// reset) for 3 s, then healed. Returns its window.
+async fn partition(name: &str, link: &lock_integration::link::Link) -> (String, u64, u64) {
+    use lock_integration::link::{Lane, Shape};
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let from = mono_ns();
+    link.set(Shape::both(Lane::cut()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    link.heal();
+    (name.to_owned(), from, mono_ns())
+}
+
 /// A kill beside a move: 500 ms into it, `pid` gets SIGKILL (the caller restarts it and
 /// closes the window). Returns the fault's name and when it began.
 async fn kill_after(name: &str, pid: Option<u32>) -> (String, u64) {
@@ -283,6 +298,11 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         e3.name.clone(),
         StoreWatcher::start(vec![e3.client_url.clone()], root.clone()),
     ));
+    // Everyone but the store watcher reaches e3 through a relay (its address is the one the
+    // shard map names), so that its leader (its only member) can be partitioned from the
+    // arbiters and lockctl during a move while it runs on.
+    let e3_link = lock_integration::link::Link::start(e3.client_addr)?;
+    let e3_url = format!("https://{}", e3_link.addr);
     // A new cluster's first epoch is a bootstrap step, root's (ADR-03: the operator who
     // adds the shard may not write /sys/epoch); the add itself is the operator's.
     let coord = stack.etcd_urls();
@@ -361,7 +381,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     let mut windows = Vec::new();
     tokio::time::sleep(opts.phase).await;
     for (i, args) in [
-        vec!["add".to_owned(), format!("e3={}", e3.client_url)],
+        vec!["add".to_owned(), format!("e3={e3_url}")],
         vec![
             "move".to_owned(),
             "orders".into(),
@@ -399,9 +419,18 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
                 None => None,
             }
         };
-        let ((mut ok, mut line), window, kill) =
-            tokio::join!(shard_move(&stack, &shared, args.clone()), fault, kill);
+        // And during the pin, e3 (the keys' destination) cut off both ways for 3 s.
+        let cut = async {
+            if i == 1 && opts.faults {
+                Some(partition("partitioned e3's leader 3 s during the pin", &e3_link).await)
+            } else {
+                None
+            }
+        };
+        let ((mut ok, mut line), window, kill, cut) =
+            tokio::join!(shard_move(&stack, &shared, args.clone()), fault, kill, cut);
         windows.extend(window);
+        windows.extend(cut);
         if let Some((name, from)) = kill {
             let restarted = match i {
                 0 => {
