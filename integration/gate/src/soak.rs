@@ -100,7 +100,7 @@ async fn sample_and_compact(stack: &Stack) -> anyhow::Result<Sample> {
 
 fn counts(r: &GateReport) -> String {
     format!(
-        "{} ops, {} grants, {} faults, {} violations, {} not linearizable, {} unchecked, stale refused {:?}{}",
+        "{} ops, {} grants, {} faults, {} violations, {} not linearizable, {} unchecked, stale refused {:?}; {} terms, {} sets, {} readers, {} writers of shared keys{}",
         r.operations,
         r.grants,
         r.faults.len(),
@@ -108,6 +108,10 @@ fn counts(r: &GateReport) -> String {
         r.not_linearizable.len(),
         r.unchecked.len(),
         r.stale_refused,
+        r.terms,
+        r.sets,
+        r.shared_readers,
+        r.shared_writers,
         if r.passed() {
             String::new()
         } else {
