@@ -33,31 +33,11 @@
 use super::history::{Kind, Op};
 use super::store_log::StoreTruth;
 use crate::store_log::hold_of;
+pub use crate::violation::{Violation, revision};
 use lock_arbiter::layout::HOLDER_PREFIX;
 use lock_config::FencingToken;
 use lock_integration::registry::gate_client_identity;
 use std::collections::BTreeMap;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    pub check: &'static str,
-    pub key: String,
-    pub detail: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "[{}] {}: {}", self.check, self.key, self.detail)
-    }
-}
-
-/// The revision half of a token.
-pub fn revision(token: u64) -> i64 {
-    FencingToken::from_u64(token)
-        .ok()
-        .and_then(|t| i64::try_from(t.revision()).ok())
-        .unwrap_or(i64::MAX)
-}
 
 /// Every check, over every key.
 pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {

@@ -20,6 +20,7 @@ pub mod siblings;
 pub mod soak;
 pub mod store_log;
 pub mod timeline;
+pub mod violation;
 pub mod worker;
 
 pub use round::{GateEnv, round, run};
@@ -357,6 +358,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         }
     }
     let verdicts = linearize::check_all(&ops, &truth, steps);
+    let rw = shared_rules::replay(&truth.rw_events);
     let effects = fault_effects(history_dir, &ops, &truth);
     let mut by_kind = BTreeMap::new();
     for op in &ops {
@@ -443,8 +445,8 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
                     .is_some_and(|k| k.starts_with(lock_integration::registry::SHARED_PREFIX))
             })
             .count(),
-        readers_overlapping: truth.rw.shared_overlapping,
-        writers_marked: truth.rw.marks_made,
+        readers_overlapping: rw.shared_overlapping,
+        writers_marked: rw.marks_made,
         reads_served: ops
             .iter()
             .filter(|o| o.kind == Kind::Read && o.ok())

@@ -15,9 +15,9 @@
 //! - a read it refused was a reader's whose hold the store had ended before the writer
 //!   that wrote past it was granted: a live reader is never refused.
 
-use crate::checker::{Violation, revision};
 use crate::history::{Kind, Op};
 use crate::store_log::{StoreEvent, StoreTruth, hold_of, writer_mark_of};
+use crate::violation::{Violation, revision};
 use std::collections::{BTreeMap, HashMap};
 
 /// A reader–writer rule the store's own history breaks.
@@ -127,7 +127,7 @@ pub fn replay(events: &[StoreEvent]) -> Replay {
 
 /// The store's conflicts, and the register's reads, as violations.
 pub fn check(ops: &[Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
-    for c in &truth.rw.conflicts {
+    for c in &replay(&truth.rw_events).conflicts {
         out.push(Violation {
             check: "shared-store",
             key: c.key.clone(),

@@ -247,9 +247,9 @@ pub struct StoreTruth {
     /// (lock key, revision) -> the shared hold record made at that revision: lookups by
     /// key and token revision find a shared hold here, every other at `/l/<key>`.
     pub shared_records: HashMap<(String, i64), String>,
-    /// What the store shows of shared classes: reader–writer conflicts, and counts
-    /// (`shared_rules::replay`).
-    pub rw: crate::shared_rules::Replay,
+    /// Every holder record's and writer's mark's event, in order: what the reader–writer
+    /// rules replay (`shared_rules::replay`).
+    pub rw_events: Vec<StoreEvent>,
 }
 
 impl StoreTruth {
@@ -314,7 +314,11 @@ impl StoreTruth {
                 t.batched_writes += n;
             }
         }
-        t.rw = crate::shared_rules::replay(events);
+        t.rw_events = events
+            .iter()
+            .filter(|e| hold_of(&e.key).is_some() || writer_mark_of(&e.key).is_some())
+            .cloned()
+            .collect();
         t
     }
 
