@@ -156,7 +156,7 @@ impl Reason {
             }
             Reason::HeldDeadline => "Held by another session when the caller's wait ended.",
             Reason::LeakedHold => {
-                "This process holds the key under another session (ADR-13): the same identity and the same instance (`lock-instance`), or, for a client that sends no instance, the same identity. The process lost its session (a renewal gap past the TTL) and asked again before its old hold lapsed; the old hold ends by itself within the TTL. A queue does not turn a leak into a wait. Replicas of one identity with their own instances are never told this: they queue."
+                "This process holds the key under another session (ADR-13): the same identity and the same instance (`lock-instance`), or, for a client that sends no instance, the same identity. The process lost its session (a renewal gap past the TTL) and asked again before its old hold lapsed; the old hold ends by itself within the TTL. A queue does not turn a leak into a wait. Replicas of one identity with their own instances are never told this: they queue. On a `shared: true` class it is also the answer to a session that holds the key in the other mode (shared and asking exclusive, or the reverse): release that hold first."
             }
             Reason::StaleToken => {
                 "Release or validate with a token that is not the key's current grant (or not the caller's): the hold already ended or was handed on."
