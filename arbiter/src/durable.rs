@@ -1,5 +1,5 @@
 //! Durable fairness (ADR-14, `fairness: durable`): waiters are keys
-//! `/q/<key>/<lease-hex>` on the waiter's session lease, granted in create-revision order,
+//! `/q/<key>//<lease-hex>` on the waiter's session lease, granted in create-revision order,
 //! so the order survives an arbiter restart or a ring change. Two consensus writes per
 //! waiter (enqueue; the grant transaction deletes the entry).
 //!
@@ -27,8 +27,12 @@ use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::time::Duration;
 
+/// Every durable waiter of `key`: `/q/<key>//`. After the key comes an empty segment, which
+/// no key can have, so the prefix holds exactly this key's entries. (`/q/<key>/` also held
+/// the waiters of every longer key under it: `pay/a`'s queue took `pay/a/b`'s waiters, and
+/// its release handed `pay/a` to one of them.)
 fn queue_prefix(key: &LockKey) -> String {
-    format!("{QUEUE_PREFIX}{}/", key.as_str())
+    format!("{QUEUE_PREFIX}{}//", key.as_str())
 }
 
 /// Durable waiters of `key`.

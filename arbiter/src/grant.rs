@@ -58,7 +58,7 @@ pub enum Attempt {
     },
 }
 
-/// A durable waiter's place `/q/<key>/<lease>`: the grant also requires it to still exist
+/// A durable waiter's place `/q/<key>//<lease>`: the grant also requires it to still exist
 /// (by its create revision) and deletes it in the same transaction.
 #[derive(Debug, Clone)]
 pub struct QueuePlace {

@@ -7,7 +7,7 @@
 //! /sys/epoch-allocator       EpochAllocator {last}          coord cluster only (ADR-03, 07)
 //! /l/<namespace>/<path>      Holder {spiffe_id, instance?, session, class, acquired_at_ms}  on the session lease
 //! /s/<lease-hex>             SessionRecord {spiffe_id, instance?, ttl_seconds, closing?}   on the session lease
-//! /q/<namespace>/<path>/<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
+//! /q/<namespace>/<path>//<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! /x/<lease-hex>/<nonce>     a settled grant attempt's fence (empty), on its session lease
 //! /r/<namespace>/<path>//s/<lease-hex>  a shared hold (`shared: true` class): Holder, on its session lease
 //! /r/<namespace>/<path>//w/<lease-hex>  an exclusive waiter of a shared class (empty), on its session lease

@@ -279,7 +279,7 @@ async fn validate_token_and_inspect() {
 async fn durable_entries(etcd: &mut etcd_client::Client, key: &str) -> usize {
     let q = etcd
         .get(
-            format!("/q/{key}/"),
+            format!("/q/{key}//"),
             Some(etcd_client::GetOptions::new().with_prefix()),
         )
         .await
@@ -589,4 +589,89 @@ async fn a_release_reaches_an_arbiter_whose_epoch_cache_is_behind() {
     let status = b.release(rel(&key, old)).await.unwrap_err();
     assert_eq!(reason_of(&status).map(|(r, _)| r), Some(Reason::StaleToken));
     b.release(rel(&key, token)).await.unwrap();
+}
+
+/// A durable key's queue is its own: the waiters of a longer key under it (`…/nest/inner`
+/// under `…/nest`) are neither counted as `…/nest`'s waiters nor handed `…/nest` when it
+/// is released. (Both were so while the queue's entries lived at `/q/<key>/<lease>`, a
+/// prefix that also holds `/q/<key>/inner/<lease>`: the release handed `…/nest` to a
+/// session that had asked only for `…/nest/inner`.)
+#[tokio::test]
+async fn a_durable_queue_holds_only_its_own_keys_waiters() {
+    use lock_integration::registry::FAIR_PREFIX;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let outer = format!("{FAIR_PREFIX}/nest");
+    let inner = format!("{FAIR_PREFIX}/nest/inner");
+    let (mut holder, hs) = waiter(&stack, 0).await;
+    let _ka0 = keep_alive(holder.clone(), hs);
+    let outer_grant = acquire(&mut holder, &outer, hs, 0).await.unwrap();
+    let inner_grant = acquire(&mut holder, &inner, hs, 0).await.unwrap();
+
+    // A waiter of the inner key, queued first.
+    let (mut w1, s1) = waiter(&stack, 1).await;
+    let _ka1 = keep_alive(w1.clone(), s1);
+    let inner_wait = {
+        let k = inner.clone();
+        tokio::spawn(async move { acquire(&mut w1, &k, s1, 30_000).await })
+    };
+    until_waiters(&holder, &inner, 1).await.unwrap();
+    let mut look = holder.clone();
+    assert_eq!(
+        inspect(&mut look, &outer).await.unwrap().waiters,
+        0,
+        "the inner key's waiter was counted as the outer key's"
+    );
+
+    // A waiter of the outer key, queued second: the outer key's release is its grant.
+    let (mut w2, s2) = waiter(&stack, 2).await;
+    let _ka2 = keep_alive(w2.clone(), s2);
+    let outer_wait = {
+        let k = outer.clone();
+        tokio::spawn(async move { acquire(&mut w2, &k, s2, 30_000).await })
+    };
+    until_waiters(&holder, &outer, 1).await.unwrap();
+    holder
+        .release(ReleaseRequest {
+            key: outer.clone(),
+            token: outer_grant.token,
+            session_id: hs,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(10), outer_wait)
+        .await
+        .expect("the outer key's waiter was not granted")
+        .unwrap();
+    assert!(granted.is_ok(), "{granted:?}");
+    let seen = inspect(&mut look, &outer).await.unwrap();
+    assert_eq!(
+        seen.holder_spiffe_id,
+        waiter_id(2),
+        "the outer key went to a session that never asked for it"
+    );
+    assert!(
+        !inner_wait.is_finished(),
+        "the inner key's waiter stopped waiting"
+    );
+
+    // The inner key's release is its own waiter's grant.
+    holder
+        .release(ReleaseRequest {
+            key: inner.clone(),
+            token: inner_grant.token,
+            session_id: hs,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(10), inner_wait)
+        .await
+        .expect("the inner key's waiter was not granted")
+        .unwrap();
+    assert!(granted.is_ok(), "{granted:?}");
+    assert_eq!(
+        inspect(&mut look, &inner).await.unwrap().holder_spiffe_id,
+        waiter_id(1)
+    );
 }
