@@ -141,11 +141,19 @@ impl KeyPlan {
     pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {
         let g = self.generation(rng, origin);
         let i = rng.random_range(0..self.per_generation.max(1));
-        let prefix = if rng.random_range(0..100) < self.durable_percent {
+        let durable = rng.random_range(0..100) < self.durable_percent;
+        let prefix = if durable {
             &self.durable_prefix
         } else {
             &self.fifo_prefix
         };
-        format!("{prefix}/{}/g{g}/k{i}", self.run)
+        // A quarter of durable picks take a key under another (`k0/inner` under `k0`): each
+        // key's queue must hold its own waiters only.
+        let inner = if durable && rng.random_range(0..100) < 25 {
+            "/inner"
+        } else {
+            ""
+        };
+        format!("{prefix}/{}/g{g}/k{i}{inner}", self.run)
     }
 }
