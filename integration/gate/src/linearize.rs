@@ -64,8 +64,12 @@ pub enum MutexOp {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MutexRet {
     Granted(u64),
-    /// HELD / LEAKED_HOLD: someone else's session held it.
+    /// HELD: someone else's session held it.
     Refused,
+    /// LEAKED_HOLD: another session held it (a sibling of the caller's identity, which
+    /// the model does not know apart from any other session) or the caller's own
+    /// session held it in the other mode (a shared hold asked for exclusively).
+    Leaked,
     Released,
     /// STALE_TOKEN: not the current grant.
     Stale,
@@ -143,7 +147,7 @@ impl SequentialSpec for FencedMutex {
                 }
                 _ => false,
             },
-            (MutexOp::Acquire { session }, MutexRet::Refused) => {
+            (MutexOp::Acquire { session }, MutexRet::Refused | MutexRet::Leaked) => {
                 matches!(self.holder, Some((s, _)) if s != *session)
             }
             (MutexOp::Release { session, token }, MutexRet::Released) => {
@@ -294,6 +298,11 @@ impl wgl::Model for MutexState {
                     return None;
                 }
             }
+            (MutexOp::Acquire { session }, Some(MutexRet::Leaked)) => {
+                if !s.held_by_other(*session) && !s.readers.contains_key(session) {
+                    return None;
+                }
+            }
             (MutexOp::Release { session, token }, Some(MutexRet::Released)) => {
                 if !s.ours(*session, *token) {
                     return None;
@@ -418,9 +427,8 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             (Kind::Acquire, Some((t, super::history::Phase::Ok)), _) => {
                 Some((t, MutexRet::Granted(op.token.unwrap_or(0))))
             }
-            (Kind::Acquire, Some((t, _)), Some("HELD" | "LEAKED_HOLD")) => {
-                Some((t, MutexRet::Refused))
-            }
+            (Kind::Acquire, Some((t, _)), Some("HELD")) => Some((t, MutexRet::Refused)),
+            (Kind::Acquire, Some((t, _)), Some("LEAKED_HOLD")) => Some((t, MutexRet::Leaked)),
             (Kind::Release, Some((t, super::history::Phase::Ok)), _) => {
                 Some((t, MutexRet::Released))
             }

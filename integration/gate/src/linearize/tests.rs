@@ -442,3 +442,50 @@ fn a_lost_grant_answered_again_by_a_retry_explains_a_refusal_before_it() {
         Verdict::Linearizable
     );
 }
+
+/// Found by `make soak` (round 2, seed 1002): a session's release of its shared hold was
+/// lost (NO_QUORUM), and its next acquire of the key, exclusive, was answered LEAKED_HOLD:
+/// its own shared hold still stood. That refusal is the caller's own hold, not another's.
+#[test]
+fn leaked_hold_to_a_session_holding_the_key_shared_is_its_own_hold() {
+    let shared = |mut o: Op| {
+        o.shared = true;
+        o
+    };
+    let leaked = |client, session, t| {
+        let mut o = op(client, Kind::Acquire, session, None, t, Phase::Fail);
+        o.why = Some("LEAKED_HOLD".into());
+        o
+    };
+    let mut lost_release = shared(op(1, Kind::Release, 10, Some(5), (20, 22), Phase::Info));
+    lost_release.why = Some("NO_QUORUM".into());
+    let ops = vec![
+        shared(op(1, Kind::Acquire, 10, Some(5), (0, 10), Phase::Ok)),
+        lost_release,
+        leaked(1, 10, (30, 32)),
+    ];
+    assert_eq!(verdict(&ops, &StoreTruth::default()), Verdict::Linearizable);
+
+    // Released for certain, nobody holds it: LEAKED_HOLD then has no hold to name.
+    let ops = vec![
+        shared(op(1, Kind::Acquire, 10, Some(5), (0, 10), Phase::Ok)),
+        shared(op(1, Kind::Release, 10, Some(5), (20, 22), Phase::Ok)),
+        leaked(1, 10, (30, 32)),
+    ];
+    assert_eq!(
+        verdict(&ops, &StoreTruth::default()),
+        Verdict::NotLinearizable
+    );
+
+    // HELD is another session's hold: the caller's own shared hold does not explain it.
+    let mut held = leaked(1, 10, (30, 32));
+    held.why = Some("HELD".into());
+    let ops = vec![
+        shared(op(1, Kind::Acquire, 10, Some(5), (0, 10), Phase::Ok)),
+        held,
+    ];
+    assert_eq!(
+        verdict(&ops, &StoreTruth::default()),
+        Verdict::NotLinearizable
+    );
+}
