@@ -31,6 +31,8 @@
 #   mdbook        crates.io mdbook (search feature only) into .deps/mdbook: `make docs`, and the
 #                 book's build check in `make test`
 #   chromium      Debian chromium (the approval page's browser test, driven by playwright-core)
+#   tmux          Debian tmux (`lockctl top`'s terminal view is tested as a person sees it:
+#                 send-keys, capture-pane)
 #   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
 #                 `install-deps.sh fuzz`)
 #   perf          Debian linux-perf (`make profile` only: `install-deps.sh perf`)
@@ -284,6 +286,13 @@ install_chromium() {
   system_apt_install chromium
 }
 
+install_tmux() {
+  # `lockctl top` is tested in a real terminal: tmux runs it, sends keys, captures the pane.
+  if command -v tmux >/dev/null 2>&1; then return; fi
+  log "tmux: installing Debian tmux"
+  system_apt_install tmux
+}
+
 install_python_client() {
   # The Python client's tests (integration/tests/python_client.rs) and grpcurl for the
   # getting-started example. Reinstalled when the pinned list changes.
@@ -342,6 +351,7 @@ install_node_tools
 install_node_client
 install_mdbook
 install_chromium
+install_tmux
 install_python_client
 mkdir -p "$DEPS/bin"
 for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done

@@ -27,6 +27,7 @@ pub mod registry;
 pub mod s3;
 pub mod sidecar;
 pub mod stack;
+pub mod tmux;
 pub mod workload_api;
 
 pub use stack::{Stack, StackOptions};

@@ -21,6 +21,7 @@ mod remote;
 mod run;
 mod shards;
 mod store;
+mod top;
 
 use clap::{Parser, Subcommand};
 pub use conn::Conn;
@@ -156,6 +157,10 @@ enum Cmd {
         #[command(subcommand)]
         cmd: store::RolesCmd,
     },
+    /// What is held now, from the store as the operator: the namespaces holding keys, or a
+    /// page of one namespace's held keys with their holders, sessions, waiters and flags
+    /// (held long, expiring, session gone, waiver expired). Never a token.
+    Top(top::TopArgs),
     /// Registry documents (ADR-24).
     Registry {
         #[command(subcommand)]
@@ -210,6 +215,7 @@ async fn main() -> ExitCode {
         Cmd::Restore(args) => store::restore(&args).map(done),
         Cmd::Audit(args) => audit::audit(args).await.map(done),
         Cmd::Register(args) => register::register(args).await.map(done),
+        Cmd::Top(args) => top::top(args).await.map(done),
         Cmd::ForceRelease { cmd } => force::run(cmd).await.map(done),
         Cmd::Shards { cmd } => shards::run(cmd).await.map(done),
         Cmd::Registry { cmd } => registry::registry(cmd).await,
