@@ -78,7 +78,7 @@ impl Flag {
 }
 
 /// How a row's session holds its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Exclusive,
