@@ -80,7 +80,12 @@ pub async fn acquire(
     let end = WaitEnd::after_with(wait, drain, granter.bugs);
     // Every etcd call is boxed: this future lives as long as the wait, and inline it would
     // be as large as the largest of them (found by `make heap-profile`).
-    let mut entry = Box::pin(enqueue(store, session, &prefix)).await?;
+    let (mut entry, length) = Box::pin(enqueue(store, session, &prefix)).await?;
+    if let Some(length) = length {
+        crate::metrics::METRICS.with_class(class.name, |m| {
+            m.queue_length_on_join.observe(length as f64)
+        });
+    }
     let _leave = LeaveOnDrop {
         store: store.clone(),
         key: entry.key.clone(),
@@ -155,7 +160,7 @@ impl InLine<'_> {
                         Err(ArbiterError::Held)
                             if !Box::pin(entry_exists(store, entry)).await? =>
                         {
-                            *entry = Box::pin(enqueue(store, session, self.prefix)).await?;
+                            *entry = Box::pin(enqueue(store, session, self.prefix)).await?.0;
                             continue;
                         }
                         Err(e) => return Err(e),
@@ -233,11 +238,13 @@ async fn delete(store: &Store, key: &str) -> Result<(), ArbiterError> {
 /// which reads as INTERNAL), while a failed compare is an answer: the session is gone
 /// (SESSION_EXPIRED, as a grant's own session compare says). Seen under the gate's
 /// arbiter-mute fault, whose renewals never arrive.
+/// Joins the queue at `prefix`: the place, and the queue's length just after (itself
+/// included; None for a place it already had), read in the same transaction.
 async fn enqueue(
     store: &Store,
     session: &Session,
     prefix: &str,
-) -> Result<QueuePlace, ArbiterError> {
+) -> Result<(QueuePlace, Option<usize>), ArbiterError> {
     let key = format!("{prefix}{}", lease_hex(session.lease));
     let skey = session_key(session.lease);
     let txn = Txn::new()
@@ -245,13 +252,25 @@ async fn enqueue(
             Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
             Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
         ])
-        .and_then(vec![TxnOp::put(
-            key.as_str(),
-            Vec::<u8>::new(),
-            Some(PutOptions::new().with_lease(session.lease)),
-        )])
+        .and_then(vec![
+            TxnOp::put(
+                key.as_str(),
+                Vec::<u8>::new(),
+                Some(PutOptions::new().with_lease(session.lease)),
+            ),
+            TxnOp::get(
+                prefix,
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+        ])
         .or_else(vec![TxnOp::get(key.as_str(), None)]);
     let resp = store.sealed().await?.txn(txn).await?;
+    let length = match resp.op_responses().get(1) {
+        Some(etcd_client::TxnOpResponse::Get(g)) if resp.succeeded() => {
+            usize::try_from(g.count()).ok()
+        }
+        _ => None,
+    };
     let create_revision = if resp.succeeded() {
         resp.header().map_or(0, |h| h.revision())
     } else {
@@ -265,10 +284,13 @@ async fn enqueue(
     if create_revision == 0 {
         return Err(ArbiterError::SessionNotFound);
     }
-    Ok(QueuePlace {
-        key,
-        create_revision,
-    })
+    Ok((
+        QueuePlace {
+            key,
+            create_revision,
+        },
+        length,
+    ))
 }
 
 /// The waiter just ahead of `mine`, and the revision the read saw.

@@ -54,6 +54,8 @@ pub async fn acquire(
     }
     let end = WaitEnd::after_with(wait, drain, granter.bugs);
     let ticket = queues.join(key.as_str());
+    let length = ticket.length_on_join as f64;
+    crate::metrics::METRICS.with_class(class.name, |m| m.queue_length_on_join.observe(length));
     let waiter = Waiter {
         granter,
         ticket: &ticket,

@@ -68,6 +68,12 @@ fn wait() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 19))
 }
 
+/// Queue lengths 1 to 1024 (11 buckets, ×2): a queue longer than that is a line, not a
+/// lock, and counts in +Inf.
+fn queue_lengths() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 11))
+}
+
 pub struct Metrics {
     registry: Registry,
     /// Grants returned to callers, by class.
@@ -87,6 +93,12 @@ pub struct Metrics {
     pub etcd_seconds: Histograms<OperationLabel>,
     /// Waiters queued at this arbiter now (memory and durable classes).
     pub queue_depth: Gauge,
+    /// The length of the key's queue as a waiter joined it, itself included, by class:
+    /// its quantiles are the queue depth a caller of the class meets (issue 36).
+    pub queue_length_on_join: Histograms<ClassLabel>,
+    /// Each class's `maxHoldSeconds`, for the classes that declare one: what
+    /// `LockHeldOverBound` holds the audit's oldest hold against.
+    pub class_hold_bound_seconds: Family<ClassLabel, Gauge>,
     /// Sessions renewed through this arbiter's KeepAlive streams now.
     pub sessions_kept: Gauge,
     /// Observe streams served now (against `--max-observers`).
@@ -128,6 +140,7 @@ pub struct ClassMetrics {
     pub releases: Counter,
     pub handoffs: Counter,
     pub acquire_seconds: Histogram,
+    pub queue_length_on_join: Histogram,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -143,6 +156,8 @@ impl Metrics {
         let request_seconds = Histograms::<OperationLabel>::new_with_constructor(latency);
         let etcd_seconds = Histograms::<OperationLabel>::new_with_constructor(latency);
         let queue_depth = Gauge::default();
+        let queue_length_on_join = Histograms::<ClassLabel>::new_with_constructor(queue_lengths);
+        let class_hold_bound_seconds = Family::<ClassLabel, Gauge>::default();
         let sessions_kept = Gauge::default();
         let observe_streams = Gauge::default();
         let keepalives = Counter::default();
@@ -192,6 +207,16 @@ impl Metrics {
             "queue_depth",
             "Waiters queued at this arbiter",
             queue_depth.clone(),
+        );
+        registry.register(
+            "queue_length_on_join",
+            "The key's queue length as a waiter joined it (itself included), by class",
+            queue_length_on_join.clone(),
+        );
+        registry.register(
+            "class_hold_bound_seconds",
+            "Each class's maxHoldSeconds, where it declares one (LockHeldOverBound)",
+            class_hold_bound_seconds.clone(),
         );
         registry.register(
             "sessions_kept",
@@ -255,6 +280,8 @@ impl Metrics {
             request_seconds,
             etcd_seconds,
             queue_depth,
+            queue_length_on_join,
+            class_hold_bound_seconds,
             sessions_kept,
             observe_streams,
             keepalives,
@@ -304,6 +331,7 @@ impl Metrics {
             releases: self.releases.get_or_create(&label).clone(),
             handoffs: self.handoffs.get_or_create(&label).clone(),
             acquire_seconds: self.acquire_seconds.get_or_create(&label).clone(),
+            queue_length_on_join: self.queue_length_on_join.get_or_create(&label).clone(),
         };
         if let Ok(mut map) = self.classes.write() {
             map.insert(class.to_owned(), m.clone());
@@ -319,7 +347,13 @@ impl Metrics {
             .map(|(name, spec)| (name, spec.owner.as_deref().unwrap_or("")))
             .collect();
         self.class_info.clear();
+        self.class_hold_bound_seconds.clear();
         for c in registry.classes() {
+            if let Some(bound) = c.spec.max_hold_seconds {
+                self.class_hold_bound_seconds
+                    .get_or_create(&self.class(c.name))
+                    .set(i64::from(bound));
+            }
             let label = ClassInfoLabel {
                 class: c.name.to_owned(),
                 namespace: c.spec.namespace.clone(),

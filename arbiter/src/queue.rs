@@ -71,12 +71,14 @@ impl Queues {
         // Push while holding the map entry (shard lock): `leave` removes an empty queue
         // under the same lock, so a waiter can never join a queue that was just dropped.
         let entry = self.keys.entry(key.to_owned()).or_default();
+        let mut length_on_join = 0;
         if let Ok(mut q) = entry.lock() {
             q.waiters.push_back(Slot {
                 id,
                 wake: wake.clone(),
                 offer: None,
             });
+            length_on_join = q.waiters.len();
         }
         drop(entry);
         Ticket {
@@ -84,6 +86,7 @@ impl Queues {
             key: key.to_owned(),
             id,
             wake,
+            length_on_join,
             _counted: crate::metrics::GaugeGuard::new(&crate::metrics::METRICS.queue_depth),
         }
     }
@@ -153,6 +156,8 @@ pub struct Ticket {
     key: String,
     id: u64,
     wake: Arc<Notify>,
+    /// The queue's length just after this waiter joined (itself included).
+    pub length_on_join: usize,
     /// `lock_arbiter_queue_depth` counts this waiter while the ticket lives.
     _counted: crate::metrics::GaugeGuard,
 }

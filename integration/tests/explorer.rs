@@ -6,7 +6,9 @@
 
 use lock_integration::Stack;
 use lock_integration::process::eventually;
-use lock_integration::registry::{FAIR_PREFIX, FAST_PREFIX, SHARED_PREFIX, waiter_id};
+use lock_integration::registry::{
+    FAIR_PREFIX, FAST_PREFIX, SHARED_PREFIX, waiter_id, write_test_registry,
+};
 use lock_integration::stack::lockctl_etcd;
 use lock_integration::tmux::Tmux;
 use serde_json::Value;
@@ -155,6 +157,37 @@ async fn lockctl_top_shows_every_hold_its_holder_and_its_waiters_and_never_a_tok
             );
         }
     }
+
+    // With the registry and a bound of one TTL (pay-fast: 5 s), the fast key's hold is
+    // flagged once it is older than that; the fair key's class has its own TTL too.
+    let registry_dir = tempfile::tempdir().unwrap();
+    let registry = write_test_registry(registry_dir.path()).unwrap();
+    let registry = registry.to_str().unwrap();
+    let flagged = eventually(Duration::from_secs(20), || async {
+        let (doc, _) = top(
+            &stack,
+            &[
+                "--namespace",
+                "pay",
+                "--json",
+                "--registry",
+                registry,
+                "--held-over-ttls",
+                "1",
+            ],
+        )?;
+        let rows = doc["rows"].as_array().cloned().unwrap_or_default();
+        let r = row(&rows, &fast, "exclusive").cloned();
+        let r = r.ok_or_else(|| anyhow::anyhow!("no row: {doc}"))?;
+        let long = r["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["flag"] == "held-long"));
+        anyhow::ensure!(long, "not flagged yet: {r}");
+        Ok(r)
+    })
+    .await
+    .unwrap();
+    assert_eq!(flagged["flags"][0]["bound_ms"], 5_000, "{flagged}");
 
     // A release hands the fair key to the sibling and removes the fast key's row.
     held.release().await.unwrap();

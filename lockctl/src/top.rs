@@ -39,10 +39,12 @@ pub struct TopArgs {
     /// Order of the page's rows (a page is read in key order, then sorted).
     #[arg(long, value_enum, default_value_t = Sort::HeldFor)]
     pub sort: Sort,
-    /// The registry: flags holds older than `--held-over-ttls` times their class's TTL, and
-    /// advisory classes past their waiver.
+    /// The registry: flags holds older than their class's `maxHoldSeconds` (or, for a
+    /// class with none, `--held-over-ttls` times its TTL), and advisory classes past their
+    /// waiver.
     #[arg(long)]
     pub registry: Option<PathBuf>,
+    /// For classes without `maxHoldSeconds`: a hold older than this many TTLs is flagged.
     #[arg(long, default_value_t = 10)]
     pub held_over_ttls: u64,
     /// Flag sessions with fewer seconds than this left.
@@ -174,9 +176,12 @@ fn rules(dir: &std::path::Path, ttls: u64, expiring_below: i64) -> Result<Rules,
         ..Rules::default()
     };
     for c in registry.classes() {
-        rules
-            .held_over_ms
-            .insert(c.name.to_owned(), u64::from(c.ttl_seconds) * 1000 * ttls);
+        // The class's own bound where it declares one (the alert's), else N x its TTL.
+        let bound_s = c
+            .spec
+            .max_hold_seconds
+            .map_or(u64::from(c.ttl_seconds) * ttls, u64::from);
+        rules.held_over_ms.insert(c.name.to_owned(), bound_s * 1000);
         let advisory =
             c.spec.purpose == Purpose::Correctness && c.spec.enforcement == Enforcement::Advisory;
         let expires = c.spec.waiver_expires.as_deref().unwrap_or_default();

@@ -111,6 +111,12 @@ fn class_fields(c: &ResolvedClass<'_>) -> Vec<(&'static str, String)> {
         ),
         ("ttlSeconds", c.ttl_seconds.to_string()),
         (
+            "maxHoldSeconds",
+            c.spec
+                .max_hold_seconds
+                .map_or_else(|| "none".to_owned(), |b| b.to_string()),
+        ),
+        (
             "onQuorumLoss",
             match c.spec.on_quorum_loss {
                 QuorumPosture::Closed => "closed".into(),

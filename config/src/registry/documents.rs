@@ -154,6 +154,12 @@ pub struct LockClassSpec {
     pub waiver_expires: Option<String>,
     #[serde(default)]
     pub ttl_seconds: Option<u32>,
+    /// The longest a hold of this class is expected to last (issue 36): a hold older than
+    /// this is flagged `held-long` by the explorer and raises `LockHeldOverBound`. Unset:
+    /// no bound (an election's leader may hold for days), only the six-hour `LockHeldLong`.
+    /// At least the class's TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_seconds: Option<u32>,
     /// The resource this class's tokens are checked by, as its PauseTestResult names it
     /// (e.g. `postgres://ledger-db/ledger`). Required for a fenced class (ADR-01, 17):
     /// fenced means this resource.

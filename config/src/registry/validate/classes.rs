@@ -58,6 +58,16 @@ impl Validator {
                 format!("{ttl} is outside 5..=300"),
             );
         }
+        if let Some(bound) = spec.max_hold_seconds
+            && bound < ttl
+        {
+            self.err(
+                source,
+                id,
+                "spec.maxHoldSeconds",
+                format!("{bound} is below the class's TTL ({ttl} s): every hold would be over it"),
+            );
+        }
         let advisory = spec.enforcement == Enforcement::Advisory;
         if advisory && ttl < ADVISORY_TTL_FLOOR {
             self.err(

@@ -69,6 +69,10 @@ fn each_invalid_class_is_refused_naming_it() {
             "spec.ttlSeconds",
         ),
         (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 60\n  maxHoldSeconds: 59\n",
+            "spec.maxHoldSeconds",
+        ),
+        (
             "  purpose: correctness\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  waiverExpires: \"2027-01-01\"\n",
             "spec.riskOwner",
         ),
