@@ -5,5 +5,5 @@
 pub mod read;
 pub mod view;
 
-pub use read::{Cursor, MAX_PAGE, Page, ReadError, held_count, namespaces, page};
+pub use read::{Cursor, MAX_PAGE, Page, ReadError, held_count, namespaces, one_key, page};
 pub use view::{Flag, Mode, Row, Rules, Seen, SessionSeen, rows};

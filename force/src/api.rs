@@ -14,7 +14,7 @@
 
 use crate::advance::AdvanceRequest;
 use crate::advance_store::AdvanceStore;
-use crate::oidc::{Operator, TokenRefused, Verifier};
+use crate::oidc::{Access, Operator, TokenRefused, Verifier};
 use crate::request::{ForceRecord, ForceRequest, Refusal, warning};
 use crate::store::{Executed, ForceError, ForceStore};
 use axum::Json;
@@ -125,8 +125,17 @@ pub struct App {
 
 pub type Shared = Arc<App>;
 
-/// The operator a bearer ID token names.
+/// The operator a bearer ID token names: one with the operator role (file, approve).
 pub async fn operator(app: &App, headers: &HeaderMap) -> Result<Operator, AdminError> {
+    let (who, access) = reader(app, headers).await?;
+    match access {
+        Access::Act => Ok(who),
+        Access::View => Err(TokenRefused::NoRole(app.verifier.settings.role.clone()).into()),
+    }
+}
+
+/// Whoever a bearer ID token names with either role: reading needs no more.
+pub async fn reader(app: &App, headers: &HeaderMap) -> Result<(Operator, Access), AdminError> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -134,7 +143,8 @@ pub async fn operator(app: &App, headers: &HeaderMap) -> Result<Operator, AdminE
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or(TokenRefused::Missing)?;
-    Ok(app.verifier.verify(token).await?.operator)
+    let v = app.verifier.verify(token).await?;
+    Ok((v.operator, v.access))
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -15,6 +15,8 @@ pub mod advance;
 pub mod advance_store;
 pub mod api;
 pub mod client;
+pub mod explorer;
+pub mod explorer_page;
 pub mod oidc;
 pub mod page;
 pub mod request;

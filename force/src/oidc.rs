@@ -6,7 +6,8 @@
 //! - `iss` is the configured issuer, `aud` contains the configured audience, `exp` is in the
 //!   future (`leeway` seconds of clock skew), `sub` is present;
 //! - the role claim (`roles` by default, a string or a list) contains the operator role
-//!   (`lock-operator`), and the MFA claim (`amr`) contains one of the accepted methods
+//!   (`lock-operator`: file and approve) or the viewer role (`lock-viewer`: read the
+//!   explorer and the pending requests, act on nothing), and the MFA claim (`amr`) contains one of the accepted methods
 //!   (`otp`, `hwk`): a force release is approved where the IdP's second factor lives.
 //!
 //! The checks on claims are [`check_claims`] (pure, a table of cases); signature, issuer,
@@ -40,6 +41,10 @@ pub struct OidcSettings {
     /// The role a force-release requester and approver must have.
     #[arg(long = "oidc-role", default_value = "lock-operator")]
     pub role: String,
+    /// The role that may read (the explorer, the pending requests) and act on nothing.
+    /// The operator role reads too.
+    #[arg(long = "oidc-viewer-role", default_value = "lock-viewer")]
+    pub viewer_role: String,
     /// The claim listing authentication methods (RFC 8176).
     #[arg(long = "oidc-mfa-claim", default_value = "amr")]
     pub mfa_claim: String,
@@ -70,6 +75,7 @@ impl Operator {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     pub operator: Operator,
+    pub access: Access,
     /// `exp`, seconds since the epoch.
     pub expires_at: u64,
     pub nonce: Option<String>,
@@ -118,8 +124,16 @@ const ACCEPTED: [Algorithm; 8] = [
     Algorithm::ES384,
 ];
 
+/// What a verified person may do: read only, or read and act (file, approve).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    View,
+    Act,
+}
+
 /// The role and MFA rules over a token's claims (signature, iss, aud, exp already checked).
-pub fn check_claims(claims: &Value, s: &OidcSettings) -> Result<Operator, TokenRefused> {
+/// A token with neither role is refused, naming the operator role.
+pub fn check_claims(claims: &Value, s: &OidcSettings) -> Result<(Operator, Access), TokenRefused> {
     let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_owned);
     let list = |name: &str| -> Vec<String> {
         match claims.get(name) {
@@ -143,9 +157,14 @@ pub fn check_claims(claims: &Value, s: &OidcSettings) -> Result<Operator, TokenR
     {
         return Err(TokenRefused::WrongAudience);
     }
-    if !list(&s.role_claim).contains(&s.role) {
+    let roles = list(&s.role_claim);
+    let access = if roles.contains(&s.role) {
+        Access::Act
+    } else if roles.contains(&s.viewer_role) {
+        Access::View
+    } else {
         return Err(TokenRefused::NoRole(s.role.clone()));
-    }
+    };
     let methods = list(&s.mfa_claim);
     if !methods.iter().any(|m| s.mfa_values.contains(m)) {
         return Err(TokenRefused::NoMfa(
@@ -153,13 +172,14 @@ pub fn check_claims(claims: &Value, s: &OidcSettings) -> Result<Operator, TokenR
             s.mfa_values.join(","),
         ));
     }
-    Ok(Operator {
+    let operator = Operator {
         issuer: text("iss").unwrap_or_default(),
         name: text("name")
             .or_else(|| text("email"))
             .unwrap_or_else(|| subject.clone()),
         subject,
-    })
+    };
+    Ok((operator, access))
 }
 
 /// Verifies `token` with the keys in `jwks` (pure: no fetching, `jsonwebtoken` reads the
@@ -200,8 +220,10 @@ pub fn verify_with(token: &str, jwks: &JwkSet, s: &OidcSettings) -> Result<Verif
             ErrorKind::MissingRequiredClaim(c) => TokenRefused::MissingClaim(c.clone()),
             _ => TokenRefused::Malformed,
         })?;
+    let (operator, access) = check_claims(&data.claims, s)?;
     Ok(Verified {
-        operator: check_claims(&data.claims, s)?,
+        operator,
+        access,
         expires_at: data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0),
         nonce: data
             .claims
@@ -335,6 +357,7 @@ mod tests {
             client_id: "lock-admin".into(),
             role_claim: "roles".into(),
             role: "lock-operator".into(),
+            viewer_role: "lock-viewer".into(),
             mfa_claim: "amr".into(),
             mfa_values: vec!["otp".into(), "hwk".into()],
             leeway_seconds: 0,
@@ -344,12 +367,36 @@ mod tests {
     #[test]
     fn claims_table() {
         let s = settings();
-        let alice = Ok(Operator {
-            issuer: "https://idp.example".into(),
-            subject: "alice".into(),
-            name: "Alice".into(),
-        });
-        let cases: Vec<(&str, Value, Result<Operator, TokenRefused>)> = vec![
+        let alice_as = |access| {
+            Ok((
+                Operator {
+                    issuer: "https://idp.example".into(),
+                    subject: "alice".into(),
+                    name: "Alice".into(),
+                },
+                access,
+            ))
+        };
+        let alice = alice_as(Access::Act);
+        type Want = Result<(Operator, Access), TokenRefused>;
+        let cases: Vec<(&str, Value, Want)> = vec![
+            (
+                "the viewer role reads only",
+                json!({"iss": "https://idp.example", "sub": "alice", "name": "Alice",
+                       "roles": ["lock-viewer"], "amr": ["otp"]}),
+                alice_as(Access::View),
+            ),
+            (
+                "both roles act",
+                json!({"iss": "https://idp.example", "sub": "alice", "name": "Alice",
+                       "roles": ["lock-viewer", "lock-operator"], "amr": ["otp"]}),
+                alice_as(Access::Act),
+            ),
+            (
+                "a viewer without a second factor",
+                json!({"sub": "alice", "roles": ["lock-viewer"], "amr": ["pwd"]}),
+                Err(TokenRefused::NoMfa("amr".into(), "otp,hwk".into())),
+            ),
             (
                 "role list and otp",
                 json!({"iss": "https://idp.example", "sub": "alice", "name": "Alice",
@@ -403,11 +450,14 @@ mod tests {
             (
                 "name falls back to email, then subject",
                 json!({"iss": "i", "sub": "s1", "email": "s1@x", "roles": ["lock-operator"], "amr": ["otp"]}),
-                Ok(Operator {
-                    issuer: "i".into(),
-                    subject: "s1".into(),
-                    name: "s1@x".into(),
-                }),
+                Ok((
+                    Operator {
+                        issuer: "i".into(),
+                        subject: "s1".into(),
+                        name: "s1@x".into(),
+                    },
+                    Access::Act,
+                )),
             ),
         ];
         for (name, claims, want) in cases {

@@ -9,6 +9,7 @@
 //! Rendering is pure ([`render_index`], tested).
 
 use crate::api::{Listing, Shared, execute, listing};
+use crate::explorer_page::{Nav, frame};
 use crate::store::now_ms;
 use crate::web_session::WebSession;
 use axum::extract::{Form, Path, Query, State};
@@ -48,29 +49,10 @@ pub fn render_index(
     now_ms: u64,
     notice: Option<&str>,
 ) -> String {
-    let mut h = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Force release approvals</title>\
-         <style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}\
-         td,th{border:1px solid #bbb;padding:.3em .6em;text-align:left;vertical-align:top}\
-         .warn{background:#fff3cd;border:1px solid #e0a800;padding:.4em}\
-         .notice{background:#e7f1ff;padding:.4em}</style></head><body>\
-         <h1>Force release approvals</h1>",
-    );
-    match session {
-        None => {
-            h.push_str(
-                "<p>Sign in with your operator account to see and approve force releases.</p>\
-                 <p><a id=\"signin\" href=\"/login\">Sign in</a></p></body></html>",
-            );
-            return h;
-        }
-        Some(s) => h.push_str(&format!(
-            "<p>Signed in as <b id=\"operator\">{}</b> ({}). \
-             <form method=\"post\" action=\"/logout\" style=\"display:inline\">\
-             <button>Sign out</button></form></p>",
-            escape(&s.operator.name),
-            escape(&s.operator.subject)
-        )),
+    let mut h = String::from("<h1>Force release approvals</h1>");
+    if session.is_none() {
+        h.push_str("<p>Sign in with your operator account to see and approve force releases.</p>");
+        return frame("Force release approvals", None, Nav::Approvals, &h);
     }
     if let Some(n) = notice {
         h.push_str(&format!(
@@ -85,7 +67,7 @@ pub fn render_index(
     for p in &listing.pending {
         let r = &p.request;
         h.push_str(&format!(
-            "<div class=\"request\" id=\"request-{id}\"><h3>{key}</h3><table>\
+            "<div class=\"request card\" id=\"request-{id}\"><h3>{key}</h3><table class=\"fields\">\
              <tr><th>Holder</th><td>{holder}</td></tr>\
              <tr><th>Session</th><td>{session}</td></tr>\
              <tr><th>Held for</th><td>{held}</td></tr>\
@@ -118,6 +100,9 @@ pub fn render_index(
             Some(s) if s.operator.same_person(&r.requester) => h.push_str(
                 "<p class=\"own\">Your request: another operator must approve it.</p>",
             ),
+            Some(s) if s.access != crate::oidc::Access::Act => h.push_str(
+                "<p class=\"own\">Approving needs the operator role; you may read.</p>",
+            ),
             Some(s) => h.push_str(&format!(
                 "<form method=\"post\" action=\"/approve/{id}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
@@ -134,7 +119,7 @@ pub fn render_index(
         h.push_str("<p>None.</p>");
     } else {
         h.push_str(
-            "<table id=\"executed\"><tr><th>Key</th><th>Requested by</th><th>Approved by</th>\
+            "<div class=\"scroll\"><table id=\"executed\"><tr><th>Key</th><th>Requested by</th><th>Approved by</th>\
              <th>Enforcement</th><th>Reason</th><th>When</th></tr>",
         );
         for r in &listing.executed {
@@ -148,19 +133,23 @@ pub fn render_index(
                 age(r.executed_at_ms, now_ms)
             ));
         }
-        h.push_str("</table>");
+        h.push_str("</table></div>");
     }
-    h.push_str("</body></html>");
-    h
+    frame("Force release approvals", session, Nav::Approvals, &h)
 }
 
 pub(crate) fn page_error(status: StatusCode, message: &str) -> Response {
     (
         status,
-        Html(format!(
-            "<!doctype html><html><body><h1>Refused</h1><p id=\"error\">{}</p>\
-             <p><a href=\"/\">Back</a></p></body></html>",
-            escape(message)
+        Html(frame(
+            "Refused",
+            None,
+            Nav::Approvals,
+            &format!(
+                "<h1>Refused</h1><p class=\"error\" id=\"error\">{}</p>\
+                 <p><a href=\"/\">Back</a></p>",
+                escape(message)
+            ),
         )),
     )
         .into_response()
@@ -169,6 +158,7 @@ pub(crate) fn page_error(status: StatusCode, message: &str) -> Response {
 #[derive(Deserialize)]
 pub struct IndexQuery {
     done: Option<String>,
+    filed: Option<String>,
 }
 
 pub async fn index(
@@ -187,7 +177,13 @@ pub async fn index(
             executed: Vec::new(),
         },
     };
-    let notice = q.done.map(|id| format!("Force release {id} executed."));
+    let notice = match (q.done, q.filed) {
+        (Some(id), _) => Some(format!("Force release {id} executed.")),
+        (None, Some(id)) => Some(format!(
+            "Force release {id} filed: another operator must approve it."
+        )),
+        (None, None) => None,
+    };
     Html(render_index(
         session.as_ref(),
         &listing,
@@ -213,6 +209,9 @@ pub async fn approve(
     };
     if form.csrf != session.csrf {
         return page_error(StatusCode::FORBIDDEN, "the form is stale; reload the page");
+    }
+    if session.access != crate::oidc::Access::Act {
+        return page_error(StatusCode::FORBIDDEN, "approving needs the operator role");
     }
     match execute(&app, &id, &session.operator).await {
         Ok(done) => {
@@ -270,6 +269,7 @@ mod tests {
     fn session(sub: &str) -> WebSession {
         WebSession {
             operator: op(sub),
+            access: crate::oidc::Access::Act,
             expires_at: u64::MAX,
             csrf: "tok".into(),
         }
@@ -287,6 +287,13 @@ mod tests {
         );
         assert!(bob.contains("two writers"), "advisory warning shown");
         assert!(bob.contains("2 min"), "hold age shown");
+        let mut vera = session("vera");
+        vera.access = crate::oidc::Access::View;
+        let viewer = render_index(Some(&vera), &listing("advisory"), 125_000, None);
+        assert!(
+            !viewer.contains("id=\"approve-abc\"") && viewer.contains("needs the operator role"),
+            "a viewer reads, approves nothing"
+        );
         assert!(
             bob.contains("pay/&lt;script&gt;") && !bob.contains("<script>"),
             "escaped"

@@ -2,7 +2,7 @@
 //! loopback address only (ID tokens are bearer credentials).
 
 use crate::api::{self, Shared};
-use crate::{page, sign_in};
+use crate::{explorer, page, sign_in};
 use axum::Router;
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -21,6 +21,13 @@ pub fn router(app: Shared) -> Router {
         .route("/approve/{id}", post(page::approve))
         .route("/logout", post(sign_in::logout))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/explorer", get(explorer::page))
+        .route("/explorer/rows", get(explorer::rows))
+        .route("/explorer/key", get(explorer::key))
+        .route("/explorer/file", post(explorer::file))
+        .route("/v1/explorer/holds", get(explorer::api_holds))
+        .route("/assets/style.css", get(explorer::style))
+        .route("/assets/explorer.js", get(explorer::script))
         .route("/v1/oidc", get(api::oidc_info))
         .route("/v1/requests", get(api::list).post(api::file))
         .route("/v1/requests/{id}/approve", post(api::approve))

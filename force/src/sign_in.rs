@@ -127,7 +127,7 @@ pub async fn callback(State(app): State<Shared>, Query(q): Query<CallbackQuery>)
     }
     match app
         .page
-        .open_session(verified.operator, verified.expires_at)
+        .open_session(verified.operator, verified.access, verified.expires_at)
     {
         Ok(cookie) => redirect_setting_cookie("/", &cookie),
         Err(e) => crowded(e),

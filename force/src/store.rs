@@ -113,6 +113,11 @@ impl ForceStore {
         }
     }
 
+    /// The etcd handle (the explorer reads the same store with it).
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
     /// The hold on `key` now, if any.
     pub async fn hold(&self, key: &str) -> Result<Option<HoldView>, ForceError> {
         let resp = self.etcd.get(&format!("{HOLDER_PREFIX}{key}")).await?;

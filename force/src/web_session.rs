@@ -47,6 +47,8 @@ pub struct LoginStart {
 #[derive(Clone)]
 pub struct WebSession {
     pub operator: Operator,
+    /// Read only (the viewer role) or read and act (the operator role).
+    pub access: crate::oidc::Access,
     /// The ID token's `exp` (seconds since the epoch): the session ends with it.
     pub expires_at: u64,
     pub csrf: String,
@@ -127,10 +129,16 @@ impl PageState {
     }
 
     /// Records a verified operator's session; returns its `Set-Cookie` value.
-    pub fn open_session(&self, operator: Operator, expires_at: u64) -> Result<String, Crowded> {
+    pub fn open_session(
+        &self,
+        operator: Operator,
+        access: crate::oidc::Access,
+        expires_at: u64,
+    ) -> Result<String, Crowded> {
         let id = random_text(32);
         let session = WebSession {
             operator,
+            access,
             expires_at,
             csrf: random_text(24),
         };
@@ -225,7 +233,9 @@ mod tests {
             subject: "s".into(),
             name: "n".into(),
         };
-        let set = p.open_session(op, u64::MAX).unwrap();
+        let set = p
+            .open_session(op, crate::oidc::Access::Act, u64::MAX)
+            .unwrap();
         assert!(set.ends_with("; Secure") && set.contains("HttpOnly"));
         let value = set.split(';').next().unwrap();
         let mut h = HeaderMap::new();

@@ -11,6 +11,7 @@
 //   alice, bob  roles [lock-operator], amr [pwd, otp]   two operators with MFA
 //   carol       roles [],              amr [pwd, otp]   no operator role
 //   dave        roles [lock-operator], amr [pwd]        an operator without MFA
+//   vera        roles [lock-viewer],   amr [pwd, otp]   reads the explorer, acts on nothing
 // One public client, `lock-admin` (token_endpoint_auth_method none, PKCE required).
 // Prints `ready <issuer>` on stdout once listening on 127.0.0.1.
 import http from 'node:http';
@@ -41,6 +42,7 @@ const ACCOUNTS = {
   bob: { name: 'Bob Operator', roles: ['lock-operator'], amr: ['pwd', 'otp'] },
   carol: { name: 'Carol Developer', roles: [], amr: ['pwd', 'otp'] },
   dave: { name: 'Dave NoMfa', roles: ['lock-operator'], amr: ['pwd'] },
+  vera: { name: 'Vera Viewer', roles: ['lock-viewer'], amr: ['pwd', 'otp'] },
 };
 
 const provider = new Provider(issuer, {

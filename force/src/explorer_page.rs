@@ -1,0 +1,350 @@
+//! The explorer's HTML (issue 36), pure: the read model's rows in, markup out. Shared by
+//! the page (`explorer.rs`), its live section (re-read every two seconds by the shipped
+//! script) and the approval page's frame ([`frame`]). Every text from the store or from
+//! people is escaped; no token is ever among the inputs.
+
+use crate::oidc::Access;
+use crate::page::escape;
+use crate::web_session::WebSession;
+use lock_explorer::{Flag, Mode, Row};
+
+/// Which page the header marks as current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nav {
+    Explorer,
+    Approvals,
+}
+
+/// A whole page: the header bar (who is signed in, the two pages), then `body`.
+pub fn frame(title: &str, session: Option<&WebSession>, nav: Nav, body: &str) -> String {
+    let link = |href: &str, text: &str, here: bool| {
+        format!(
+            "<a href=\"{href}\"{}>{text}</a>",
+            if here { " aria-current=\"page\"" } else { "" }
+        )
+    };
+    let who = match session {
+        Some(s) => format!(
+            "<span class=\"who\">Signed in as <b id=\"operator\">{}</b> ({}) \
+             <form method=\"post\" action=\"/logout\" style=\"display:inline\">\
+             <button class=\"quiet\">Sign out</button></form></span>",
+            escape(&s.operator.name),
+            match s.access {
+                Access::Act => "operator",
+                Access::View => "viewer: read only",
+            }
+        ),
+        None => "<span class=\"who\"><a id=\"signin\" class=\"button\" href=\"/login\">Sign in</a></span>"
+            .to_owned(),
+    };
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} · lock-admin</title><link rel=\"stylesheet\" href=\"/assets/style.css\">\
+         </head><body><header class=\"bar\"><span class=\"brand\">fenced-lock admin</span>\
+         <nav>{}{}</nav>{who}</header><main>{body}</main></body></html>",
+        link("/explorer", "Explorer", nav == Nav::Explorer),
+        link("/", "Force release approvals", nav == Nav::Approvals),
+        title = escape(title),
+    )
+}
+
+/// `2026-12-07 11:02:35 UTC` from milliseconds since the epoch (days to a civil date as
+/// in H. Hinnant's `civil_from_days`).
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// `12 s`, `3 min 5 s`, `2 h 4 min`: how long ago, for people.
+pub fn ago(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// A hold's state by word and colour: a flag first (the reason to look), else whether
+/// anyone waits, else plainly held.
+pub fn state(r: &Row) -> String {
+    if !r.flags.is_empty() {
+        let words: Vec<&str> = r.flags.iter().map(Flag::word).collect();
+        return format!(
+            "<span class=\"state state-bad\">{}</span>",
+            escape(&words.join(", "))
+        );
+    }
+    let waiting = r.durable_waiters + u64::from(r.writer_waiting);
+    match waiting {
+        0 if r.mode == Mode::Shared => "<span class=\"state state-held\">read</span>".into(),
+        0 => "<span class=\"state state-held\">held</span>".into(),
+        n => format!("<span class=\"state state-queued\">held, {n} waiting</span>"),
+    }
+}
+
+fn when(r: &Row) -> String {
+    format!(
+        "<time title=\"{abs}\">{} ago</time><br><span class=\"muted wide\">{abs}</span>",
+        ago(r.held_for_ms),
+        abs = utc(r.acquired_at_ms)
+    )
+}
+
+fn ttl(r: &Row) -> String {
+    match (r.ttl_left_s, r.session_ttl_s) {
+        (Some(left), Some(of)) => format!("{left} s of {of} s"),
+        (Some(left), None) => format!("{left} s"),
+        (None, _) => "<span class=\"state state-bad\">gone</span>".into(),
+    }
+}
+
+fn key_link(key: &str) -> String {
+    format!(
+        "<a href=\"/explorer/key?key={}\">{}</a>",
+        escape(&query_escape(key)),
+        escape(key)
+    )
+}
+
+/// Percent-encodes a query value (keys are path-like: letters, digits, `/`, `-`, `_`, `.`).
+pub fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(char::from(b));
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The live section of the namespaces list.
+pub fn namespaces(names: &[(String, u64, u64)], next: Option<&str>) -> String {
+    if names.is_empty() {
+        return "<p id=\"no-holds\">No namespace holds a key.</p>".into();
+    }
+    let mut h = String::from(
+        "<div class=\"scroll\"><table id=\"namespaces\"><thead><tr><th>Namespace</th>\
+         <th class=\"num\">Held</th><th class=\"num\">Shared</th></tr></thead><tbody>",
+    );
+    for (ns, held, shared) in names {
+        h.push_str(&format!(
+            "<tr data-namespace=\"{n}\"><td><a href=\"/explorer?ns={q}\">{n}</a></td>\
+             <td class=\"num\">{held}</td><td class=\"num\">{shared}</td></tr>",
+            n = escape(ns),
+            q = escape(&query_escape(ns)),
+        ));
+    }
+    h.push_str("</tbody></table></div>");
+    if let Some(n) = next {
+        h.push_str(&format!(
+            "<p class=\"pager\"><a href=\"/explorer?after={}\">More namespaces</a></p>",
+            escape(&query_escape(n))
+        ));
+    }
+    h
+}
+
+/// The live section of one namespace's page of holds.
+pub fn holds(ns: &str, rows: &[Row], next: Option<&str>, filter: &str) -> String {
+    let shown: Vec<&Row> = rows
+        .iter()
+        .filter(|r| filter.is_empty() || r.key.contains(filter) || r.identity.contains(filter))
+        .collect();
+    let mut h = format!(
+        "<p id=\"hold-count\">{} hold(s) on this page of <b>{}</b>{}</p>",
+        shown.len(),
+        escape(ns),
+        if filter.is_empty() {
+            String::new()
+        } else {
+            format!(" matching <code>{}</code>", escape(filter))
+        }
+    );
+    if shown.is_empty() {
+        h.push_str("<p id=\"no-holds\">Nothing held here now.</p>");
+    } else {
+        h.push_str(
+            "<div class=\"scroll\"><table id=\"holds\"><thead><tr><th>Key</th><th>State</th>\
+             <th>Mode</th><th>Holder</th><th class=\"wide\">Instance</th><th>Held for</th>\
+             <th>Session TTL left</th><th class=\"num\">Waiting</th></tr></thead><tbody>",
+        );
+        for r in shown {
+            h.push_str(&format!(
+                "<tr data-key=\"{key}\" data-mode=\"{mode}\"><td class=\"key\">{link}\
+                 <br><span class=\"muted\">{class}</span></td>\
+                 <td>{state}</td><td>{mode}</td><td>{who}</td>\
+                 <td class=\"wide nowrap\" title=\"{inst}\">{short}</td>\
+                 <td class=\"nowrap\">{when}</td><td class=\"nowrap\">{ttl}</td>\
+                 <td class=\"num nowrap waiters\">{wait}</td></tr>",
+                key = escape(&r.key),
+                link = key_link(&r.key),
+                state = state(r),
+                mode = r.mode.word(),
+                who = escape(&r.identity),
+                inst = escape(r.instance.as_deref().unwrap_or("-")),
+                short = escape(&short(r.instance.as_deref().unwrap_or("-"))),
+                when = when(r),
+                ttl = ttl(r),
+                wait = waiting(r),
+                class = escape(&r.class),
+            ));
+        }
+        h.push_str("</tbody></table></div>");
+    }
+    if let Some(n) = next {
+        h.push_str(&format!(
+            "<p class=\"pager\"><a id=\"next-page\" href=\"/explorer?ns={}&amp;after={}\">Next page</a></p>",
+            escape(&query_escape(ns)),
+            escape(&query_escape(n))
+        ));
+    }
+    h
+}
+
+/// An instance as a column shows it: a pod name whole, a generated id cut (the cell's
+/// title and the key's page have it whole).
+fn short(instance: &str) -> String {
+    match instance.char_indices().nth(14) {
+        Some((i, _)) => format!("{}…", &instance[..i]),
+        None => instance.to_owned(),
+    }
+}
+
+/// Durable waiters; for a shared key, its readers and whether a writer waits.
+fn waiting(r: &Row) -> String {
+    if r.mode == Mode::Shared || r.shared_holders > 0 || r.writer_waiting {
+        format!(
+            "{} reader(s){}",
+            r.shared_holders,
+            if r.writer_waiting {
+                ", a writer waits"
+            } else {
+                ""
+            }
+        )
+    } else {
+        r.durable_waiters.to_string()
+    }
+}
+
+/// One key's detail: each hold on it, its queue, and the way to a force release.
+pub fn key_detail(key: &str, rows: &[Row], session: &WebSession) -> String {
+    let mut h = format!("<h1>{}</h1>", escape(key));
+    if rows.is_empty() {
+        h.push_str("<p id=\"not-held\" class=\"notice\">Nobody holds this key now.</p>");
+    }
+    for r in rows {
+        let flags = if r.flags.is_empty() {
+            "none".to_owned()
+        } else {
+            r.flags
+                .iter()
+                .map(|f| match f {
+                    Flag::HeldLong { bound_ms } => {
+                        format!("held long: over {} for its class", ago(*bound_ms))
+                    }
+                    Flag::Expiring { ttl_left_s } => {
+                        format!("expiring: {ttl_left_s} s left (is the holder renewing?)")
+                    }
+                    Flag::SessionGone => "session gone: its lease has no TTL left".into(),
+                    Flag::WaiverExpired => "waiver expired: an advisory class".into(),
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        h.push_str(&format!(
+            "<div class=\"card hold\"><h3>{mode} hold {state}</h3><table class=\"fields\">\
+             <tr><th>Holder</th><td>{who}</td></tr>\
+             <tr><th>Instance</th><td>{inst}</td></tr>\
+             <tr><th>Class</th><td>{class}</td></tr>\
+             <tr><th>Acquired</th><td>{abs} ({ago} ago, by its arbiter's clock)</td></tr>\
+             <tr><th>Session</th><td>{session}, TTL left {ttl}</td></tr>\
+             <tr><th>Waiting</th><td class=\"waiters\">{wait}</td></tr>\
+             <tr><th>Flags</th><td>{flags}</td></tr></table></div>",
+            mode = r.mode.word(),
+            state = state(r),
+            who = escape(&r.identity),
+            inst = escape(r.instance.as_deref().unwrap_or("(not sent)")),
+            class = escape(&r.class),
+            abs = utc(r.acquired_at_ms),
+            ago = ago(r.held_for_ms),
+            session = escape(&r.session),
+            ttl = ttl(r),
+            wait = waiting(r),
+            flags = escape(&flags),
+        ));
+    }
+    h.push_str(&format!(
+        "<p class=\"muted\">History: <code>lockctl audit {k}</code>. From a terminal: \
+         <code>lockctl inspect {k}</code>.</p>",
+        k = escape(key)
+    ));
+    let exclusive = rows.iter().any(|r| r.mode == Mode::Exclusive);
+    match session.access {
+        Access::Act if exclusive => h.push_str(&format!(
+            "<div class=\"card\"><h2>File a force release</h2>\
+             <p>Another operator must approve it on the approvals page. The holder's \
+             session stays open; only this hold ends.</p>\
+             <form method=\"post\" action=\"/explorer/file\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <input type=\"hidden\" name=\"key\" value=\"{k}\">\
+             <label for=\"reason\">Reason (kept in the audit trail)</label>\
+             <textarea id=\"reason\" name=\"reason\" rows=\"2\" required minlength=\"10\"></textarea>\
+             <p><button id=\"file-force-release\">File force release</button></p></form></div>",
+            csrf = escape(&session.csrf),
+            k = escape(key)
+        )),
+        Access::Act => {}
+        Access::View => h.push_str(
+            "<p class=\"muted\">Filing a force release needs the operator role.</p>",
+        ),
+    }
+    h
+}
+
+/// The explorer page around its live section: the filter form, the live status, and the
+/// shipped script that re-reads the section.
+pub fn explorer_body(title: &str, ns: Option<&str>, filter: &str, live: &str) -> String {
+    let form = match ns {
+        Some(ns) => format!(
+            "<form method=\"get\" action=\"/explorer\" class=\"pager\" role=\"search\">\
+             <input type=\"hidden\" name=\"ns\" value=\"{}\">\
+             <label for=\"filter\" class=\"muted\" style=\"margin:0\">Filter keys or holders</label>\
+             <input type=\"text\" id=\"filter\" name=\"filter\" value=\"{}\" style=\"max-width:20em\">\
+             <button class=\"quiet\">Filter</button> <a href=\"/explorer\">All namespaces</a></form>",
+            escape(ns),
+            escape(filter)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "<h1>{}</h1>{form}<p id=\"live-status\" class=\"live\" role=\"status\">live: updated \
+         every 2 s</p><section id=\"live\" aria-live=\"polite\">{live}</section>\
+         <script src=\"/assets/explorer.js\"></script>",
+        escape(title)
+    )
+}
+
+#[cfg(test)]
+mod tests;
