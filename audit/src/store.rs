@@ -117,6 +117,22 @@ impl Postgres {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// A key's latest `limit` rows, newest first: the explorer's key page (a bounded read
+    /// however busy the key).
+    pub async fn recent(&self, key: &str, limit: i64) -> Result<Vec<Stored>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM lock_audit WHERE key = $1
+                     ORDER BY observed_at DESC, revision DESC LIMIT $2"
+                ),
+                &[&key, &limit],
+            )
+            .await?;
+        rows.iter().map(Self::stored).collect()
+    }
+
     fn stored(r: &tokio_postgres::Row) -> Result<Stored, StoreError> {
         let kind: String = r.get("kind");
         Ok(Stored {

@@ -121,6 +121,10 @@ pub struct App {
     pub advances: AdvanceStore,
     pub verifier: Verifier,
     pub page: crate::web_session::PageState,
+    /// The audit store's URL (a reader's): the explorer's key page reads a key's latest
+    /// rows, connecting per page (an admin page is rare traffic; a store down for a while
+    /// costs that page its history, nothing else).
+    pub audit_db: Option<String>,
 }
 
 pub type Shared = Arc<App>;

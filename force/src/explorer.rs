@@ -131,17 +131,47 @@ pub async fn key(
         return signed_out("Explorer");
     };
     let body = match lock_explorer::one_key(app.store.etcd(), &q.key, now_ms()).await {
-        Ok(seen) => html::key_detail(
-            &q.key,
-            &lock_explorer::rows(&seen, &Rules::default()),
-            &session,
-        ),
+        Ok(seen) => {
+            let rows = lock_explorer::rows(&seen, &Rules::default());
+            let past = history(&app, &q.key).await;
+            html::key_detail(&q.key, &rows, &past, now_ms(), &session)
+        }
         Err(ReadError::Key(k)) => {
             return page_error(StatusCode::BAD_REQUEST, &format!("not a lock key: {k}"));
         }
         Err(e) => read_failed(&e),
     };
     Html(html::frame(&q.key, Some(&session), Nav::Explorer, &body)).into_response()
+}
+
+/// Rows of a key's history the key's page shows.
+const HISTORY_ROWS: i64 = 20;
+
+/// The key's latest audit rows, over a connection of its own (bounded in time: a slow
+/// store costs the page its history, never the page).
+async fn history(app: &Shared, key: &str) -> html::History {
+    let Some(url) = &app.audit_db else {
+        return html::History::NotConfigured;
+    };
+    let read = async {
+        let store = lock_audit::store::Postgres::connect_reader(url).await?;
+        store.recent(key, HISTORY_ROWS).await
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(3), read).await {
+        Ok(Ok(rows)) => html::History::Rows(
+            rows.into_iter()
+                .map(|s| html::HistoryRow {
+                    observed_at_ms: u64::try_from(s.observed_at_ms).unwrap_or(0),
+                    kind: s.row.kind.as_str().to_owned(),
+                    spiffe_id: s.row.spiffe_id,
+                    session: s.row.session,
+                    class: s.row.class,
+                })
+                .collect(),
+        ),
+        Ok(Err(e)) => html::History::Failed(e.to_string()),
+        Err(_) => html::History::Failed("no answer within 3 s".into()),
+    }
 }
 
 #[derive(Deserialize)]

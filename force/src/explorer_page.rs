@@ -248,8 +248,74 @@ fn waiting(r: &Row) -> String {
     }
 }
 
-/// One key's detail: each hold on it, its queue, and the way to a force release.
-pub fn key_detail(key: &str, rows: &[Row], session: &WebSession) -> String {
+/// One row of a key's audit history, as the key's page shows it (no revision: a token
+/// is made of one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryRow {
+    pub observed_at_ms: u64,
+    pub kind: String,
+    pub spiffe_id: String,
+    pub session: String,
+    pub class: String,
+}
+
+/// What the audit store said about the key: not configured, unreadable, or its rows.
+#[derive(Debug, Clone)]
+pub enum History {
+    NotConfigured,
+    Failed(String),
+    Rows(Vec<HistoryRow>),
+}
+
+fn history(key: &str, h: &History, now_ms: u64) -> String {
+    let mut out = String::from("<h2>Recent history</h2>");
+    match h {
+        History::NotConfigured => out.push_str(&format!(
+            "<p class=\"muted\" id=\"history-off\">lock-admin has no audit store \
+             (<code>--audit-db</code>): <code>lockctl audit {}</code>.</p>",
+            escape(key)
+        )),
+        History::Failed(e) => out.push_str(&format!(
+            "<p class=\"error\" id=\"history-error\">The audit store could not be read: {}</p>",
+            escape(e)
+        )),
+        History::Rows(rows) if rows.is_empty() => {
+            out.push_str("<p class=\"muted\" id=\"history-none\">No rows yet.</p>");
+        }
+        History::Rows(rows) => {
+            out.push_str(
+                "<div class=\"scroll\"><table id=\"history\"><thead><tr><th>When</th>\
+                 <th>What</th><th>Who</th><th class=\"wide\">Session</th><th class=\"wide\">Class</th>\
+                 </tr></thead><tbody>",
+            );
+            for r in rows {
+                out.push_str(&format!(
+                    "<tr><td class=\"nowrap\"><time title=\"{abs}\">{ago} ago</time></td>\
+                     <td class=\"kind\">{kind}</td><td>{who}</td><td class=\"wide\">{session}</td>\
+                     <td class=\"wide\">{class}</td></tr>",
+                    abs = utc(r.observed_at_ms),
+                    ago = ago(now_ms.saturating_sub(r.observed_at_ms)),
+                    kind = escape(&r.kind),
+                    who = escape(&r.spiffe_id),
+                    session = escape(&r.session),
+                    class = escape(&r.class),
+                ));
+            }
+            out.push_str("</tbody></table></div>");
+        }
+    }
+    out
+}
+
+/// One key's detail: each hold on it, its queue, its recent history, and the way to a
+/// force release.
+pub fn key_detail(
+    key: &str,
+    rows: &[Row],
+    past: &History,
+    now_ms: u64,
+    session: &WebSession,
+) -> String {
     let mut h = format!("<h1>{}</h1>", escape(key));
     if rows.is_empty() {
         h.push_str("<p id=\"not-held\" class=\"notice\">Nobody holds this key now.</p>");
@@ -295,9 +361,10 @@ pub fn key_detail(key: &str, rows: &[Row], session: &WebSession) -> String {
             flags = escape(&flags),
         ));
     }
+    h.push_str(&history(key, past, now_ms));
     h.push_str(&format!(
-        "<p class=\"muted\">History: <code>lockctl audit {k}</code>. From a terminal: \
-         <code>lockctl inspect {k}</code>.</p>",
+        "<p class=\"muted\">From a terminal: <code>lockctl inspect {k}</code>, \
+         <code>lockctl audit {k}</code>.</p>",
         k = escape(key)
     ));
     let exclusive = rows.iter().any(|r| r.mode == Mode::Exclusive);

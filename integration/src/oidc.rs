@@ -216,10 +216,23 @@ impl Admin {
         url: &str,
         registry: Option<&Path>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(dir, etcd, idp, url, registry, &[])
+    }
+
+    /// As [`Admin::start`], with `extra` flags (`--audit-db URL`).
+    pub fn start_with(
+        dir: &Path,
+        etcd: &Access,
+        idp: &Idp,
+        url: &str,
+        registry: Option<&Path>,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let listen = url.trim_start_matches("http://");
         let mut cmd = Command::new(workspace_bin("lock-admin")?);
         cmd.args(["--etcd", &etcd.urls, "--listen", listen])
             .args(["--oidc-issuer", &idp.issuer])
+            .args(extra)
             .envs(etcd.pki.lockctl_env("force"));
         if let Some(r) = registry {
             cmd.arg("--registry").arg(r);

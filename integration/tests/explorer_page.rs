@@ -4,15 +4,18 @@
 //! taken by a client appears, a waiter's count rises, a release removes the row, all by
 //! the page's own live update (seen failing with it switched off). A viewer reads and is
 //! offered nothing to act on; a person with neither role is refused; an operator files a
-//! force release from a key's page into the two-person flow; no token appears in the
+//! force release from a key's page into the two-person flow; the key's page shows its
+//! latest rows from the audit store (a tailer on PostgreSQL); no token appears in the
 //! page, its live section or its API.
 //!
 //! Screenshots go to `LOCK_SCREENSHOT_DIR` (a folder) when it is set: the manual's come from
 //! here.
 
 use lock_integration::Stack;
+use lock_integration::audit::Tailer;
 use lock_integration::oidc::{Admin, Idp, node_tools};
 use lock_integration::paths::workspace_root;
+use lock_integration::postgres::Postgres;
 use lock_integration::registry::{FAIR_PREFIX, SHARED_PREFIX, waiter_id};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -98,7 +101,19 @@ async fn the_explorer_page_follows_the_store_live_and_shows_no_token() {
     let idp = Idp::start(&dir, ports[1], &[format!("{admin_url}/callback")]).unwrap();
     let registry =
         lock_integration::registry::write_test_registry(&dir.join("admin-registry")).unwrap();
-    let admin = Admin::start(&dir, &access, &idp, &admin_url, Some(&registry)).unwrap();
+    // The audit trail, for the key's page: a tailer writing PostgreSQL, lock-admin reading.
+    let pg = Postgres::start(&dir.join("audit-pg")).unwrap();
+    let _tailer = Tailer::start(&dir, &access, &pg.url(), "tailer", &[]).unwrap();
+    let db = pg.url();
+    let admin = Admin::start_with(
+        &dir,
+        &access,
+        &idp,
+        &admin_url,
+        Some(&registry),
+        &["--audit-db", &db],
+    )
+    .unwrap();
     let url = admin.url.as_str();
 
     // --- A viewer opens the namespace; holds arrive while the page stays open. ---
@@ -179,10 +194,26 @@ async fn the_explorer_page_follows_the_store_live_and_shows_no_token() {
         }
     }
 
-    // The viewer's key page: the holds, no force-release form.
+    // The viewer's key page: the holds, the key's grant in its history (once the tailer
+    // has it), no force-release form.
     vera.ok(json!({"op": "open", "path": format!("/explorer/key?key={fair}")}));
-    let detail = vera.html();
+    let mut detail = vera.html();
+    for _ in 0..20 {
+        if detail.contains("<td class=\"kind\">grant</td>") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        vera.ok(json!({"op": "open", "path": format!("/explorer/key?key={fair}")}));
+        detail = vera.html();
+    }
+    assert!(detail.contains("<td class=\"kind\">grant</td>"), "{detail}");
     assert!(detail.contains(&waiter_id(0)) && !detail.contains("file-force-release"));
+    for t in tokens {
+        assert!(
+            !detail.contains(&t.to_string()),
+            "a token on the key's page"
+        );
+    }
     vera.ok(json!({"op": "open", "path": "/explorer?ns=pay"}));
 
     // --- A release hands the key to the waiter; the reader leaves: rows follow. ---

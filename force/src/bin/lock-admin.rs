@@ -47,6 +47,10 @@ struct Args {
     /// How long a filed request waits for approval, seconds.
     #[arg(long, default_value_t = 3600)]
     request_ttl: u64,
+    /// The audit store (PostgreSQL URL, a reader's credential): the explorer's key page
+    /// shows the key's latest rows from it. Unset: the page names `lockctl audit` instead.
+    #[arg(long, env = "LOCK_AUDIT_DB")]
+    audit_db: Option<String>,
 }
 
 #[tokio::main]
@@ -84,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
         store: ForceStore::new(etcd, args.registry, Duration::from_secs(args.request_ttl)),
         verifier,
         page: PageState::new(public_url.clone(), tls.is_some(), http),
+        audit_db: args.audit_db,
     });
     // Tests and scripts wait for this line.
     println!("lock-admin listening on {local} ({public_url})");

@@ -105,12 +105,13 @@ fn text_from_the_store_is_escaped_and_keys_link_to_their_detail() {
 #[test]
 fn only_an_operator_is_offered_the_force_release() {
     let rows = [row("pay/a", 0, vec![])];
-    let op = key_detail("pay/a", &rows, &session(Access::Act));
+    let none = History::NotConfigured;
+    let op = key_detail("pay/a", &rows, &none, 0, &session(Access::Act));
     assert!(op.contains("id=\"file-force-release\"") && op.contains("value=\"csrf-1\""));
-    let viewer = key_detail("pay/a", &rows, &session(Access::View));
+    let viewer = key_detail("pay/a", &rows, &none, 0, &session(Access::View));
     assert!(!viewer.contains("file-force-release"), "{viewer}");
     assert!(viewer.contains("needs the operator role"));
-    let free = key_detail("pay/a", &[], &session(Access::Act));
+    let free = key_detail("pay/a", &[], &none, 0, &session(Access::Act));
     assert!(free.contains("id=\"not-held\"") && !free.contains("file-force-release"));
 }
 
@@ -133,4 +134,23 @@ fn a_generated_instance_is_cut_in_the_table_and_whole_in_its_title() {
     r.instance = Some("p-f11a6bfa35438a1f680ba436b1290538".into());
     let html = holds("pay", &[r], None, "");
     assert!(html.contains("title=\"p-f11a6bfa35438a1f680ba436b1290538\">p-f11a6bfa3543…<"));
+}
+
+#[test]
+fn a_key_page_says_what_the_audit_store_said() {
+    let s = session(Access::View);
+    let off = key_detail("pay/a", &[], &History::NotConfigured, 0, &s);
+    assert!(off.contains("id=\"history-off\"") && off.contains("lockctl audit pay/a"));
+    let failed = key_detail("pay/a", &[], &History::Failed("refused <x>".into()), 0, &s);
+    assert!(failed.contains("id=\"history-error\"") && failed.contains("refused &lt;x&gt;"));
+    let rows = History::Rows(vec![HistoryRow {
+        observed_at_ms: 1_000,
+        kind: "grant".into(),
+        spiffe_id: "spiffe://x/<a>".into(),
+        session: "7a".into(),
+        class: "pay-fast".into(),
+    }]);
+    let shown = key_detail("pay/a", &[], &rows, 61_000, &s);
+    assert!(shown.contains("<td class=\"kind\">grant</td>") && shown.contains("1 min 0 s ago"));
+    assert!(shown.contains("spiffe://x/&lt;a&gt;"));
 }
