@@ -14,7 +14,8 @@
 //! ```
 
 use crate::api::{AdminError, Shared, reader};
-use crate::explorer_page::{self as html, Nav};
+use crate::explorer_page as html;
+use crate::html::Nav;
 use crate::oidc::Access;
 use crate::page::page_error;
 use crate::store::now_ms;
@@ -67,7 +68,7 @@ async fn live(app: &Shared, q: &ExplorerQuery) -> Result<String, ReadError> {
 }
 
 fn signed_out(nav_title: &str) -> Response {
-    Html(html::frame(
+    Html(crate::html::frame(
         nav_title,
         None,
         Nav::Explorer,
@@ -80,7 +81,7 @@ fn signed_out(nav_title: &str) -> Response {
 fn read_failed(e: &ReadError) -> String {
     format!(
         "<p class=\"error\" id=\"read-error\">The store could not be read: {}</p>",
-        crate::page::escape(&e.to_string())
+        crate::html::escape(&e.to_string())
     )
 }
 
@@ -98,7 +99,13 @@ pub async fn page(
         None => "Namespaces holding keys".to_owned(),
     };
     let body = html::explorer_body(&title, q.ns.as_deref(), &q.filter, &section);
-    Html(html::frame(&title, Some(&session), Nav::Explorer, &body)).into_response()
+    Html(crate::html::frame(
+        &title,
+        Some(&session),
+        Nav::Explorer,
+        &body,
+    ))
+    .into_response()
 }
 
 /// The live section alone: what the page's script swaps in every two seconds.
@@ -141,7 +148,13 @@ pub async fn key(
         }
         Err(e) => read_failed(&e),
     };
-    Html(html::frame(&q.key, Some(&session), Nav::Explorer, &body)).into_response()
+    Html(crate::html::frame(
+        &q.key,
+        Some(&session),
+        Nav::Explorer,
+        &body,
+    ))
+    .into_response()
 }
 
 /// Rows of a key's history the key's page shows.

@@ -17,6 +17,7 @@ pub mod api;
 pub mod client;
 pub mod explorer;
 pub mod explorer_page;
+pub mod html;
 pub mod oidc;
 pub mod page;
 pub mod request;

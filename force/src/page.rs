@@ -9,29 +9,13 @@
 //! Rendering is pure ([`render_index`], tested).
 
 use crate::api::{Listing, Shared, execute, listing};
-use crate::explorer_page::{Nav, frame};
+use crate::html::{Nav, escape, frame};
 use crate::store::now_ms;
 use crate::web_session::WebSession;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
-
-/// HTML-escapes text from records (keys, reasons and names come from people).
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 fn age(since_ms: u64, now_ms: u64) -> String {
     let s = now_ms.saturating_sub(since_ms) / 1000;

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use crate::html::{Nav, frame};
 use crate::oidc::Operator;
 
 fn row(key: &str, waiters: u64, flags: Vec<Flag>) -> Row {
