@@ -85,6 +85,14 @@ pub enum SharedVerdict {
         at: i64,
     },
     LeakedHold,
+    /// This session's own exclusive-waiter mark stands while it asks SHARED: left by an
+    /// exclusive wait of its that ended while the store could not take the mark's delete
+    /// (found by `make soak`: the session was then told LEAKED_HOLD for a key it never
+    /// held, and every new reader waited on the mark until the session ended). Delete it
+    /// and try again.
+    DropOwnMark {
+        mark: String,
+    },
     SessionGone,
     EpochMoved,
     /// What was in the way was gone by the read: try again.
@@ -114,7 +122,9 @@ pub fn shared_verdict(claimant: &Claimant<'_>, seen: &Seen) -> SharedVerdict {
         None => {}
     }
     match &seen.writer_waiting {
-        Some((_, lease)) if lease_hex(*lease) == claimant.lease_hex => SharedVerdict::LeakedHold,
+        Some((mark, lease)) if lease_hex(*lease) == claimant.lease_hex => {
+            SharedVerdict::DropOwnMark { mark: mark.clone() }
+        }
         Some((mark, _)) => SharedVerdict::Wait {
             watch: Some(mark.clone()),
             at: seen.read_at,
@@ -190,12 +200,35 @@ pub async fn acquire(
     let result = Box::pin(wait_loop(granter, session, key, class, mode, wait, &end)).await;
     if mode == Mode::Exclusive && result.is_err() {
         // Leaving without the key: the mark would hold readers off until the session ends.
-        let sealed = granter.store.sealed().await;
-        if let Ok(sealed) = sealed {
-            let _ = sealed.delete(&writer_waiting_key(key, session.lease)).await;
-        }
+        // The refusal is answered now; the delete is retried apart while the store is
+        // unreachable (a refusal is often because it is).
+        tokio::spawn(drop_mark(
+            granter.store.clone(),
+            writer_waiting_key(key, session.lease),
+        ));
     }
     result
+}
+
+/// Tries of [`drop_mark`], and the pause before the first retry (doubling after it): about
+/// 15 s in all, past a leader election; a mark outliving them goes with its session, or
+/// with its own session's next shared ask (`DropOwnMark`).
+const MARK_DELETE_TRIES: u32 = 6;
+const MARK_DELETE_PAUSE: Duration = Duration::from_millis(250);
+
+/// Deletes an exclusive waiter's mark, retried (bounded) while the store is unreachable.
+async fn drop_mark(store: crate::store::Store, mark: String) {
+    let mut pause = MARK_DELETE_PAUSE;
+    for _ in 0..MARK_DELETE_TRIES {
+        if let Ok(sealed) = store.sealed().await
+            && sealed.delete(&mark).await.is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause *= 2;
+    }
+    tracing::warn!("an exclusive waiter's mark could not be deleted; it ends with its session");
 }
 
 async fn wait_loop(
@@ -285,6 +318,13 @@ async fn attempt(
             }
             Ok(SharedVerdict::Wait { watch, at }) => return Ok(Err((watch, at))),
             Ok(SharedVerdict::LeakedHold) => return Err(ArbiterError::LeakedHold),
+            Ok(SharedVerdict::DropOwnMark { mark }) => {
+                // Only this session's own mark: a concurrent exclusive wait of the same
+                // session loses its place ahead of new readers, which asking for both
+                // modes at once has already given up.
+                sealed.delete(&mark).await?;
+                sealed = store.sealed().await?;
+            }
             Ok(SharedVerdict::SessionGone) => {
                 granter.sessions.forget(session.lease);
                 return Err(ArbiterError::SessionNotFound);

@@ -367,3 +367,76 @@ async fn an_epoch_advance_ends_shared_holds_too() {
     write.release().await.unwrap();
     w.shutdown().await.unwrap();
 }
+
+/// Found by `make soak`: an exclusive wait that ends (HELD_DEADLINE) while the store cannot
+/// take its mark's delete leaves the mark on the session's lease. That session's next
+/// shared ask was told LEAKED_HOLD for a key it never held, and every new reader waited on
+/// the mark until the session ended. Planted here as the store would have kept it: the
+/// session's own mark is dropped and the reader granted; another live session's mark is
+/// still waited for (seen failing before the fix: LEAKED_HOLD).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_own_stale_writer_mark_does_not_refuse_its_shared_ask() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let key = k("stale-mark");
+    let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
+    let open = |raw: &mut Raw| {
+        let mut raw = raw.clone();
+        let key = key.clone();
+        async move {
+            raw.open_session(OpenSessionRequest { key })
+                .await
+                .unwrap()
+                .into_inner()
+                .session_id
+        }
+    };
+    let session = open(&mut raw).await;
+    let mut root = stack.etcd_client().await.unwrap();
+    let mark = |lease: i64| format!("/r/{key}//w/{lease:x}");
+    root.put(
+        mark(session),
+        "",
+        Some(etcd_client::PutOptions::new().with_lease(session)),
+    )
+    .await
+    .unwrap();
+    let ask = |raw: &mut Raw, session: i64, wait_millis: u64| {
+        let mut raw = raw.clone();
+        let key = key.clone();
+        async move {
+            raw.acquire(lock_integration::routed(
+                AcquireRequest {
+                    key: key.clone(),
+                    session_id: session,
+                    wait_millis,
+                    mode: HoldMode::Shared.into(),
+                },
+                &key,
+                None,
+            ))
+            .await
+        }
+    };
+    let granted = ask(&mut raw, session, 2_000).await;
+    assert!(granted.is_ok(), "{granted:?}");
+    assert_eq!(root.get(mark(session), None).await.unwrap().count(), 0);
+
+    // Another session's mark (a writer still waiting, as far as the store says) stops a
+    // new reader: it waits, and its deadline ends it.
+    let mut other = stack.workload(&waiter_id(1)).await.unwrap();
+    let writer = open(&mut other).await;
+    root.put(
+        mark(writer),
+        "",
+        Some(etcd_client::PutOptions::new().with_lease(writer)),
+    )
+    .await
+    .unwrap();
+    let reader = open(&mut other).await;
+    let refused = ask(&mut other, reader, 300).await.unwrap_err();
+    assert_eq!(
+        lock_client::refusal(&refused).map(|r| r.reason),
+        Some(Reason::HeldDeadline),
+        "{refused:?}"
+    );
+}

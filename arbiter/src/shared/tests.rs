@@ -114,6 +114,16 @@ fn a_shared_grant_waits_for_the_writer_and_its_mark_only() {
             },
         ),
         (
+            "its own mark, left by an exclusive wait that ended: dropped, then again",
+            Seen {
+                writer_waiting: Some(("/r/pay/k//w/7a".into(), 0x7a)),
+                ..seen()
+            },
+            SharedVerdict::DropOwnMark {
+                mark: "/r/pay/k//w/7a".into(),
+            },
+        ),
+        (
             "nothing in the way by the read",
             seen(),
             SharedVerdict::Again,
