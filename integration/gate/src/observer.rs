@@ -6,6 +6,7 @@
 use super::history::mono_ns;
 use super::observed::Seen;
 use lock_client::{Config, LockClient};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,12 +27,12 @@ pub struct ObservePlan {
     pub soft_end: u64,
 }
 
-/// Runs until `stop` resolves; returns every answer, and how many observations ended on an
-/// error (a refusal, or the service unreachable for a minute).
+/// Runs until `stop` resolves; returns every answer, and the observations that ended on an
+/// error (a refusal, or the service unreachable for a minute), counted by why.
 pub async fn run(
     plan: ObservePlan,
     stop: impl Future<Output = ()>,
-) -> anyhow::Result<(Vec<Seen>, usize)> {
+) -> anyhow::Result<(Vec<Seen>, BTreeMap<String, usize>)> {
     let client = LockClient::new(
         Config::files(
             plan.endpoint.clone(),
@@ -77,15 +78,26 @@ pub async fn run(
         () = started => {}
         () = stop => {}
     }
-    let mut failed = 0;
+    let mut failed = BTreeMap::new();
     streams.abort_all();
     while let Some(r) = streams.join_next().await {
-        if matches!(r, Ok(Err(_))) {
-            failed += 1;
+        if let Ok(Err(e)) = r {
+            *failed.entry(why(&e)).or_default() += 1;
         }
     }
     let seen = std::mem::take(&mut *seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
     Ok((seen, failed))
+}
+
+/// An observation's end in a word: the contract's reason, else what the client decided.
+fn why(e: &lock_client::LockError) -> String {
+    match e.reason() {
+        Some(r) => r.as_str().to_owned(),
+        None => {
+            let text = e.to_string();
+            text.split(':').next().unwrap_or(&text).to_owned()
+        }
+    }
 }
 
 async fn follow_key(

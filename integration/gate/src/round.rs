@@ -340,8 +340,13 @@ pub async fn round(
     let _ = stop_observer.send(());
     if let Some(observer) = observer {
         let (seen, failed) = observer.await??;
-        if failed > 0 {
-            println!("gate: {failed} observation(s) ended on an error");
+        if !failed.is_empty() {
+            let total: usize = failed.values().sum();
+            let by: Vec<String> = failed.iter().map(|(why, n)| format!("{why} {n}")).collect();
+            println!(
+                "gate: {total} observation(s) ended on an error: {}",
+                by.join(", ")
+            );
         }
         super::observer::write(&history_dir.join("observe.jsonl"), &seen)?;
     }
