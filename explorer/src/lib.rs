@@ -5,5 +5,7 @@
 pub mod read;
 pub mod view;
 
-pub use read::{Cursor, MAX_PAGE, Page, ReadError, held_count, namespaces, one_key, page};
-pub use view::{Flag, Mode, Row, Rules, Seen, SessionSeen, rows};
+pub use read::{
+    Cursor, MAX_PAGE, Page, ReadError, SESSION_KEYS, held_count, namespaces, one_key, page, session,
+};
+pub use view::{Flag, Mode, Row, Rules, Seen, SessionSeen, SessionView, rows, session_view};

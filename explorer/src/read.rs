@@ -8,7 +8,7 @@
 //! are counted here.
 
 use crate::view::{Seen, SessionSeen};
-use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, LeaseTimeToLiveOptions, Txn, TxnOp, TxnOpResponse};
 use lock_arbiter::layout::{
     HOLDER_PREFIX, Holder, QUEUE_PREFIX, SHARED_PREFIX, SessionRecord, decode, session_key,
 };
@@ -34,6 +34,8 @@ pub enum ReadError {
     Cursor(String),
     #[error("not a lock key: {0:?}")]
     Key(String),
+    #[error("not a session: {0:?} (its lease in hex)")]
+    Session(String),
 }
 
 /// One page: what its reads found, the store revision they saw, and where the next page
@@ -229,6 +231,31 @@ pub async fn one_key(etcd: &Etcd, key: &str, now_ms: u64) -> Result<Seen, ReadEr
     }
     sessions(etcd, &mut seen, revision).await?;
     Ok(seen)
+}
+
+/// Keys of a session [`session`] shows, of each kind.
+pub const SESSION_KEYS: usize = 100;
+
+/// What the session `lease_hex` holds and waits for: one call, the keys etcd has on its
+/// lease (a session's keys are as many as its holder took, not the namespace's).
+pub async fn session(etcd: &Etcd, lease_hex: &str) -> Result<crate::view::SessionView, ReadError> {
+    let id =
+        i64::from_str_radix(lease_hex, 16).map_err(|_| ReadError::Session(lease_hex.to_owned()))?;
+    let mut lease = etcd.lease();
+    let resp = etcd
+        .bounded(lease.time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys())))
+        .await?;
+    let ttl = resp.ttl();
+    let keys: Vec<String> = resp
+        .keys()
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    Ok(crate::view::session_view(
+        &keys,
+        (ttl >= 0).then_some(ttl),
+        SESSION_KEYS,
+    ))
 }
 
 /// One bounded range read from `start` to the end of `prefix`: at most `limit` pairs, the

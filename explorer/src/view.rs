@@ -172,5 +172,50 @@ fn flags(class: &str, held_for_ms: u64, session: Option<&SessionSeen>, rules: &R
     out
 }
 
+/// What one session holds and waits for, from the keys on its lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SessionView {
+    /// Seconds its lease has left (None: gone).
+    pub ttl_left_s: Option<i64>,
+    /// Keys it holds, and how.
+    pub holds: Vec<(String, Mode)>,
+    /// Keys it waits for: a durable queue entry, or a writer's mark on a shared key.
+    pub waiting: Vec<String>,
+    /// More keys than were shown.
+    pub more: bool,
+}
+
+/// The keys on a session's lease, sorted into what it holds and what it waits for (its
+/// own `/s/` record and attempt fences are neither). At most `limit` of each.
+pub fn session_view(keys: &[String], ttl_left_s: Option<i64>, limit: usize) -> SessionView {
+    use lock_arbiter::layout::{HOLDER_PREFIX, QUEUE_PREFIX, SHARED_PREFIX};
+    let mut v = SessionView {
+        ttl_left_s,
+        ..SessionView::default()
+    };
+    for k in keys {
+        if let Some(key) = k.strip_prefix(HOLDER_PREFIX) {
+            v.holds.push((key.to_owned(), Mode::Exclusive));
+        } else if let Some(rest) = k.strip_prefix(SHARED_PREFIX) {
+            if let Some((key, _)) = rest.split_once("//s/") {
+                v.holds.push((key.to_owned(), Mode::Shared));
+            } else if let Some((key, _)) = rest.split_once("//w/") {
+                v.waiting.push(key.to_owned());
+            }
+        } else if let Some((key, _)) = k
+            .strip_prefix(QUEUE_PREFIX)
+            .and_then(|r| r.split_once("//"))
+        {
+            v.waiting.push(key.to_owned());
+        }
+    }
+    v.holds.sort();
+    v.waiting.sort();
+    v.more = v.holds.len() > limit || v.waiting.len() > limit;
+    v.holds.truncate(limit);
+    v.waiting.truncate(limit);
+    v
+}
+
 #[cfg(test)]
 mod tests;

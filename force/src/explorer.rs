@@ -140,8 +140,17 @@ pub async fn key(
     let body = match lock_explorer::one_key(app.store.etcd(), &q.key, now_ms()).await {
         Ok(seen) => {
             let rows = lock_explorer::rows(&seen, &Rules::default());
+            // Each holding session's keys: one call each, at most a page of readers.
+            let mut sessions = std::collections::BTreeMap::new();
+            for r in &rows {
+                if !sessions.contains_key(&r.session)
+                    && let Ok(v) = lock_explorer::session(app.store.etcd(), &r.session).await
+                {
+                    sessions.insert(r.session.clone(), v);
+                }
+            }
             let past = history(&app, &q.key).await;
-            html::key_detail(&q.key, &rows, &past, now_ms(), &session)
+            html::key_detail(&q.key, &rows, &sessions, &past, now_ms(), &session)
         }
         Err(ReadError::Key(k)) => {
             return page_error(StatusCode::BAD_REQUEST, &format!("not a lock key: {k}"));

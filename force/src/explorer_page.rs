@@ -6,7 +6,8 @@
 use crate::html::{ago, escape, query_escape, utc};
 use crate::oidc::Access;
 use crate::web_session::WebSession;
-use lock_explorer::{Flag, Mode, Row};
+use lock_explorer::{Flag, Mode, Row, SessionView};
+use std::collections::BTreeMap;
 
 /// A hold's state by word and colour: a flag first (the reason to look), else whether
 /// anyone waits, else plainly held.
@@ -99,13 +100,13 @@ pub fn holds(ns: &str, rows: &[Row], next: Option<&str>, filter: &str) -> String
         h.push_str(
             "<div class=\"scroll\"><table id=\"holds\"><thead><tr><th>Key</th><th>State</th>\
              <th>Mode</th><th>Holder</th><th class=\"wide\">Instance</th><th>Held for</th>\
-             <th>Session TTL left</th><th class=\"num\">Waiting</th></tr></thead><tbody>",
+             <th>TTL left</th><th class=\"num\">Waiting</th></tr></thead><tbody>",
         );
         for r in shown {
             h.push_str(&format!(
                 "<tr data-key=\"{key}\" data-mode=\"{mode}\"><td class=\"key\">{link}\
                  <br><span class=\"muted\">{class}</span></td>\
-                 <td>{state}</td><td>{mode}</td><td>{who}</td>\
+                 <td>{state}</td><td>{mode}</td><td class=\"who\">{who}</td>\
                  <td class=\"wide nowrap\" title=\"{inst}\">{short}</td>\
                  <td class=\"nowrap\">{when}</td><td class=\"nowrap\">{ttl}</td>\
                  <td class=\"num nowrap waiters\">{wait}</td></tr>",
@@ -137,7 +138,7 @@ pub fn holds(ns: &str, rows: &[Row], next: Option<&str>, filter: &str) -> String
 /// An instance as a column shows it: a pod name whole, a generated id cut (the cell's
 /// title and the key's page have it whole).
 fn short(instance: &str) -> String {
-    match instance.char_indices().nth(14) {
+    match instance.char_indices().nth(10) {
         Some((i, _)) => format!("{}…", &instance[..i]),
         None => instance.to_owned(),
     }
@@ -224,6 +225,7 @@ fn history(key: &str, h: &History, now_ms: u64) -> String {
 pub fn key_detail(
     key: &str,
     rows: &[Row],
+    sessions: &BTreeMap<String, SessionView>,
     past: &History,
     now_ms: u64,
     session: &WebSession,
@@ -259,7 +261,8 @@ pub fn key_detail(
              <tr><th>Acquired</th><td>{abs} ({ago} ago, by its arbiter's clock)</td></tr>\
              <tr><th>Session</th><td>{session}, TTL left {ttl}</td></tr>\
              <tr><th>Waiting</th><td class=\"waiters\">{wait}</td></tr>\
-             <tr><th>Flags</th><td>{flags}</td></tr></table></div>",
+             <tr><th>Flags</th><td>{flags}</td></tr>\
+             <tr><th>Its session also</th><td class=\"session-keys\">{also}</td></tr></table></div>",
             mode = r.mode.word(),
             state = state(r),
             who = escape(&r.identity),
@@ -271,6 +274,7 @@ pub fn key_detail(
             ttl = ttl(r),
             wait = waiting(r),
             flags = escape(&flags),
+            also = session_keys(key, sessions.get(&r.session)),
         ));
     }
     h.push_str(&history(key, past, now_ms));
@@ -300,6 +304,38 @@ pub fn key_detail(
         ),
     }
     h
+}
+
+/// The holding session's other keys: what a force release with the session revoked
+/// would end, and what the session waits for.
+fn session_keys(key: &str, view: Option<&SessionView>) -> String {
+    let Some(v) = view else {
+        return "<span class=\"muted\">not read</span>".into();
+    };
+    let links = |keys: Vec<&String>| {
+        keys.iter()
+            .map(|k| key_link(k))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let held: Vec<&String> = v
+        .holds
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| *k != key)
+        .collect();
+    let waiting: Vec<&String> = v.waiting.iter().collect();
+    let mut out = match held.len() {
+        0 => "holds nothing else".to_owned(),
+        n => format!("holds {n} other key(s): {}", links(held)),
+    };
+    if !waiting.is_empty() {
+        out.push_str(&format!("; waits for {}", links(waiting)));
+    }
+    if v.more {
+        out.push_str(" (and more)");
+    }
+    out
 }
 
 /// The explorer page around its live section: the filter form, the live status, and the

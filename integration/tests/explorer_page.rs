@@ -133,6 +133,12 @@ async fn the_explorer_page_follows_the_store_live_and_shows_no_token() {
         .acquire(&fair, Duration::from_secs(5), || {})
         .await
         .unwrap();
+    // The same session holds a second key: the first key's page names it.
+    let other = format!("{FAIR_PREFIX}/page-other");
+    let held_too = holder
+        .acquire(&other, Duration::from_secs(5), || {})
+        .await
+        .unwrap();
     vera.ok(json!({"op": "wait", "selector": row(&fair), "timeout": 15000}));
     let waits = format!("{} td.waiters", row(&fair));
     assert_eq!(
@@ -169,7 +175,11 @@ async fn the_explorer_page_follows_the_store_live_and_shows_no_token() {
     );
 
     // No token anywhere: the page, its live section, its JSON API.
-    let tokens = [held.token().as_u64(), read.token().as_u64()];
+    let tokens = [
+        held.token().as_u64(),
+        held_too.token().as_u64(),
+        read.token().as_u64(),
+    ];
     let page = vera.html();
     let section = vera.ok(json!({"op": "get", "path": "/explorer/rows?ns=pay"}));
     assert_eq!(section["status"], 200);
@@ -183,7 +193,7 @@ async fn the_explorer_page_follows_the_store_live_and_shows_no_token() {
         .unwrap();
     assert_eq!(api.status(), 200);
     let api: Value = api.json().await.unwrap();
-    assert_eq!(api["rows"].as_array().map(Vec::len), Some(2), "{api}");
+    assert_eq!(api["rows"].as_array().map(Vec::len), Some(3), "{api}");
     for t in tokens {
         for (what, text) in [
             ("page", page.as_str()),
@@ -208,6 +218,12 @@ async fn the_explorer_page_follows_the_store_live_and_shows_no_token() {
     }
     assert!(detail.contains("<td class=\"kind\">grant</td>"), "{detail}");
     assert!(detail.contains(&waiter_id(0)) && !detail.contains("file-force-release"));
+    assert!(
+        detail.contains(&format!(
+            "holds 1 other key(s): <a href=\"/explorer/key?key={other}\">"
+        )),
+        "{detail}"
+    );
     for t in tokens {
         assert!(
             !detail.contains(&t.to_string()),
@@ -218,6 +234,7 @@ async fn the_explorer_page_follows_the_store_live_and_shows_no_token() {
 
     // --- A release hands the key to the waiter; the reader leaves: rows follow. ---
     held.release().await.unwrap();
+    held_too.release().await.unwrap();
     let next = waiting.await.unwrap().unwrap();
     vera.ok(json!({"op": "waitText", "selector": waits, "text": "0", "timeout": 15000}));
     read.release().await.unwrap();

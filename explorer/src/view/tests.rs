@@ -194,3 +194,32 @@ fn a_key_held_only_by_readers_has_a_row_per_reader() {
     );
     assert!(got[1].writer_waiting);
 }
+
+#[test]
+fn a_sessions_keys_say_what_it_holds_and_waits_for() {
+    let keys: Vec<String> = [
+        "/s/7a",
+        "/l/pay/b",
+        "/l/pay/a",
+        "/r/pay/r//s/7a",
+        "/r/pay/w//w/7a",
+        "/q/pay/fair//7a",
+        "/x/7a/123",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let v = session_view(&keys, Some(4), 10);
+    assert_eq!(
+        v.holds,
+        vec![
+            ("pay/a".to_owned(), Mode::Exclusive),
+            ("pay/b".to_owned(), Mode::Exclusive),
+            ("pay/r".to_owned(), Mode::Shared),
+        ]
+    );
+    assert_eq!(v.waiting, vec!["pay/fair".to_owned(), "pay/w".to_owned()]);
+    assert!(!v.more);
+    let cut = session_view(&keys, None, 2);
+    assert_eq!(cut.holds.len(), 2);
+    assert!(cut.more && cut.ttl_left_s.is_none());
+}

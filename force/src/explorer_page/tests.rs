@@ -107,12 +107,33 @@ fn text_from_the_store_is_escaped_and_keys_link_to_their_detail() {
 fn only_an_operator_is_offered_the_force_release() {
     let rows = [row("pay/a", 0, vec![])];
     let none = History::NotConfigured;
-    let op = key_detail("pay/a", &rows, &none, 0, &session(Access::Act));
+    let op = key_detail(
+        "pay/a",
+        &rows,
+        &BTreeMap::new(),
+        &none,
+        0,
+        &session(Access::Act),
+    );
     assert!(op.contains("id=\"file-force-release\"") && op.contains("value=\"csrf-1\""));
-    let viewer = key_detail("pay/a", &rows, &none, 0, &session(Access::View));
+    let viewer = key_detail(
+        "pay/a",
+        &rows,
+        &BTreeMap::new(),
+        &none,
+        0,
+        &session(Access::View),
+    );
     assert!(!viewer.contains("file-force-release"), "{viewer}");
     assert!(viewer.contains("needs the operator role"));
-    let free = key_detail("pay/a", &[], &none, 0, &session(Access::Act));
+    let free = key_detail(
+        "pay/a",
+        &[],
+        &BTreeMap::new(),
+        &none,
+        0,
+        &session(Access::Act),
+    );
     assert!(free.contains("id=\"not-held\"") && !free.contains("file-force-release"));
 }
 
@@ -127,22 +148,33 @@ fn the_frame_says_who_and_what_they_may_do() {
 #[test]
 fn a_generated_instance_is_cut_in_the_table_and_whole_in_its_title() {
     assert_eq!(short("pod-a1"), "pod-a1");
-    assert_eq!(
-        short("p-f11a6bfa35438a1f680ba436b1290538"),
-        "p-f11a6bfa3543…"
-    );
+    assert_eq!(short("p-f11a6bfa35438a1f680ba436b1290538"), "p-f11a6bfa…");
     let mut r = row("pay/a", 0, vec![]);
     r.instance = Some("p-f11a6bfa35438a1f680ba436b1290538".into());
     let html = holds("pay", &[r], None, "");
-    assert!(html.contains("title=\"p-f11a6bfa35438a1f680ba436b1290538\">p-f11a6bfa3543…<"));
+    assert!(html.contains("title=\"p-f11a6bfa35438a1f680ba436b1290538\">p-f11a6bfa…<"));
 }
 
 #[test]
 fn a_key_page_says_what_the_audit_store_said() {
     let s = session(Access::View);
-    let off = key_detail("pay/a", &[], &History::NotConfigured, 0, &s);
+    let off = key_detail(
+        "pay/a",
+        &[],
+        &BTreeMap::new(),
+        &History::NotConfigured,
+        0,
+        &s,
+    );
     assert!(off.contains("id=\"history-off\"") && off.contains("lockctl audit pay/a"));
-    let failed = key_detail("pay/a", &[], &History::Failed("refused <x>".into()), 0, &s);
+    let failed = key_detail(
+        "pay/a",
+        &[],
+        &BTreeMap::new(),
+        &History::Failed("refused <x>".into()),
+        0,
+        &s,
+    );
     assert!(failed.contains("id=\"history-error\"") && failed.contains("refused &lt;x&gt;"));
     let rows = History::Rows(vec![HistoryRow {
         observed_at_ms: 1_000,
@@ -151,7 +183,38 @@ fn a_key_page_says_what_the_audit_store_said() {
         session: "7a".into(),
         class: "pay-fast".into(),
     }]);
-    let shown = key_detail("pay/a", &[], &rows, 61_000, &s);
+    let shown = key_detail("pay/a", &[], &BTreeMap::new(), &rows, 61_000, &s);
     assert!(shown.contains("<td class=\"kind\">grant</td>") && shown.contains("1 min 0 s ago"));
     assert!(shown.contains("spiffe://x/&lt;a&gt;"));
+}
+
+#[test]
+fn a_hold_names_its_sessions_other_keys() {
+    let rows = [row("pay/a", 0, vec![])];
+    let view = SessionView {
+        ttl_left_s: Some(4),
+        holds: vec![
+            ("pay/a".into(), Mode::Exclusive),
+            ("pay/b".into(), Mode::Shared),
+        ],
+        waiting: vec!["pay/c".into()],
+        more: false,
+    };
+    let sessions = BTreeMap::from([("7a".to_owned(), view)]);
+    let html = key_detail(
+        "pay/a",
+        &rows,
+        &sessions,
+        &History::NotConfigured,
+        0,
+        &session(Access::View),
+    );
+    assert!(
+        html.contains("holds 1 other key(s): <a href=\"/explorer/key?key=pay/b\">"),
+        "{html}"
+    );
+    assert!(
+        html.contains("waits for <a href=\"/explorer/key?key=pay/c\">"),
+        "{html}"
+    );
 }
