@@ -240,12 +240,28 @@ async fn open_as(stack: &Stack, i: usize, key: &str, id: &str, instance: &str) -
     req.metadata_mut()
         .insert("lock-instance", instance.parse().unwrap());
     let mut direct = stack.arbiter_direct(i).await.unwrap();
+    // A loaded machine can miss the arbiters' 1 s store timeout here, before any fault
+    // (seen in a CI run beside a soak): NO_QUORUM is retried, as a client would.
+    for _ in 0..7 {
+        match direct.open_session(clone_request(&req)).await {
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            r => return r.unwrap().into_inner().session_id,
+        }
+    }
     direct
         .open_session(req)
         .await
         .unwrap()
         .into_inner()
         .session_id
+}
+
+fn clone_request<T: Clone>(r: &tonic::Request<T>) -> tonic::Request<T> {
+    let mut c = tonic::Request::new(r.get_ref().clone());
+    *c.metadata_mut() = r.metadata().clone();
+    c
 }
 
 /// A call through arbiter `i` as the edge would forward it, retried (at most four times)
@@ -263,10 +279,14 @@ async fn until_answered<T: Clone, R>(
 ) -> Result<R, tonic::Status> {
     let mut direct = stack.arbiter_direct(i).await.unwrap();
     let mut last = None;
-    for _ in 0..4 {
+    // Bounded: eight tries a quarter second apart, past a loaded machine's slow store.
+    for _ in 0..8 {
         match call(&mut direct, as_from_edge(msg.clone(), Some(key), Some(id))).await {
             Ok(r) => return Ok(r.into_inner()),
-            Err(s) if s.code() == tonic::Code::Unavailable => last = Some(s),
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                last = Some(s);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
             Err(s) => return Err(s),
         }
     }

@@ -186,7 +186,10 @@ async fn writer_among_a_stream_of_readers(bugs: &[&str]) -> bool {
     let key = k("busy");
     let stop = Instant::now() + Duration::from_secs(8);
     let mut readers = Vec::new();
-    for (i, start) in [(6usize, 0u64), (7, 60), (3, 120)] {
+    // Three readers, each holding 400 ms and starting 130 ms apart: with the injected bug
+    // their holds overlap without a gap for the writer even when each acquire is slow (a
+    // CI run beside a soak found gaps at 180 ms holds).
+    for (i, start) in [(6usize, 0u64), (7, 130), (3, 260)] {
         let c: LockClient = stack.lock_client(&waiter_id(i)).unwrap();
         let key = key.clone();
         readers.push(tokio::spawn(async move {
@@ -195,7 +198,7 @@ async fn writer_among_a_stream_of_readers(bugs: &[&str]) -> bool {
             while Instant::now() < stop && rounds < 200 {
                 rounds += 1;
                 if let Ok(r) = c.acquire_shared(&key, Duration::from_secs(5), || {}).await {
-                    tokio::time::sleep(Duration::from_millis(180)).await;
+                    tokio::time::sleep(Duration::from_millis(400)).await;
                     let _ = r.release().await;
                 }
             }
