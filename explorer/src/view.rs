@@ -67,6 +67,20 @@ pub enum Flag {
 
 impl Flag {
     /// One word, for a table cell.
+    /// What it means and what to ask, for a details pane or a key's page.
+    pub fn explain(&self) -> String {
+        match self {
+            Flag::HeldLong { bound_ms } => {
+                format!("held long: over {} s for its class", bound_ms / 1000)
+            }
+            Flag::Expiring { ttl_left_s } => {
+                format!("expiring: {ttl_left_s} s left (is the holder renewing?)")
+            }
+            Flag::SessionGone => "session gone: its lease has no TTL left".to_owned(),
+            Flag::WaiverExpired => "waiver expired: an advisory class".to_owned(),
+        }
+    }
+
     pub fn word(&self) -> &'static str {
         match self {
             Flag::HeldLong { .. } => "held-long",

@@ -240,16 +240,7 @@ pub fn key_detail(
         } else {
             r.flags
                 .iter()
-                .map(|f| match f {
-                    Flag::HeldLong { bound_ms } => {
-                        format!("held long: over {} for its class", ago(*bound_ms))
-                    }
-                    Flag::Expiring { ttl_left_s } => {
-                        format!("expiring: {ttl_left_s} s left (is the holder renewing?)")
-                    }
-                    Flag::SessionGone => "session gone: its lease has no TTL left".into(),
-                    Flag::WaiverExpired => "waiver expired: an advisory class".into(),
-                })
+                .map(Flag::explain)
                 .collect::<Vec<_>>()
                 .join("; ")
         };

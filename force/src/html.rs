@@ -61,23 +61,15 @@ pub fn frame(title: &str, session: Option<&WebSession>, nav: Nav, body: &str) ->
     )
 }
 
-/// `2026-12-07 11:02:35 UTC` from milliseconds since the epoch (days to a civil date as
-/// in H. Hinnant's `civil_from_days`).
+/// `2026-12-07 11:02:35 UTC` from milliseconds since the epoch (the date by the
+/// registry's own civil-date function).
 pub fn utc(ms: u64) -> String {
     let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let day =
+        lock_config::registry::Date::from_unix_days(i64::try_from(secs / 86_400).unwrap_or(0));
     let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        "{day} {:02}:{:02}:{:02} UTC",
         rem / 3600,
         (rem / 60) % 60,
         rem % 60

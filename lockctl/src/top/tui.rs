@@ -326,16 +326,7 @@ fn details(r: &Row) -> Paragraph<'static> {
     } else {
         r.flags
             .iter()
-            .map(|f| match f {
-                Flag::HeldLong { bound_ms } => {
-                    format!("held-long (over {} for its class)", human(*bound_ms))
-                }
-                Flag::Expiring { ttl_left_s } => {
-                    format!("expiring ({ttl_left_s}s left: is the holder renewing?)")
-                }
-                Flag::SessionGone => "session-gone (its lease has no TTL left)".to_owned(),
-                Flag::WaiverExpired => "waiver-expired (an advisory class)".to_owned(),
-            })
+            .map(Flag::explain)
             .collect::<Vec<_>>()
             .join("; ")
     };
