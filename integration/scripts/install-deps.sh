@@ -36,6 +36,12 @@
 #   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
 #                 `install-deps.sh fuzz`)
 #   perf          Debian linux-perf (`make profile` only: `install-deps.sh perf`)
+#   helm          Go module helm.sh/helm/v4 (go install), built once into the machine's cache
+#                 ($LOCK_TOOL_CACHE, outside the clone) and linked as .deps/bin/helm: the chart's
+#                 lint and template checks
+#   umoci, runc   Debian umoci (OCI images from scratch: `make images`), runc (runs an image's
+#                 entry point in its own namespaces: the image and rehearsal tests), skopeo
+#                 (`make images PUSH=...` copies the layout to a registry)
 #
 # Every step checks first and does nothing when its result is already present.
 set -euo pipefail
@@ -50,19 +56,26 @@ ENVOY_VERSION="1.40.0"
 # fails closed: every request refused).
 ENVOY_COMPAT_VERSIONS="1.36.4 1.38.2"
 BUF_VERSION="1.75.0"
+HELM_VERSION="v4.3.2"
 TRIXIE_MIRROR="${TRIXIE_MIRROR:-http://deb.debian.org/debian}"
-mkdir -p "$DEPS"
+# Tools built from source (helm) are cached per machine, outside any clone: a fresh clone
+# on the same machine links them instead of building them again.
+TOOL_CACHE="${LOCK_TOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fenced-lock}"
+mkdir -p "$DEPS" "$TOOL_CACHE"
 
 log() { printf '[install] %s\n' "$*" >&2; }
 
 apt_updated=""
 system_apt_install() {
   # Only packages from the system's own (unchanged) sources.
+  # Another apt on the machine (a second clone's install, unattended upgrades) holds the
+  # dpkg lock for a while: wait for it instead of failing the whole install.
   if [ -z "$apt_updated" ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
     apt_updated=1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    --no-install-recommends "$@"
 }
 
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | sed -n 1p)" = "$2" ]; }
@@ -189,7 +202,7 @@ unpack_deb() {
   local pkg="$1" dir="$2"
   local tmp; tmp=$(mktemp -d)
   if ! (cd "$tmp" && apt-get download "$pkg" >/dev/null 2>&1); then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
     apt_updated=1
     (cd "$tmp" && apt-get download "$pkg")
   fi
@@ -323,6 +336,32 @@ install_fuzz() {
   fi
 }
 
+install_helm() {
+  # helm from the Go module proxy (no download site is reachable for its release tarball).
+  # Built once per machine into $TOOL_CACHE (about 3 minutes on 2 cores), then linked.
+  local bin="$TOOL_CACHE/helm-$HELM_VERSION/bin/helm"
+  if [ ! -x "$bin" ]; then
+    command -v go >/dev/null 2>&1 || { log "helm: needs Go (the machine's toolchain)"; exit 1; }
+    log "helm: go install helm.sh/helm/v4/cmd/helm@$HELM_VERSION into $TOOL_CACHE"
+    GOFLAGS=-mod=mod GOBIN="$TOOL_CACHE/helm-$HELM_VERSION/bin" \
+      go install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+  fi
+  mkdir -p "$DEPS/bin"
+  ln -sf "$bin" "$DEPS/bin/helm"
+}
+
+install_images_tools() {
+  # OCI images are built from scratch (no base image can be pulled, no daemon runs):
+  # umoci writes the layout, runc runs an image's bundle, skopeo copies to a registry.
+  local missing=()
+  command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
+  [ ${#missing[@]} -eq 0 ] && return
+  log "images: installing Debian ${missing[*]}"
+  system_apt_install "${missing[@]}"
+}
+
 if [ "${1:-}" = "fuzz" ]; then
   install_fuzz
   exit 0
@@ -353,6 +392,8 @@ install_mdbook
 install_chromium
 install_tmux
 install_python_client
+install_helm
+install_images_tools
 mkdir -p "$DEPS/bin"
 for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done
 log "ok: $(ls "$DEPS/bin" | tr '\n' ' ')"
