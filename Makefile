@@ -7,7 +7,7 @@ RUN_DIR := .run
 WASM := target/wasm32-wasip1/release/lock_filter.wasm
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build wasm run stop test lint unit e2e gate soak bench profile heap-profile fuzz docs docs-screenshots clean
+.PHONY: help deps build wasm run stop test lint unit e2e e2e-kube gate soak bench profile heap-profile fuzz docs docs-screenshots images clean
 
 # `make soak`: minutes of gate rounds.
 SOAK_MINUTES ?= 65
@@ -20,6 +20,8 @@ GATE_SECONDS ?= 120
 GATE_ARGS ?=
 # `make run`: entity shards beside the coord cluster (0: one etcd cluster).
 SHARDS ?= 0
+# `make images`: a registry prefix to copy the images to (skopeo), e.g. registry.example/lock.
+PUSH ?=
 
 help: ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -65,6 +67,10 @@ unit: deps ## Unit and property tests (no processes)
 e2e: build ## End-to-end tests against real etcd, arbiters and Envoy
 	$(CARGO) test -p lock-integration -p lock-gate -p lock-pause-test --tests
 
+e2e-kube: build ## Against a real kube-apiserver (built once per machine, ~6-12 min): the CRDs, the webhook, lock-registry-sync (applied grants reach the arbiters and Envoy)
+	@bash integration/scripts/install-deps.sh kube
+	$(CARGO) test -p lock-integration --test kube_sync -- --ignored
+
 test: deps lint build ## Everything: lint, unit, property and end-to-end tests
 	$(CARGO) test --workspace --no-fail-fast
 
@@ -105,7 +111,7 @@ fuzz: ## libFuzzer on the filter's request decoding and config parsing (FUZZ_SEC
 	cd filter/fuzz && for t in request_body filter_config; do \
 	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; done
 
-docs: deps ## The manual: regenerate its reference pages (and the tiers' etcd manifests), build the book into target/book
+docs: deps ## The manual: regenerate its reference pages (and deploy/kubernetes from the chart), build the book into target/book
 	$(CARGO) run -q -p lock-integration --bin docsgen -- write
 	.deps/bin/mdbook build docs
 	@echo "the book: target/book/index.html"
@@ -118,6 +124,11 @@ docs-screenshots: docs ## Headless-Chromium screenshots of the book's front page
 	mkdir -p docs/screenshots
 	$(CHROMIUM_SHOT) --screenshot=docs/screenshots/front-page.png file://$(CURDIR)/target/book/index.html
 	$(CHROMIUM_SHOT) --screenshot=docs/screenshots/errors-page.png file://$(CURDIR)/target/book/reference/errors.html
+
+images: deps ## OCI images from scratch for every binary the chart runs, and the filter as a wasm OCI artifact (release, reproducible): target/images, digests printed; PUSH=prefix copies them
+	$(CARGO) build --release -p lock-filter --target wasm32-wasip1
+	$(CARGO) build --release -p lock-arbiter -p lock-force -p lock-audit -p lock-kube -p lockctl -p lock-pause-test --bins
+	bash integration/scripts/build-images.sh --profile release --out target/images $(if $(PUSH),--push $(PUSH))
 
 clean: stop ## Remove build output and the run folder (keeps .deps)
 	$(CARGO) clean

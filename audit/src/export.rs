@@ -51,6 +51,26 @@ pub enum ExportError {
     Url(String),
 }
 
+/// `--day` as the UTC date it names: `YYYY-MM-DD` as given, or `yesterday` / `today`
+/// relative to `now_unix_seconds`. The export CronJobs say `--day yesterday`: the images
+/// carry no shell to compute a date with.
+pub fn resolve_day(day: &str, now_unix_seconds: i64) -> Result<String, ExportError> {
+    let back = match day {
+        "today" => 0,
+        "yesterday" => 1,
+        _ => {
+            day_bounds(day)?;
+            return Ok(day.to_owned());
+        }
+    };
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    let date = time::OffsetDateTime::from_unix_timestamp(now_unix_seconds - back * 86_400)
+        .map_err(|_| ExportError::Day(day.to_owned()))?
+        .date();
+    date.format(format)
+        .map_err(|_| ExportError::Day(day.to_owned()))
+}
+
 /// The UTC day `YYYY-MM-DD` as [from, to) in milliseconds since the epoch.
 pub fn day_bounds(day: &str) -> Result<(i64, i64), ExportError> {
     let format = time::macros::format_description!("[year]-[month]-[day]");
@@ -249,6 +269,27 @@ pub fn read(path: &Path) -> Result<Vec<Stored>, ExportError> {
 mod tests {
     use super::*;
     use crate::classify::{Row, gap};
+
+    #[test]
+    fn a_day_is_a_date_or_relative_to_now() {
+        // 2026-12-07T00:30:00Z
+        let now = 1_796_603_400;
+        for (given, want) in [
+            ("2026-12-01", Some("2026-12-01")),
+            ("today", Some("2026-12-07")),
+            ("yesterday", Some("2026-12-06")),
+            ("2026-13-01", None),
+            ("tomorrow", None),
+            ("", None),
+        ] {
+            assert_eq!(resolve_day(given, now).ok().as_deref(), want, "{given}");
+        }
+        // Across a year's end.
+        assert_eq!(
+            resolve_day("yesterday", 1_767_225_600).unwrap(),
+            "2025-12-31"
+        );
+    }
 
     #[test]
     fn day_bounds_are_utc_days() {

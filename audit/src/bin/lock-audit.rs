@@ -61,7 +61,7 @@ enum Cmd {
     Export {
         #[arg(long, env = "LOCK_AUDIT_DB")]
         db: String,
-        /// YYYY-MM-DD (UTC).
+        /// YYYY-MM-DD (UTC), or `yesterday` / `today` (UTC).
         #[arg(long)]
         day: String,
         /// A local folder, or an object-store URL (`s3://bucket/prefix`, `file:///path`;
@@ -141,6 +141,10 @@ async fn main() -> anyhow::Result<()> {
             force_only,
             retention_years,
         } => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            let day = lock_audit::export::resolve_day(&day, now)?;
             let store = Postgres::connect(&db).await.context("audit store")?;
             if force_only {
                 let (url, n) = export_force(&store, &day, &out, retention_years).await?;
