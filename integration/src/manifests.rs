@@ -1,116 +1,83 @@
-//! The tiers' etcd clusters as manifests (ADR-07, 10: the coord cluster of five members,
-//! entity shards of three each), rendered from `deploy/kubernetes/etcd.yaml` so every
-//! cluster is configured the same way (TLS, QoS, zones, checkpoints, compaction) and a
-//! change to one is a change to all. `docsgen write` writes them; `docsgen check` and
-//! `integration/tests/deploy.rs` fail when one is stale.
+//! `deploy/kubernetes` is the Helm chart's output (`deploy/helm/fenced-lock`, ADR-06, 07,
+//! 18): `integration/scripts/render-manifests.sh` renders it with the production values
+//! (every etcd cluster, coord and the entity shards in `tiers/`, from one template, so
+//! every cluster is configured alike). `docsgen write` runs the script; `docsgen check`
+//! and `integration/tests/helm.rs` fail when a committed file differs from a fresh render.
 
-use crate::paths::workspace_root;
+use crate::paths::{dep, workspace_root};
 use anyhow::Context as _;
+use std::path::{Path, PathBuf};
 
-/// The clusters rendered: (name, members). The single-cluster layout is etcd.yaml itself.
-pub const TIERS: [(&str, usize); 2] = [("coord", 5), ("e1", 3)];
+/// The script that renders the chart into a folder, from the workspace root.
+pub const SCRIPT: &str = "integration/scripts/render-manifests.sh";
 
-/// The manifest of cluster `name` with `members` members, from the base manifest's text.
-pub fn render(base: &str, name: &str, members: usize) -> anyhow::Result<String> {
-    let cluster = format!("lock-etcd-{name}");
-    // The StorageClass is shared: it stays in etcd.yaml.
-    let docs: Vec<&str> = base.split("\n---\n").collect();
-    let body = docs
-        .get(1..)
-        .context("etcd.yaml: no documents after the StorageClass")?
-        .join("\n---\n");
-    let peers = (0..members)
-        .map(|i| format!("{cluster}-{i}=https://{cluster}-{i}.{cluster}.lock.svc:2380"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let clients = (0..members)
-        .map(|i| format!("https://{cluster}-{i}.{cluster}.lock.svc:2379"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut out = String::new();
-    // More members than zones (five on the usual three): spread evenly instead of one per
-    // zone (2/2/1: a zone's loss leaves three of five), since one per zone would leave two
-    // Pending. The base's zone term is the anti-affinity's last one.
-    let mut skipping = false;
-    for line in body.lines() {
-        if members > 3 && line.trim_start().starts_with("# One member per hall") {
-            skipping = true;
-        }
-        if skipping {
-            if line.contains("topologyKey: topology.kubernetes.io/zone") {
-                skipping = false;
-                out.push_str(&format!(
-                    "      # {members} members over the zones, evenly (2/2/1 on three): a zone's loss takes\n      \
-                     # at most two, never a majority.\n      topologySpreadConstraints:\n      \
-                     - maxSkew: 1\n        topologyKey: topology.kubernetes.io/zone\n        \
-                     whenUnsatisfiable: DoNotSchedule\n        labelSelector:\n          \
-                     matchLabels: {{app.kubernetes.io/name: {cluster}}}\n"
-                ));
-            }
-            continue;
-        }
-        let line = if line.trim_start().starts_with("- --initial-cluster=") {
-            let indent = &line[..line.len() - line.trim_start().len()];
-            format!("{indent}- --initial-cluster={peers}")
-        } else if line.contains("name: LOCK_ETCD, value:") {
-            let indent = &line[..line.len() - line.trim_start().len()];
-            format!("{indent}- {{name: LOCK_ETCD, value: \"{clients}\"}}")
-        } else if line.trim() == "replicas: 3" {
-            line.replace("replicas: 3", &format!("replicas: {members}"))
-        } else {
-            line.replace("lock-etcd-local", "\u{0}")
-                .replace("lock-etcd", &cluster)
-                .replace('\u{0}', "lock-etcd-local")
-        };
-        out.push_str(&line);
-        out.push('\n');
-    }
-    let what = if name == "coord" {
-        "The coord cluster (ADR-07: coord-tier classes, the shard map, the epoch allocator)"
-    } else {
-        "An entity shard (ADR-07, 09: the entity-tier keys the shard map homes here)"
-    };
-    Ok(format!(
-        "# Generated from etcd.yaml by `cargo run -p lock-integration --bin docsgen -- write`;\n\
-         # do not edit.\n# {what}:\n# {members} members, configured as etcd.yaml's (TLS, QoS, zones, lease checkpoints,\n\
-         # compaction), with its own certificates (Secrets {cluster}-*). The StorageClass\n\
-         # is etcd.yaml's.\n{out}"
-    ))
+/// The first line of every file the script writes (how a stale one is recognised).
+pub const MARK: &str = "# Generated from the Helm chart deploy/helm/fenced-lock by integration/scripts/render-manifests.sh;";
+
+/// Renders the chart into `out` (created if missing; generated files it no longer renders
+/// are removed, hand-written ones left alone).
+pub fn render(out: &Path) -> anyhow::Result<()> {
+    let helm = dep("helm")?;
+    let output = std::process::Command::new(workspace_root().join(SCRIPT))
+        .arg(out)
+        .env("HELM", helm)
+        .output()
+        .with_context(|| SCRIPT.to_owned())?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{SCRIPT} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
 }
 
-/// Every rendered manifest: its path under the workspace and its text.
-pub fn generated() -> anyhow::Result<Vec<(String, String)>> {
-    let base = std::fs::read_to_string(workspace_root().join("deploy/kubernetes/etcd.yaml"))?;
-    TIERS
-        .iter()
-        .map(|(name, members)| {
-            Ok((
-                format!("deploy/kubernetes/tiers/etcd-{name}.yaml"),
-                render(&base, name, *members)?,
-            ))
-        })
-        .collect()
-}
-
-/// The rendered manifests whose committed text differs.
-pub fn stale() -> anyhow::Result<Vec<String>> {
+/// Every file under `dir`, relative to it, sorted.
+fn files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for (path, text) in generated()? {
-        let have = std::fs::read_to_string(workspace_root().join(&path)).unwrap_or_default();
-        if have != text {
-            out.push(path);
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| d.display().to_string())? {
+            let p = e?.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if let Ok(rel) = p.strip_prefix(dir) {
+                out.push(rel.to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The files under `deploy/kubernetes` that differ from a fresh render: changed or missing
+/// ones, and generated ones the chart no longer renders.
+pub fn stale() -> anyhow::Result<Vec<String>> {
+    let tmp = tempfile::tempdir()?;
+    render(tmp.path())?;
+    let committed = workspace_root().join("deploy/kubernetes");
+    let mut out = Vec::new();
+    let fresh = files(tmp.path())?;
+    for rel in &fresh {
+        let want = std::fs::read(tmp.path().join(rel))?;
+        let have = std::fs::read(committed.join(rel)).unwrap_or_default();
+        if have != want {
+            out.push(format!("deploy/kubernetes/{}", rel.display()));
+        }
+    }
+    for rel in files(&committed)? {
+        let text = std::fs::read_to_string(committed.join(&rel)).unwrap_or_default();
+        if text.starts_with(MARK) && !fresh.contains(&rel) {
+            out.push(format!(
+                "deploy/kubernetes/{} (no longer rendered)",
+                rel.display()
+            ));
         }
     }
     Ok(out)
 }
 
+/// Renders the chart into `deploy/kubernetes`.
 pub fn write_all() -> anyhow::Result<()> {
-    for (path, text) in generated()? {
-        let p = workspace_root().join(&path);
-        if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(&p, text).with_context(|| p.display().to_string())?;
-    }
-    Ok(())
+    render(&workspace_root().join("deploy/kubernetes"))
 }

@@ -1,4 +1,5 @@
-//! Issue 21, item 5: the Kubernetes manifests (deploy/kubernetes) pass the Kubernetes
+//! Issue 21, item 5: the Kubernetes manifests (deploy/kubernetes, rendered from the Helm
+//! chart deploy/helm/fenced-lock: tests/helm.rs checks they are fresh) pass the Kubernetes
 //! schemas offline (PyPI kubernetes-validate, strict: no unknown fields), and the mesh
 //! examples (Istio WasmPlugin, Envoy Gateway EnvoyExtensionPolicy, whose CRDs cannot be
 //! installed here) carry a filter configuration the filter accepts.
@@ -38,18 +39,13 @@ fn the_manifests_pass_the_kubernetes_schemas() {
     let mut files = manifests(&workspace_root().join("deploy/kubernetes"));
     // The registry's CRDs, generated from its document types (lockctl registry crds).
     files.extend(manifests(&workspace_root().join("deploy/kubernetes/crds")));
-    // The tiers' etcd clusters, rendered from etcd.yaml (and fresh).
+    // The etcd clusters: the coord cluster and the entity shards.
     files.extend(manifests(&workspace_root().join("deploy/kubernetes/tiers")));
-    assert_eq!(
-        lock_integration::manifests::stale().unwrap(),
-        Vec::<String>::new(),
-        "run `cargo run -p lock-integration --bin docsgen -- write`"
-    );
     assert!(files.len() >= 9, "{files:?}");
     let (ok, out) = validate(&files);
     assert!(ok, "{out}");
     for kind in [
-        "statefulset/lock-etcd",
+        "storageclass/lock-etcd-local",
         "deployment/lock-arbiter",
         "poddisruptionbudget/lock-arbiter",
         "deployment/lock-edge",
@@ -61,6 +57,9 @@ fn the_manifests_pass_the_kubernetes_schemas() {
         "deployment/lock-admin",
         "statefulset/lock-etcd-coord",
         "statefulset/lock-etcd-e1",
+        "statefulset/lock-etcd-e2",
+        "job/lock-epoch-init",
+        "job/lock-etcd-coord-roles",
         "job/pause-test-pay-ledger",
         "cronjob/lock-risk-register",
     ] {
@@ -79,7 +78,7 @@ fn a_manifest_the_schema_refuses_fails_the_check() {
     for (what, broken) in [
         (
             "a string replica count",
-            text.replace("replicas: 3", "replicas: three"),
+            text.replace("replicas: 9", "replicas: nine"),
         ),
         (
             "an unknown field",
@@ -128,22 +127,32 @@ fn the_mesh_examples_carry_a_filter_configuration_the_filter_accepts() {
     }
 }
 
-/// Every flag the etcd StatefulSet passes is one the etcd this project tests against
+/// Every flag the etcd StatefulSets pass is one the etcd this project tests against
 /// (`.deps/bin/etcd`, the Debian 3.5 build) knows: a misspelt or removed flag would stop
 /// every member at start, which no schema check can see.
 #[test]
 fn the_etcd_manifest_passes_only_flags_etcd_knows() {
-    let manifest =
-        std::fs::read_to_string(workspace_root().join("deploy/kubernetes/etcd.yaml")).unwrap();
+    let root = workspace_root().join("deploy/kubernetes");
+    let mut manifest = std::fs::read_to_string(root.join("etcd.yaml")).unwrap();
+    for f in manifests(&root.join("tiers")) {
+        manifest.push_str(&std::fs::read_to_string(f).unwrap());
+    }
+    assert!(manifest.contains("kind: StatefulSet"), "no etcd cluster");
     let flags: Vec<&str> = manifest
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix("- --"))
         .map(|f| f.split(['=', ' ']).next().unwrap_or(f))
         .collect();
-    assert!(
-        flags.contains(&"experimental-enable-lease-checkpoint"),
-        "{flags:?}"
-    );
+    for kept in [
+        "experimental-enable-lease-checkpoint",
+        "experimental-enable-lease-checkpoint-persist",
+        "auto-compaction-retention",
+        "quota-backend-bytes",
+        "client-cert-auth",
+        "peer-client-cert-auth",
+    ] {
+        assert!(flags.contains(&kept), "--{kept} missing: {flags:?}");
+    }
     let etcd = lock_integration::paths::dep("etcd").unwrap();
     let out = Command::new(etcd).arg("--help").output().unwrap();
     let help = format!(
@@ -154,7 +163,7 @@ fn the_etcd_manifest_passes_only_flags_etcd_knows() {
     for flag in flags {
         assert!(
             help.contains(&format!("--{flag} ")) || help.contains(&format!("--{flag}\n")),
-            "etcd.yaml passes --{flag}, which etcd --help does not list"
+            "the etcd manifests pass --{flag}, which etcd --help does not list"
         );
     }
 }

@@ -33,6 +33,15 @@ fn lockctl(args: &[&str]) -> (Option<i32>, String) {
 fn the_committed_crds_are_the_generated_ones() {
     let (code, out) = lockctl(&["registry", "crds", "--check"]);
     assert_eq!(code, Some(0), "{out}");
+    // The chart's CRDs (deploy/kubernetes/crds is their copy, tests/helm.rs).
+    let (code, out) = lockctl(&[
+        "registry",
+        "crds",
+        "--check",
+        "--out",
+        "deploy/helm/fenced-lock/crds",
+    ]);
+    assert_eq!(code, Some(0), "{out}");
     // The check itself: a hand edit is found.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_str().unwrap();

@@ -1,7 +1,8 @@
 //! `docsgen write`: regenerates the manual's reference pages (`docs/src/reference/`) from
-//! their sources, and the tiers' etcd manifests (`deploy/kubernetes/tiers/`) from
-//! etcd.yaml; `docsgen check`: exits 1 naming each stale file (`make docs` writes,
-//! `make test` checks through `integration/tests/docs.rs` and `deploy.rs`).
+//! their sources, and `deploy/kubernetes` from the Helm chart (`deploy/helm/fenced-lock`,
+//! through `integration/scripts/render-manifests.sh`); `docsgen check`: exits 1 naming
+//! each stale file (`make docs` writes, `make test` checks through
+//! `integration/tests/docs.rs` and `helm.rs`).
 
 use std::process::ExitCode;
 
