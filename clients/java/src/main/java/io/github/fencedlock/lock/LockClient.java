@@ -1,0 +1,944 @@
+package io.github.fencedlock.lock;
+
+import io.grpc.ManagedChannel;
+import io.grpc.Metadata;
+import io.grpc.StatusRuntimeException;
+import io.grpc.netty.shaded.io.grpc.netty.GrpcSslContexts;
+import io.grpc.netty.shaded.io.grpc.netty.NegotiationType;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import io.grpc.netty.shaded.io.netty.handler.ssl.SslContext;
+import io.grpc.stub.MetadataUtils;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
+import java.util.function.Supplier;
+import javax.net.ssl.SSLException;
+import lock.v1.LockGrpc;
+import lock.v1.LockOuterClass.AcquireRequest;
+import lock.v1.LockOuterClass.AcquireResponse;
+import lock.v1.LockOuterClass.CloseSessionRequest;
+import lock.v1.LockOuterClass.HoldRequest;
+import lock.v1.LockOuterClass.HoldResponse;
+import lock.v1.LockOuterClass.OpenSessionRequest;
+import lock.v1.LockOuterClass.OpenSessionResponse;
+import lock.v1.LockOuterClass.ReleaseRequest;
+
+/**
+ * A connection to the lock service and this process's contender for locks: its sessions
+ * (one per TTL and cluster, renewed in the background), its holds and its instance. Safe for
+ * concurrent use. Close it before exiting: its sessions end at once and waiters are granted
+ * without waiting for the TTL.
+ *
+ * <pre>{@code
+ * try (LockClient c = LockClient.builder("https://lock-edge:8443")
+ *         .svidFiles(Path.of("/run/svid/svid.pem"), Path.of("/run/svid/svid.key"), Path.of("/run/svid/bundle.pem"))
+ *         .serverId("spiffe://example.org/ns/edge/sa/envoy")
+ *         .build();
+ *      Hold h = c.acquire("pay/ledger/42", AcquireOptions.builder()
+ *         .onFence(worker::stop).timeout(Duration.ofSeconds(5)).build())) {
+ *     db.write(..., h.token());
+ * }
+ * }</pre>
+ */
+public final class LockClient implements AutoCloseable {
+    /** How many holds per client keep their Hold stream open before acquires use the unary calls. */
+    public static final int DEFAULT_MAX_HOLD_STREAMS = 1024;
+    /** Bounds the attempts of one call (transient errors, session changes). */
+    static final int MAX_TRIES = 32;
+    /** Bounds the keys whose cluster the client remembers. */
+    static final int MAX_PLACES = 4096;
+    /** The longest wait one Acquire asks the service for (it grants at most 300 s). */
+    static final Duration MAX_WAIT_PER_CALL = Duration.ofSeconds(300);
+    /** Bounds a call beyond the wait it asked for. */
+    static final Duration CALL_SLACK = Duration.ofSeconds(10);
+    /** Bounds one CloseSession. */
+    static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(5);
+    /** HTTP/2 PINGs on the connection, idle or not (as the Rust and Go clients). */
+    static final Duration PING_INTERVAL = Duration.ofSeconds(20);
+    static final Duration PING_TIMEOUT = Duration.ofSeconds(5);
+
+    private static final AtomicInteger THREADS = new AtomicInteger();
+
+    private final ManagedChannel channel;
+    private final LockGrpc.LockBlockingStub blocking;
+    private final LockGrpc.LockStub async;
+    private final String instance;
+    private final ExecutorService workers;
+    private final ReentrantLock opening = new ReentrantLock();
+
+    private final Object mu = new Object();
+    private boolean closed;
+    private final Map<Slot, Session> sessions = new HashMap<>();
+    private final Map<String, Integer> places = new HashMap<>();
+    private final Map<String, Integer> clusterTags = new HashMap<>();
+    private final Map<String, Reentry> holds = new HashMap<>();
+    private long nextHold;
+    private final int maxStreams;
+    private int openStreams;
+
+    LockClient(ManagedChannel channel, String instance, int maxStreams) {
+        this.channel = channel;
+        this.blocking = LockGrpc.newBlockingStub(channel);
+        this.async = LockGrpc.newStub(channel);
+        this.instance = instance;
+        this.maxStreams = maxStreams;
+        this.workers = Executors.newCachedThreadPool(r -> {
+            Thread t = new Thread(r, "lock-client-" + THREADS.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        });
+    }
+
+    /** A builder for the service at endpoint ({@code https://lock-edge:8443}, or with meshSidecar {@code http://127.0.0.1:15001}). */
+    public static Builder builder(String endpoint) {
+        return new Builder(endpoint);
+    }
+
+    /** The {@code lock-instance} this client sends with OpenSession. */
+    public String instance() {
+        return instance;
+    }
+
+    /** The channel, for raw lock.v1 calls the client does not wrap (Inspect, ValidateToken): send the key as {@code lock-key}. */
+    public ManagedChannel channel() {
+        return channel;
+    }
+
+    /** How many nested holds of key this client has (0: not held). */
+    public int holdCount(String key) {
+        synchronized (mu) {
+            Reentry e = holds.get(key);
+            return e == null ? 0 : e.count;
+        }
+    }
+
+    /** How many holds keep their Hold stream open now. */
+    public int openHoldStreams() {
+        synchronized (mu) {
+            return openStreams;
+        }
+    }
+
+    // ---- acquiring ----
+
+    /**
+     * Takes key, waiting in the key's queue until it is granted or the options' timeout ends
+     * (then {@link Reason#HELD}, or {@link Reason#TIMED_OUT} if the service had not answered).
+     * Transient refusals (NO_QUORUM, UNAVAILABLE, DRAINING, MOVING, RATE_LIMITED) are retried
+     * within the timeout, and the right session is opened for the key's class. A key this
+     * client holds already is re-entered: the returned Hold shares the grant (and token),
+     * nothing is sent, and the key stays held until every Hold of it is released. An
+     * interrupted thread gets {@link Reason#CANCELLED} (its interrupt flag set again).
+     *
+     * @throws LockException {@link Reason#ON_FENCE_REQUIRED} without onFence, before anything is sent
+     */
+    public Hold acquire(String key, AcquireOptions opts) {
+        return acquireInternal(key, true, opts);
+    }
+
+    /** {@link #acquire} without waiting: empty at once when another session holds key (HELD). */
+    public Optional<Hold> tryAcquire(String key, AcquireOptions opts) {
+        try {
+            return Optional.of(acquireInternal(key, false, opts));
+        } catch (LockException e) {
+            if (e.reason() == Reason.HELD) {
+                return Optional.empty();
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * {@link #acquire} on a thread of the client's: the future completes with the hold or
+     * the LockException. Cancelling the future interrupts the wait; a grant that arrives
+     * after the future was cancelled is released at once, so no hold outlives its caller.
+     */
+    public CompletableFuture<Hold> acquireAsync(String key, AcquireOptions opts) {
+        CompletableFuture<Hold> f = new CompletableFuture<>();
+        if (opts == null || opts.onFenceCallback() == null) {
+            f.completeExceptionally(onFenceRequired());
+            return f;
+        }
+        AtomicReference<Thread> worker = new AtomicReference<>();
+        try {
+            workers.execute(() -> {
+                synchronized (worker) {
+                    if (f.isDone()) {
+                        return;
+                    }
+                    worker.set(Thread.currentThread());
+                }
+                try {
+                    Hold h = acquire(key, opts);
+                    if (!f.complete(h)) {
+                        h.release();
+                    }
+                } catch (Throwable t) {
+                    f.completeExceptionally(t);
+                } finally {
+                    synchronized (worker) {
+                        worker.set(null);
+                        Thread.interrupted(); // the pool's thread goes back clean
+                    }
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            f.completeExceptionally(LockException.client(Reason.CLOSED, ""));
+            return f;
+        }
+        f.whenComplete((h, t) -> {
+            if (f.isCancelled()) {
+                synchronized (worker) {
+                    Thread w = worker.get();
+                    if (w != null) {
+                        w.interrupt();
+                    }
+                }
+            }
+        });
+        return f;
+    }
+
+    private static LockException onFenceRequired() {
+        return LockException.client(Reason.ON_FENCE_REQUIRED, "");
+    }
+
+    /**
+     * The wait one Acquire asks the service for, in nanoseconds: 0 without waiting; else the
+     * time the caller leaves, less a tenth (at most 1 s) so the service answers before the
+     * caller's deadline, capped at what the service grants.
+     */
+    static long waitFor(boolean wait, boolean hasDeadline, long leftNanos) {
+        if (!wait) {
+            return 0;
+        }
+        long max = MAX_WAIT_PER_CALL.toNanos();
+        if (!hasDeadline) {
+            return max;
+        }
+        long left = leftNanos - Math.min(leftNanos / 10, TimeUnit.SECONDS.toNanos(1));
+        return Math.max(Math.min(left, max), 0);
+    }
+
+    private Hold acquireInternal(String key, boolean wait, AcquireOptions opts) {
+        if (opts == null || opts.onFenceCallback() == null) {
+            throw onFenceRequired();
+        }
+        Objects.requireNonNull(key, "key");
+        Runnable onFence = opts.onFenceCallback();
+        Deadline dl = Deadline.after(opts.timeout());
+        long id;
+        synchronized (mu) {
+            if (closed) {
+                throw LockException.client(Reason.CLOSED, "");
+            }
+            id = ++nextHold;
+        }
+        Hold h = reenter(key, id, onFence);
+        if (h != null) {
+            return h;
+        }
+        try {
+            while (true) {
+                long[] asked = {0};
+                try {
+                    Placed<Grant> p = onSession(dl, key, s -> {
+                        asked[0] = waitFor(wait, !dl.isNone(), dl.remaining());
+                        AcquireRequest req = AcquireRequest.newBuilder()
+                                .setKey(key)
+                                .setSessionId(s.id)
+                                .setWaitMillis(TimeUnit.NANOSECONDS.toMillis(asked[0]))
+                                .build();
+                        return grant(dl, s, req);
+                    });
+                    return held(key, id, p.value, p.session, onFence);
+                } catch (LockException e) {
+                    // The service's wait ended before the caller's did (a timeout longer than
+                    // 300 s, or none): queue again.
+                    if (wait && asked[0] > 0 && e.reason() == Reason.HELD
+                            && (dl.isNone() || dl.remaining() > TimeUnit.SECONDS.toNanos(1))) {
+                        continue;
+                    }
+                    throw e;
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw LockException.client(Reason.CANCELLED, "interrupted", e);
+        }
+    }
+
+    /** A nested acquire of a key this client holds: counted, nothing sent. */
+    private Hold reenter(String key, long id, Runnable onFence) {
+        synchronized (mu) {
+            Reentry e = holds.get(key);
+            if (e == null) {
+                return null;
+            }
+            if (e.session.fenced()) {
+                holds.remove(key);
+                if (e.link != null) {
+                    dropLinkLocked(e.link);
+                }
+                return null;
+            }
+            e.count++;
+            e.session.attach(id, onFence);
+            return new Hold(this, key, id, e.token, e.session);
+        }
+    }
+
+    private Hold held(String key, long id, Grant g, Session s, Runnable onFence) {
+        s.attach(id, onFence);
+        synchronized (mu) {
+            holds.put(key, new Reentry(g.token, s, g.link));
+        }
+        return new Hold(this, key, id, g.token, s);
+    }
+
+    /** The gRPC deadline of one call: timeout, within the caller's deadline. */
+    private static long callNanos(Deadline dl, long timeoutNanos) {
+        return Math.min(timeoutNanos, dl.remaining());
+    }
+
+    /**
+     * One acquire on session s: on a Hold stream when the budget allows (the stream kept for
+     * the release), else the unary call. If the caller gives up while the service may be
+     * granting, the grant is reclaimed in the background so that no hold outlives its caller.
+     */
+    private Grant grant(Deadline dl, Session s, AcquireRequest req) throws InterruptedException {
+        long timeout = TimeUnit.MILLISECONDS.toNanos(req.getWaitMillis()) + CALL_SLACK.toNanos();
+        long callDeadline = System.nanoTime() + callNanos(dl, timeout);
+        if (dl.expired()) {
+            throw LockException.client(Reason.TIMED_OUT, "");
+        }
+        boolean stream;
+        synchronized (mu) {
+            stream = openStreams < maxStreams;
+            if (stream) {
+                openStreams++;
+            }
+        }
+        if (!stream) {
+            try {
+                AcquireResponse r = blocking
+                        .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(req.getKey())))
+                        .withDeadlineAfter(Math.max(callDeadline - System.nanoTime(), 1), TimeUnit.NANOSECONDS)
+                        .acquire(req);
+                return new Grant(r.getToken(), null);
+            } catch (StatusRuntimeException e) {
+                if (Thread.currentThread().isInterrupted() || dl.expired()) {
+                    reclaimLater(req.getKey(), s);
+                }
+                throw wrap(dl, e);
+            }
+        }
+        HoldLink link;
+        try {
+            link = HoldLink.open(async, req.getKey());
+        } catch (LockException e) {
+            releaseSlot();
+            throw e;
+        }
+        LockException err;
+        try {
+            HoldResponse a = link.ask(HoldRequest.newBuilder().setAcquire(req).build(), callDeadline);
+            if (a.hasAcquired()) {
+                return new Grant(a.getAcquired().getToken(), link);
+            }
+            err = LockException.client(Reason.UNAVAILABLE, "the hold stream ended without answering the acquire");
+        } catch (LockException e) {
+            err = e;
+        } catch (InterruptedException e) {
+            dropLink(link);
+            reclaimLater(req.getKey(), s);
+            throw e;
+        }
+        dropLink(link);
+        if (dl.expired()) {
+            reclaimLater(req.getKey(), s);
+        }
+        throw wrap(dl, err);
+    }
+
+    /**
+     * Releases, in the background, a grant the service may have made to s for key after its
+     * caller gave up: an acquire without waiting on the same session gets it back if there is one.
+     */
+    private void reclaimLater(String key, Session s) {
+        try {
+            workers.execute(() -> reclaim(key, s));
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            // closed: CloseSession ends every hold of the session
+        }
+    }
+
+    private void reclaim(String key, Session s) {
+        LockGrpc.LockBlockingStub stub = blocking
+                .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(key)))
+                .withDeadlineAfter(CALL_SLACK.toNanos(), TimeUnit.NANOSECONDS);
+        AcquireResponse r;
+        try {
+            r = stub.acquire(AcquireRequest.newBuilder().setKey(key).setSessionId(s.id).build());
+        } catch (RuntimeException e) {
+            return;
+        }
+        synchronized (mu) {
+            Reentry e = holds.get(key);
+            if (e != null && e.session == s) {
+                return; // a later acquire of this client holds it now
+            }
+        }
+        try {
+            stub.release(ReleaseRequest.newBuilder().setKey(key).setToken(r.getToken()).setSessionId(s.id).build());
+        } catch (RuntimeException e) {
+            // the session's end releases it
+        }
+    }
+
+    private void releaseSlot() {
+        synchronized (mu) {
+            openStreams--;
+        }
+    }
+
+    private void dropLink(HoldLink l) {
+        synchronized (mu) {
+            dropLinkLocked(l);
+        }
+    }
+
+    private void dropLinkLocked(HoldLink l) {
+        if (l.close() && !closed) {
+            openStreams--;
+        }
+    }
+
+    // ---- releasing ----
+
+    void release(Hold h) {
+        h.session.detach(h.id);
+        Reentry e;
+        synchronized (mu) {
+            e = holds.get(h.key);
+            if (e == null || e.session != h.session || e.token != h.token) {
+                // Not this grant's entry: the client was closed, or the grant was fenced and
+                // another took its place.
+                if (h.session.fenced() && !closed) {
+                    throw LockException.client(Reason.FENCED, "the hold was fenced before its release");
+                }
+                return;
+            }
+            if (e.count > 1) {
+                e.count--;
+                return;
+            }
+            holds.remove(h.key);
+        }
+        HoldLink link = e.link;
+        try {
+            if (h.session.fenced()) {
+                throw LockException.client(Reason.FENCED, "the hold was fenced before its release");
+            }
+            ReleaseRequest req = ReleaseRequest.newBuilder()
+                    .setKey(h.key).setToken(h.token).setSessionId(h.session.id).build();
+            if (link != null) {
+                try {
+                    HoldResponse a = link.ask(HoldRequest.newBuilder().setRelease(req).build(),
+                            System.nanoTime() + CALL_SLACK.toNanos());
+                    if (a.hasReleased()) {
+                        return;
+                    }
+                } catch (LockException x) {
+                    if (!x.is(Reason.UNAVAILABLE)) {
+                        throw x;
+                    }
+                } catch (InterruptedException x) {
+                    Thread.currentThread().interrupt();
+                    throw LockException.client(Reason.CANCELLED, "interrupted", x);
+                }
+                // The stream ended or broke without releasing: the unary call.
+            }
+            try {
+                blocking.withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(h.key)))
+                        .withDeadlineAfter(CALL_SLACK.toNanos(), TimeUnit.NANOSECONDS)
+                        .release(req);
+            } catch (StatusRuntimeException x) {
+                throw wrap(Deadline.NONE, x);
+            }
+        } finally {
+            if (link != null) {
+                dropLink(link);
+            }
+        }
+    }
+
+    // ---- sessions ----
+
+    private Session liveSessionLocked(java.util.function.Predicate<Slot> ok) {
+        for (Map.Entry<Slot, Session> e : sessions.entrySet()) {
+            if (ok.test(e.getKey()) && !e.getValue().fenced()) {
+                return e.getValue();
+            }
+        }
+        return null;
+    }
+
+    /** A live session on the cluster key was last seen on, else any. */
+    private Session sessionForKey(String key) {
+        synchronized (mu) {
+            Integer tag = places.get(key);
+            if (tag != null) {
+                Session s = liveSessionLocked(k -> k.tag == tag);
+                if (s != null) {
+                    return s;
+                }
+            }
+            return liveSessionLocked(k -> true);
+        }
+    }
+
+    private Session sessionForTtl(long ttl) {
+        synchronized (mu) {
+            return liveSessionLocked(k -> k.ttl == ttl);
+        }
+    }
+
+    private Session sessionOnCluster(String cluster) {
+        synchronized (mu) {
+            Integer tag = clusterTags.get(cluster);
+            return tag == null ? null : liveSessionLocked(k -> k.tag == tag);
+        }
+    }
+
+    private void learnPlace(String key, int tag) {
+        synchronized (mu) {
+            if (!places.containsKey(key) && places.size() >= MAX_PLACES) {
+                places.clear();
+            }
+            places.put(key, tag);
+        }
+    }
+
+    private void forgetSession(Session s) {
+        synchronized (mu) {
+            sessions.values().removeIf(x -> x == s);
+        }
+    }
+
+    /**
+     * The session to use when none was at hand: one another acquire opened meanwhile, or a
+     * new one. Opening is serialised per client, so acquires racing on a client without a
+     * session share the one opened first (ADR-10: one session per TTL).
+     */
+    private Session sessionOrOpen(Deadline dl, String key, Supplier<Session> wanted, Consumer<Session> opened)
+            throws InterruptedException {
+        if (!opening.tryLock(dl.remaining(), TimeUnit.NANOSECONDS)) {
+            throw LockException.client(Reason.TIMED_OUT, "");
+        }
+        try {
+            Session found = wanted != null ? wanted.get() : sessionForKey(key);
+            if (found != null) {
+                return found;
+            }
+            Session s = openSession(dl, key);
+            if (opened != null) {
+                opened.accept(s);
+            }
+            return s;
+        } finally {
+            opening.unlock();
+        }
+    }
+
+    /** Opens the session for key's class (its TTL) and starts renewing it. */
+    private Session openSession(Deadline dl, String key) {
+        long sent = System.nanoTime();
+        if (dl.expired()) {
+            throw LockException.client(Reason.TIMED_OUT, "");
+        }
+        Metadata md = Keys.keyed(key);
+        md.put(Keys.INSTANCE_HEADER, instance);
+        OpenSessionResponse r;
+        try {
+            r = blocking.withInterceptors(MetadataUtils.newAttachHeadersInterceptor(md))
+                    .withDeadlineAfter(Math.max(callNanos(dl, CALL_SLACK.toNanos()), 1), TimeUnit.NANOSECONDS)
+                    .openSession(OpenSessionRequest.newBuilder().setKey(key).build());
+        } catch (StatusRuntimeException e) {
+            throw wrap(dl, e);
+        }
+        Session s = new Session(r.getSessionId(), Duration.ofSeconds(r.getTtlSeconds()), sent);
+        Session old;
+        synchronized (mu) {
+            if (closed) {
+                s.close();
+                throw LockException.client(Reason.CLOSED, "");
+            }
+            Slot k = new Slot(Integer.toUnsignedLong(r.getTtlSeconds()), Session.tagOf(r.getSessionId()));
+            old = sessions.put(k, s);
+        }
+        if (old != null && old.fenced()) {
+            old.close();
+        }
+        s.start(async);
+        return s;
+    }
+
+    @FunctionalInterface
+    private interface SessionCall<T> {
+        T call(Session s) throws InterruptedException;
+    }
+
+    private static long jitter(long nanos) {
+        return (long) (nanos * (0.75 + ThreadLocalRandom.current().nextDouble() * 0.5));
+    }
+
+    /**
+     * Runs call(session) for key until it answers, the deadline ends or a refusal no retry
+     * cures: a session opened for the key's class when there is none, one of the TTL or on
+     * the cluster the service asks for (WRONG_SESSION_TTL, WRONG_SESSION_PLACE), a new one
+     * when it expired, and transient refusals waited out inside the deadline.
+     */
+    private <T> Placed<T> onSession(Deadline dl, String key, SessionCall<T> call) throws InterruptedException {
+        Session s = sessionForKey(key);
+        Supplier<Session> wanted = null;
+        Consumer<Session> opened = null;
+        long backoff = TimeUnit.MILLISECONDS.toNanos(50);
+        LockException last = null;
+        for (int i = 0; i < MAX_TRIES; i++) {
+            synchronized (mu) {
+                if (closed) {
+                    throw LockException.client(Reason.CLOSED, "");
+                }
+            }
+            if (s == null) {
+                try {
+                    s = sessionOrOpen(dl, key, wanted, opened);
+                } catch (LockException e) {
+                    if (!e.isTransient()) {
+                        throw e;
+                    }
+                    last = e;
+                    long pause = jitter(backoff);
+                    if (dl.remaining() < pause) {
+                        throw last;
+                    }
+                    TimeUnit.NANOSECONDS.sleep(pause);
+                    continue;
+                }
+            }
+            LockException e;
+            try {
+                T answer = call.call(s);
+                learnPlace(key, Session.tagOf(s.id));
+                return new Placed<>(answer, s);
+            } catch (LockException x) {
+                e = x;
+            }
+            last = e;
+            long pause;
+            switch (e.reason()) {
+                case WRONG_SESSION_TTL: {
+                    long ttl = ttlSeconds(e);
+                    wanted = () -> sessionForTtl(ttl);
+                    s = wanted.get();
+                    continue;
+                }
+                case WRONG_SESSION_PLACE: {
+                    String cluster = e.metadata().getOrDefault("cluster", "");
+                    wanted = () -> sessionOnCluster(cluster);
+                    opened = o -> {
+                        synchronized (mu) {
+                            clusterTags.put(cluster, Session.tagOf(o.id));
+                        }
+                    };
+                    s = wanted.get();
+                    continue;
+                }
+                case SESSION_EXPIRED:
+                    forgetSession(s);
+                    s = null;
+                    continue;
+                case RATE_LIMITED:
+                    pause = e.retryAfter().toNanos();
+                    break;
+                default:
+                    if (!e.isTransient()) {
+                        throw e;
+                    }
+                    backoff = Math.min(backoff * 2, TimeUnit.SECONDS.toNanos(1));
+                    pause = jitter(backoff);
+            }
+            if (dl.remaining() < pause) {
+                throw e;
+            }
+            TimeUnit.NANOSECONDS.sleep(pause);
+        }
+        throw last;
+    }
+
+    private static long ttlSeconds(LockException e) {
+        try {
+            return Long.parseLong(e.metadata().getOrDefault("ttl_seconds", "0"));
+        } catch (NumberFormatException x) {
+            return 0;
+        }
+    }
+
+    /**
+     * A call's failure as the client's: the status's error, or when the caller's own
+     * deadline ended (and the service gave no reason) TIMED_OUT, or when the thread was
+     * interrupted CANCELLED.
+     */
+    private static LockException wrap(Deadline dl, Throwable t) {
+        LockException e = LockException.from(t);
+        if (e.wireReason().isEmpty()) {
+            if (Thread.currentThread().isInterrupted()) {
+                return LockException.client(Reason.CANCELLED, "interrupted", t);
+            }
+            if (dl.expired()) {
+                return LockException.client(Reason.TIMED_OUT, e.statusMessage(), t);
+            }
+        }
+        return e;
+    }
+
+    // ---- closing ----
+
+    /**
+     * Ends every hold of this client now and closes its sessions: one CloseSession per
+     * session revokes its lease, so the next waiter of each key is granted at once instead of
+     * when the TTL runs out. No onFence runs: the owner ended the holds. The client cannot be
+     * used afterwards. A second call does nothing.
+     *
+     * @throws LockException the first CloseSession that failed (other than SESSION_EXPIRED)
+     */
+    @Override
+    public void close() {
+        List<Session> toClose;
+        synchronized (mu) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            toClose = new ArrayList<>(sessions.values());
+            sessions.clear();
+            for (Reentry h : holds.values()) {
+                if (h.link != null) {
+                    h.link.close();
+                }
+            }
+            holds.clear();
+            openStreams = 0;
+        }
+        LockException first = null;
+        for (Session s : toClose) {
+            boolean wasFenced = s.fenced();
+            s.close();
+            if (wasFenced) {
+                continue; // its holds are dead already and its lease lapses within the margin
+            }
+            try {
+                blocking.withDeadlineAfter(CLOSE_TIMEOUT.toNanos(), TimeUnit.NANOSECONDS)
+                        .closeSession(CloseSessionRequest.newBuilder().setSessionId(s.id).build());
+            } catch (StatusRuntimeException x) {
+                LockException e = LockException.from(x);
+                if (e.reason() != Reason.SESSION_EXPIRED && first == null) {
+                    first = e;
+                }
+            }
+        }
+        workers.shutdownNow();
+        channel.shutdownNow();
+        try {
+            channel.awaitTermination(5, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+
+    // ---- small types ----
+
+    /** A session's place: its TTL and the cluster tag of its id. */
+    private static final class Slot {
+        final long ttl;
+        final int tag;
+
+        Slot(long ttl, int tag) {
+            this.ttl = ttl;
+            this.tag = tag;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof Slot && ((Slot) o).ttl == ttl && ((Slot) o).tag == tag;
+        }
+
+        @Override
+        public int hashCode() {
+            return Long.hashCode(ttl) * 31 + tag;
+        }
+    }
+
+    /** The outermost hold of a key in this client; nested acquires only count. */
+    private static final class Reentry {
+        int count = 1;
+        final long token;
+        final Session session;
+        final HoldLink link;
+
+        Reentry(long token, Session session, HoldLink link) {
+            this.token = token;
+            this.session = session;
+            this.link = link;
+        }
+    }
+
+    private static final class Grant {
+        final long token;
+        final HoldLink link;
+
+        Grant(long token, HoldLink link) {
+            this.token = token;
+            this.link = link;
+        }
+    }
+
+    private static final class Placed<T> {
+        final T value;
+        final Session session;
+
+        Placed(T value, Session session) {
+            this.value = value;
+            this.session = session;
+        }
+    }
+
+    // ---- building ----
+
+    /** Builds a {@link LockClient}. Credentials: exactly one of svidFiles or meshSidecar. */
+    public static final class Builder {
+        private final String endpoint;
+        private Path cert;
+        private Path key;
+        private Path bundle;
+        private String serverId;
+        private boolean meshSidecar;
+        private String instance;
+        private int maxHoldStreams = DEFAULT_MAX_HOLD_STREAMS;
+
+        private Builder(String endpoint) {
+            this.endpoint = Objects.requireNonNull(endpoint, "endpoint");
+        }
+
+        /**
+         * Presents the workload's X.509-SVID from PEM files: the certificate chain, its
+         * PKCS#8 key and the trust bundle that verifies the edge. Read again when they change
+         * (a rotation), at the next TLS handshake.
+         */
+        public Builder svidFiles(Path cert, Path key, Path bundle) {
+            this.cert = cert;
+            this.key = key;
+            this.bundle = bundle;
+            return this;
+        }
+
+        /** Authorises the edge by its exact SPIFFE ID ({@code spiffe://example.org/ns/edge/sa/envoy}). Required with svidFiles. */
+        public Builder serverId(String spiffeId) {
+            this.serverId = spiffeId;
+            return this;
+        }
+
+        /**
+         * Speaks plaintext HTTP/2 to the workload's mesh sidecar, which presents the SVID.
+         * Allowed only to a loopback endpoint ({@code http://127.0.0.1:PORT}): anything farther
+         * would carry the calls, and the tokens in them, in the clear.
+         */
+        public Builder meshSidecar() {
+            this.meshSidecar = true;
+            return this;
+        }
+
+        /**
+         * Sets the {@code lock-instance} exactly instead of {@link Instance#generate()}. Two
+         * clients with one instance and identity are one contender: the second is told
+         * LEAKED_HOLD for the first's hold.
+         */
+        public Builder instance(String instance) {
+            this.instance = instance;
+            return this;
+        }
+
+        /** Bounds the holds whose Hold stream stays open; 0: unary calls only. */
+        public Builder maxHoldStreams(int n) {
+            if (n < 0) {
+                throw new IllegalArgumentException("maxHoldStreams < 0");
+            }
+            this.maxHoldStreams = n;
+            return this;
+        }
+
+        /**
+         * The client. It connects lazily.
+         *
+         * @throws IllegalArgumentException a bad endpoint, instance or server ID, or missing credentials
+         * @throws LockException UNAUTHENTICATED when the SVID files cannot be read
+         */
+        public LockClient build() {
+            Endpoint ep = Endpoint.parse(endpoint, meshSidecar);
+            String inst = instance;
+            if (inst == null) {
+                inst = Instance.generate();
+            } else if (!Instance.valid(inst)) {
+                throw new IllegalArgumentException("lock: instance \"" + inst + "\": 1.."
+                        + Instance.MAX_LEN + " characters of A-Z a-z 0-9 . _ : -");
+            }
+            NettyChannelBuilder b = NettyChannelBuilder.forAddress(ep.host, ep.port)
+                    .keepAliveTime(PING_INTERVAL.toNanos(), TimeUnit.NANOSECONDS)
+                    .keepAliveTimeout(PING_TIMEOUT.toNanos(), TimeUnit.NANOSECONDS)
+                    .keepAliveWithoutCalls(true);
+            if (meshSidecar) {
+                if (cert != null) {
+                    throw new IllegalArgumentException("lock: meshSidecar and svidFiles: choose one");
+                }
+                b.usePlaintext();
+            } else {
+                if (cert == null || key == null || bundle == null) {
+                    throw new IllegalArgumentException("lock: no credentials: svidFiles(cert, key, bundle) or meshSidecar()");
+                }
+                if (serverId == null) {
+                    throw new IllegalArgumentException("lock: serverId is required: the edge's SPIFFE ID to authorise");
+                }
+                SvidFiles files = new SvidFiles(cert, key, bundle, serverId);
+                SslContext ssl;
+                try {
+                    ssl = GrpcSslContexts.forClient()
+                            .keyManager(files.keyManager())
+                            .trustManager(files.trustManager())
+                            .build();
+                } catch (SSLException e) {
+                    throw LockException.client(Reason.UNAUTHENTICATED, "TLS: " + e.getMessage(), e);
+                }
+                b.negotiationType(NegotiationType.TLS).sslContext(ssl);
+            }
+            return new LockClient(b.build(), inst, maxHoldStreams);
+        }
+    }
+}

@@ -1,0 +1,263 @@
+package io.github.fencedlock.lock;
+
+import com.google.protobuf.Any;
+import com.google.rpc.ErrorInfo;
+import io.grpc.Context;
+import io.grpc.Contexts;
+import io.grpc.Metadata;
+import io.grpc.Server;
+import io.grpc.ServerCall;
+import io.grpc.ServerCallHandler;
+import io.grpc.ServerInterceptor;
+import io.grpc.ServerInterceptors;
+import io.grpc.Status;
+import io.grpc.netty.shaded.io.grpc.netty.NettyServerBuilder;
+import io.grpc.protobuf.StatusProto;
+import io.grpc.stub.StreamObserver;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicLong;
+import lock.v1.LockGrpc;
+import lock.v1.LockOuterClass.AcquireRequest;
+import lock.v1.LockOuterClass.AcquireResponse;
+import lock.v1.LockOuterClass.CloseSessionRequest;
+import lock.v1.LockOuterClass.CloseSessionResponse;
+import lock.v1.LockOuterClass.HoldRequest;
+import lock.v1.LockOuterClass.HoldResponse;
+import lock.v1.LockOuterClass.KeepAliveRequest;
+import lock.v1.LockOuterClass.KeepAliveResponse;
+import lock.v1.LockOuterClass.OpenSessionRequest;
+import lock.v1.LockOuterClass.OpenSessionResponse;
+import lock.v1.LockOuterClass.ReleaseRequest;
+import lock.v1.LockOuterClass.ReleaseResponse;
+
+/**
+ * A lock.v1 server in the test JVM (plaintext on loopback, the mesh-sidecar path): sessions
+ * with the TTL of the key's "class" (keys under "slow/" 6 s, others 3 s), exclusive holds,
+ * waits, refusals with ErrorInfo details, and a log of what each call carried.
+ */
+final class FakeServer implements AutoCloseable {
+    static final Context.Key<Metadata> HEADERS = Context.key("headers");
+
+    final List<String> calls = new CopyOnWriteArrayList<>();
+    final List<String> lockKeys = new CopyOnWriteArrayList<>();
+    final List<String> instances = new CopyOnWriteArrayList<>();
+    final Map<Long, Long> sessionTtl = new ConcurrentHashMap<>();
+    final AtomicLong keepalives = new AtomicLong();
+    volatile boolean keepAliveFails;
+    private final Map<String, long[]> holders = new HashMap<>(); // key -> {session, token}
+    private final AtomicLong nextSession = new AtomicLong(100);
+    private final AtomicLong revision = new AtomicLong(1000);
+    private final Server server;
+
+    FakeServer() throws IOException {
+        ServerInterceptor capture = new ServerInterceptor() {
+            @Override
+            public <Q, A> ServerCall.Listener<Q> interceptCall(ServerCall<Q, A> call, Metadata headers,
+                                                                ServerCallHandler<Q, A> next) {
+                String k = headers.get(Keys.KEY_HEADER);
+                if (k != null) {
+                    lockKeys.add(call.getMethodDescriptor().getBareMethodName() + " " + k);
+                }
+                String i = headers.get(Keys.INSTANCE_HEADER);
+                if (i != null) {
+                    instances.add(i);
+                }
+                return Contexts.interceptCall(Context.current().withValue(HEADERS, headers), call, headers, next);
+            }
+        };
+        server = NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0))
+                .addService(ServerInterceptors.intercept(new Service(), capture))
+                .build()
+                .start();
+    }
+
+    String endpoint() {
+        return "http://127.0.0.1:" + server.getPort();
+    }
+
+    static long ttlOf(String key) {
+        return key.startsWith("slow/") ? 6 : 3;
+    }
+
+    static RuntimeException refusal(Status.Code code, String reason, Map<String, String> md) {
+        return StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
+                .setCode(code.value())
+                .setMessage("refused: " + reason.toLowerCase())
+                .addDetails(Any.pack(ErrorInfo.newBuilder().setDomain("lock.v1").setReason(reason).putAllMetadata(md).build()))
+                .build());
+    }
+
+    /** Grants key to session, waiting up to waitMillis; the token, or a refusal. */
+    long take(AcquireRequest r) throws InterruptedException {
+        if (!r.getKey().contains("/") || r.getKey().startsWith("bad/")) {
+            throw refusal(Status.Code.INVALID_ARGUMENT, "INVALID_KEY", Map.of());
+        }
+        if (r.getKey().startsWith("archive/")) {
+            throw refusal(Status.Code.PERMISSION_DENIED, "NOT_GRANTED", Map.of());
+        }
+        Long ttl = sessionTtl.get(r.getSessionId());
+        if (ttl == null) {
+            throw refusal(Status.Code.NOT_FOUND, "SESSION_EXPIRED", Map.of());
+        }
+        if (ttl != ttlOf(r.getKey())) {
+            throw refusal(Status.Code.FAILED_PRECONDITION, "WRONG_SESSION_TTL",
+                    Map.of("class", "c", "ttl_seconds", Long.toString(ttlOf(r.getKey()))));
+        }
+        long until = System.nanoTime() + r.getWaitMillis() * 1_000_000L;
+        synchronized (holders) {
+            while (true) {
+                long[] h = holders.get(r.getKey());
+                if (h == null) {
+                    long token = (1L << 48) | revision.incrementAndGet();
+                    holders.put(r.getKey(), new long[] {r.getSessionId(), token});
+                    return token;
+                }
+                if (h[0] == r.getSessionId()) {
+                    return h[1];
+                }
+                long left = until - System.nanoTime();
+                if (left <= 0) {
+                    throw refusal(r.getWaitMillis() == 0 ? Status.Code.ABORTED : Status.Code.DEADLINE_EXCEEDED,
+                            "HELD", Map.of());
+                }
+                holders.wait(Math.max(left / 1_000_000L, 1));
+            }
+        }
+    }
+
+    void drop(ReleaseRequest r) {
+        synchronized (holders) {
+            long[] h = holders.get(r.getKey());
+            if (h == null || h[1] != r.getToken()) {
+                throw refusal(Status.Code.FAILED_PRECONDITION, "STALE_TOKEN", Map.of());
+            }
+            holders.remove(r.getKey());
+            holders.notifyAll();
+        }
+    }
+
+    boolean held(String key) {
+        synchronized (holders) {
+            return holders.containsKey(key);
+        }
+    }
+
+    private final class Service extends LockGrpc.LockImplBase {
+        @Override
+        public void openSession(OpenSessionRequest r, StreamObserver<OpenSessionResponse> out) {
+            calls.add("OpenSession");
+            long id = nextSession.incrementAndGet();
+            long ttl = ttlOf(r.getKey());
+            sessionTtl.put(id, ttl);
+            out.onNext(OpenSessionResponse.newBuilder().setSessionId(id).setTtlSeconds((int) ttl).setClassName("c").build());
+            out.onCompleted();
+        }
+
+        @Override
+        public StreamObserver<KeepAliveRequest> keepAlive(StreamObserver<KeepAliveResponse> out) {
+            calls.add("KeepAlive");
+            return new StreamObserver<>() {
+                @Override
+                public void onNext(KeepAliveRequest r) {
+                    keepalives.incrementAndGet();
+                    if (keepAliveFails) {
+                        return; // no answer: the client's renewal times out
+                    }
+                    Long ttl = sessionTtl.get(r.getSessionId());
+                    synchronized (out) {
+                        out.onNext(KeepAliveResponse.newBuilder().setSessionId(r.getSessionId())
+                                .setTtlSeconds(ttl == null ? 0 : ttl).build());
+                    }
+                }
+
+                @Override
+                public void onError(Throwable t) {}
+
+                @Override
+                public void onCompleted() {
+                    out.onCompleted();
+                }
+            };
+        }
+
+        @Override
+        public void closeSession(CloseSessionRequest r, StreamObserver<CloseSessionResponse> out) {
+            calls.add("CloseSession");
+            sessionTtl.remove(r.getSessionId());
+            synchronized (holders) {
+                holders.values().removeIf(h -> h[0] == r.getSessionId());
+                holders.notifyAll();
+            }
+            out.onNext(CloseSessionResponse.getDefaultInstance());
+            out.onCompleted();
+        }
+
+        @Override
+        public void acquire(AcquireRequest r, StreamObserver<AcquireResponse> out) {
+            calls.add("Acquire");
+            try {
+                out.onNext(AcquireResponse.newBuilder().setToken(take(r)).build());
+                out.onCompleted();
+            } catch (RuntimeException e) {
+                out.onError(e);
+            } catch (InterruptedException e) {
+                out.onError(Status.CANCELLED.asRuntimeException());
+            }
+        }
+
+        @Override
+        public void release(ReleaseRequest r, StreamObserver<ReleaseResponse> out) {
+            calls.add("Release");
+            try {
+                drop(r);
+                out.onNext(ReleaseResponse.newBuilder().setReleasedAtRevision(revision.incrementAndGet()).build());
+                out.onCompleted();
+            } catch (RuntimeException e) {
+                out.onError(e);
+            }
+        }
+
+        @Override
+        public StreamObserver<HoldRequest> hold(StreamObserver<HoldResponse> out) {
+            calls.add("Hold");
+            return new StreamObserver<>() {
+                @Override
+                public void onNext(HoldRequest r) {
+                    try {
+                        if (r.hasAcquire()) {
+                            long token = take(r.getAcquire());
+                            out.onNext(HoldResponse.newBuilder()
+                                    .setAcquired(AcquireResponse.newBuilder().setToken(token)).build());
+                        } else {
+                            drop(r.getRelease());
+                            out.onNext(HoldResponse.newBuilder()
+                                    .setReleased(ReleaseResponse.newBuilder().setReleasedAtRevision(1)).build());
+                            out.onCompleted();
+                        }
+                    } catch (RuntimeException e) {
+                        out.onError(e);
+                    } catch (InterruptedException e) {
+                        out.onError(Status.CANCELLED.asRuntimeException());
+                    }
+                }
+
+                @Override
+                public void onError(Throwable t) {}
+
+                @Override
+                public void onCompleted() {}
+            };
+        }
+    }
+
+    @Override
+    public void close() {
+        server.shutdownNow();
+    }
+}

@@ -1,0 +1,277 @@
+package io.github.fencedlock.lock;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotSame;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInfo;
+
+/**
+ * The client against a real stack (etcd, arbiters, Envoy), configured through the
+ * environment by integration/tests/java_client.rs: every test is skipped when LOCK_ENDPOINT
+ * is unset, and that harness fails if any of them was skipped.
+ */
+class StackTest {
+    /** The dev stack's edge identity (integration/src/pki.rs ENVOY_ID), unless LOCK_SERVER_ID. */
+    static final String DEV_EDGE_ID = "spiffe://dev.lock.local/ns/edge/sa/envoy";
+
+    private final List<LockClient> clients = new ArrayList<>();
+    private String testName;
+    private volatile String unexpectedFence;
+
+    static String serverId() {
+        String id = System.getenv("LOCK_SERVER_ID");
+        return id == null || id.isEmpty() ? DEV_EDGE_ID : id;
+    }
+
+    static String env(String name) {
+        String v = System.getenv(name);
+        Assumptions.assumeTrue(v != null && !v.isEmpty(),
+                name + " is not set: run through integration/tests/java_client.rs");
+        return v;
+    }
+
+    @BeforeEach
+    void need(TestInfo info) {
+        env("LOCK_ENDPOINT");
+        testName = info.getTestMethod().orElseThrow().getName();
+    }
+
+    @AfterEach
+    void closeClients() {
+        for (LockClient c : clients) {
+            try {
+                c.close();
+            } catch (LockException e) {
+                // the test's verdict is what counts
+            }
+        }
+        assertNull(unexpectedFence, "fenced unexpectedly");
+    }
+
+    /** A client of identity "LOCK" or "LOCK_OTHER". */
+    private LockClient client(String who, String instance) {
+        LockClient.Builder b = LockClient.builder(env("LOCK_ENDPOINT"))
+                .svidFiles(Path.of(env(who + "_SVID")), Path.of(env(who + "_SVID_KEY")), Path.of(env("LOCK_CA")))
+                .serverId(serverId());
+        if (instance != null) {
+            b.instance(instance);
+        }
+        LockClient c = b.build();
+        clients.add(c);
+        return c;
+    }
+
+    private LockClient client(String who) {
+        return client(who, null);
+    }
+
+    /** A fresh key under the prefix in prefixVar. */
+    private String testKey(String prefixVar) {
+        return env(prefixVar) + "/java-" + testName + "-" + Instance.randomSuffix().substring(0, 8);
+    }
+
+    private AcquireOptions noFence(Duration timeout) {
+        return AcquireOptions.builder()
+                .onFence(() -> unexpectedFence = testName)
+                .timeout(timeout)
+                .build();
+    }
+
+    private AcquireOptions noFence() {
+        return noFence(Duration.ofSeconds(20));
+    }
+
+    private static void assertGreater(long later, long earlier) {
+        assertTrue(Long.compareUnsigned(later, earlier) > 0, "the later token is not greater");
+    }
+
+    @Test
+    void acquireReleaseAndTheTokenIncreases() throws Exception {
+        LockClient c = client("LOCK");
+        String key = testKey("LOCK_TEST_PREFIX");
+        Hold h1 = c.acquire(key, noFence());
+        assertTrue(h1.canStart());
+        assertTrue(h1.remainingTtl().compareTo(Duration.ZERO) > 0);
+        assertNotEquals(0, h1.token());
+        h1.release();
+        Hold h2 = c.tryAcquire(key, noFence()).orElseThrow();
+        assertGreater(h2.token(), h1.token());
+        // Held across more than a TTL: renewed, never fenced.
+        long ttl = Long.parseLong(env("LOCK_TEST_TTL"));
+        Thread.sleep(TimeUnit.SECONDS.toMillis(ttl + 1));
+        assertTrue(h2.canStart() && h2.wasContinuous(), "the hold lapsed although its session was renewed");
+        h2.close();
+    }
+
+    @Test
+    void anotherIdentityIsRefusedThenQueues() throws Exception {
+        LockClient me = client("LOCK");
+        LockClient other = client("LOCK_OTHER");
+        String key = testKey("LOCK_TEST_PREFIX");
+        Hold h = me.acquire(key, noFence());
+        assertTrue(other.tryAcquire(key, noFence()).isEmpty(), "tryAcquire of a held key");
+        LockException e = assertThrows(LockException.class, () -> other.acquire(key, noFence(Duration.ofMillis(1500))));
+        assertEquals(Reason.HELD, e.reason(), e.toString());
+        assertEquals("HELD", e.wireReason());
+        CompletableFuture<Hold> waiter = other.acquireAsync(key, noFence(Duration.ofSeconds(30)));
+        Thread.sleep(1000);
+        assertFalse(waiter.isDone(), "the other identity did not wait");
+        h.release();
+        Hold w = waiter.get(20, TimeUnit.SECONDS);
+        assertGreater(w.token(), h.token());
+        w.release();
+    }
+
+    /** Two clients of one JVM are two contenders: the second waits, never LEAKED_HOLD. */
+    @Test
+    void twoClientsOfOneJvmQueue() throws Exception {
+        LockClient a = client("LOCK");
+        LockClient b = client("LOCK");
+        assertNotEquals(a.instance(), b.instance());
+        String key = testKey("LOCK_TEST_PREFIX");
+        Hold h = a.acquire(key, noFence());
+        assertTrue(b.tryAcquire(key, noFence()).isEmpty(), "the sibling client is not told HELD");
+        CompletableFuture<Hold> waiter = CompletableFuture.supplyAsync(() -> b.acquire(key, noFence(Duration.ofSeconds(30))));
+        Thread.sleep(1000);
+        assertFalse(waiter.isDone(), "the second client did not wait");
+        h.release();
+        Hold w = waiter.get(20, TimeUnit.SECONDS);
+        assertGreater(w.token(), h.token());
+        w.release();
+    }
+
+    /** JVMs sharing one LOCK_INSTANCE (one pod) queue behind each other. */
+    @Test
+    void processesSharingAnInstanceQueue() throws Exception {
+        String shared = "java-test-pod-" + ProcessHandle.current().pid();
+        // This JVM's client is named as Instance.generate() names it with LOCK_INSTANCE set.
+        LockClient c = client("LOCK", Instance.name(shared, ProcessHandle.current().pid(), Instance.randomSuffix()));
+        String key = testKey("LOCK_TEST_PREFIX");
+        Hold h = c.acquire(key, noFence());
+        String cp = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+        Path java = Path.of(System.getProperty("java.home"), "bin", "java");
+        ProcessBuilder pb = new ProcessBuilder(java.toString(), "-cp", cp, ChildAcquire.class.getName(), key)
+                .redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.environment().put(Instance.ENV, shared);
+        Process child = pb.start();
+        BlockingQueue<String> lines = new LinkedBlockingQueue<>();
+        Thread reader = new Thread(() -> {
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(child.getInputStream(), StandardCharsets.UTF_8))) {
+                String l;
+                while ((l = r.readLine()) != null) {
+                    lines.add(l);
+                }
+            } catch (java.io.IOException e) {
+                lines.add("READ " + e);
+            }
+        });
+        reader.setDaemon(true);
+        reader.start();
+        try {
+            String first = lines.poll(30, TimeUnit.SECONDS);
+            assertTrue(first != null && first.startsWith("INSTANCE " + shared + ":"), "the child's instance: " + first);
+            assertNotEquals("INSTANCE " + c.instance(), first);
+            String early = lines.poll(1500, TimeUnit.MILLISECONDS);
+            assertNull(early, "the child did not wait");
+            h.release();
+            String l = lines.poll(20, TimeUnit.SECONDS);
+            assertTrue(l != null && l.startsWith("ACQUIRED "), "the child: " + l);
+            assertGreater(Long.parseUnsignedLong(l.substring("ACQUIRED ".length())), h.token());
+            assertTrue(child.waitFor(20, TimeUnit.SECONDS), "the child did not exit");
+            assertEquals(0, child.exitValue(), "the child failed: " + lines);
+        } finally {
+            child.destroyForcibly();
+        }
+    }
+
+    @Test
+    void reentry() {
+        LockClient c = client("LOCK");
+        LockClient other = client("LOCK_OTHER");
+        String key = testKey("LOCK_TEST_PREFIX");
+        Hold outer = c.acquire(key, noFence());
+        Hold inner = c.tryAcquire(key, noFence()).orElseThrow();
+        assertEquals(outer.token(), inner.token());
+        assertEquals(2, c.holdCount(key));
+        inner.release();
+        assertTrue(other.tryAcquire(key, noFence()).isEmpty(), "after the inner release the key is still held");
+        outer.release();
+        Hold h = other.tryAcquire(key, noFence()).orElseThrow(() -> new AssertionError("after the outer release"));
+        h.release();
+    }
+
+    /** LEAKED_HOLD (one identity and instance under two sessions), NOT_GRANTED, an invalid key. */
+    @Test
+    void refusalsAreTyped() {
+        LockClient a = client("LOCK", "java-same-instance");
+        LockClient b = client("LOCK", "java-same-instance");
+        String key = testKey("LOCK_TEST_PREFIX");
+        Hold h = a.acquire(key, noFence());
+        LockException e = assertThrows(LockException.class, () -> b.tryAcquire(key, noFence()));
+        assertEquals(Reason.LEAKED_HOLD, e.reason(), e.toString());
+        assertEquals("LEAKED_HOLD", e.wireReason());
+        assertFalse(e.toString().contains(Long.toUnsignedString(h.token())), "an error shows a token");
+        assertFalse(e.toString().contains(Long.toString(h.token())), "an error shows a token");
+        h.release();
+        LockException ng = assertThrows(LockException.class, () -> a.tryAcquire("archive/java", noFence()));
+        assertEquals(Reason.NOT_GRANTED, ng.reason(), ng.toString());
+        LockException bad = assertThrows(LockException.class,
+                () -> a.tryAcquire(env("LOCK_TEST_PREFIX") + "//bad", noFence()));
+        assertTrue(bad.reason() == Reason.INVALID_KEY || bad.reason() == Reason.MALFORMED_REQUEST, bad.toString());
+    }
+
+    /** A key of another class's TTL: WRONG_SESSION_TTL is handled by opening its session. */
+    @Test
+    void aSessionPerTtl() {
+        LockClient c = client("LOCK");
+        Hold fast = c.acquire(testKey("LOCK_TEST_PREFIX"), noFence());
+        Hold slow = c.acquire(testKey("LOCK_TEST_SLOW_PREFIX"), noFence());
+        assertNotSame(fast.session, slow.session);
+        assertTrue(slow.remainingTtl().compareTo(fast.remainingTtl()) > 0,
+                "one session per TTL: " + fast.remainingTtl() + " and " + slow.remainingTtl());
+        fast.release();
+        slow.release();
+    }
+
+    @Test
+    void aWrongServerIdIsRefusedAtTheHandshake() {
+        LockClient c = LockClient.builder(env("LOCK_ENDPOINT"))
+                .svidFiles(Path.of(env("LOCK_SVID")), Path.of(env("LOCK_SVID_KEY")), Path.of(env("LOCK_CA")))
+                .serverId("spiffe://dev.lock.local/ns/edge/sa/not-the-edge")
+                .build();
+        clients.add(c);
+        LockException e = assertThrows(LockException.class,
+                () -> c.tryAcquire(testKey("LOCK_TEST_PREFIX"), noFence(Duration.ofSeconds(3))));
+        if (!e.is(Reason.UNAVAILABLE) && e.reason() != Reason.TIMED_OUT) {
+            fail("a wrong edge identity: " + e);
+        }
+        // Refused by the SPIFFE ID check, not by anything else on the way.
+        StringBuilder chain = new StringBuilder();
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            chain.append(t).append('\n');
+        }
+        assertTrue(chain.toString().contains("is not the expected spiffe://dev.lock.local/ns/edge/sa/not-the-edge"),
+                "the handshake was not refused for the edge's SPIFFE ID:\n" + chain);
+    }
+}
