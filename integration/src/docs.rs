@@ -183,7 +183,13 @@ pub fn cli_page() -> anyhow::Result<String> {
          Each binary's own `--help`, every `lockctl` subcommand included. Flags with an\n\
          `[env: ...]` note can be set in the environment instead.\n"
     );
-    for bin in ["arbiter", "lock-audit", "lock-admin", "lock-webhook"] {
+    for bin in [
+        "arbiter",
+        "lock-audit",
+        "lock-admin",
+        "lock-webhook",
+        "lock-registry-sync",
+    ] {
         s.push_str(&format!(
             "\n## {bin}\n\n```text\n{}\n```\n",
             help(bin, &[])?
