@@ -24,7 +24,7 @@ pub async fn acquire(
     crate::traces::namespace(key.namespace());
     let wait = std::time::Duration::from_millis(m.wait_millis);
     let result = engine
-        .acquire(&who, &key, m.session_id, wait, mode_of(m.mode))
+        .acquire(&who, &key, m.session_id, wait, mode_of(m.mode)?)
         .await;
     match &result {
         Ok(g) => tracing::debug!(namespace = key.namespace(), class = g.class, "granted"),
@@ -60,7 +60,7 @@ pub async fn release(
     let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
     let lease = Some(m.session_id).filter(|s| *s != 0);
     let released_at_revision = engine
-        .release(&who, &key, token, lease, mode_of(m.mode))
+        .release(&who, &key, token, lease, mode_of(m.mode)?)
         .await?;
     tracing::debug!(namespace = key.namespace(), "released");
     Ok(ReleaseResponse {
@@ -68,12 +68,14 @@ pub async fn release(
     })
 }
 
-/// The wire's hold mode: SHARED, or exclusive (unspecified, EXCLUSIVE, or a number this
-/// arbiter does not know, which grants no more than the exclusive lock does).
-fn mode_of(mode: i32) -> crate::shared::Mode {
+/// The wire's hold mode: SHARED, or exclusive (unspecified or EXCLUSIVE). A number this
+/// arbiter does not know is refused (MALFORMED_REQUEST), as every unknown enum value is: a
+/// client that asked for a mode it believes exists must not be granted another.
+fn mode_of(mode: i32) -> Result<crate::shared::Mode, ArbiterError> {
     match HoldMode::try_from(mode) {
-        Ok(HoldMode::Shared) => crate::shared::Mode::Shared,
-        _ => crate::shared::Mode::Exclusive,
+        Ok(HoldMode::Shared) => Ok(crate::shared::Mode::Shared),
+        Ok(HoldMode::Exclusive | HoldMode::Unspecified) => Ok(crate::shared::Mode::Exclusive),
+        Err(_) => Err(ArbiterError::UnknownMode(mode)),
     }
 }
 
@@ -137,4 +139,26 @@ pub fn record<T>(operation: &'static str, start: Instant, result: &Result<T, Sta
         }
     };
     METRICS.request(operation, outcome, start.elapsed());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_modes_the_wire_may_carry() {
+        use crate::shared::Mode;
+        for (wire, want) in [
+            (0, Some(Mode::Exclusive)),
+            (1, Some(Mode::Exclusive)),
+            (2, Some(Mode::Shared)),
+            (3, None),
+            (-1, None),
+            (i32::MAX, None),
+            (i32::MIN, None),
+        ] {
+            assert_eq!(mode_of(wire).ok(), want, "{wire}");
+        }
+        assert!(matches!(mode_of(3), Err(ArbiterError::UnknownMode(3))));
+    }
 }

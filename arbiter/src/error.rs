@@ -17,6 +17,8 @@ pub enum ArbiterError {
     NoClass,
     #[error("token is not a valid fencing token")]
     MalformedToken,
+    #[error("hold mode {0} is not one this arbiter knows (unset, EXCLUSIVE 1, SHARED 2)")]
+    UnknownMode(i32),
     #[error("{0}")]
     BadInstance(lock_config::instance::InstanceError),
     #[error("held by another session")]
@@ -81,6 +83,7 @@ impl ArbiterError {
             ArbiterError::NoIdentity => Reason::Unauthenticated,
             ArbiterError::KeyHeaderMismatch
             | ArbiterError::MalformedToken
+            | ArbiterError::UnknownMode(_)
             | ArbiterError::BadInstance(_)
             | ArbiterError::HoldOutOfOrder(_)
             | ArbiterError::NotShared { .. } => Reason::MalformedRequest,

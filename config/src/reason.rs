@@ -149,7 +149,7 @@ impl Reason {
                 "The key breaks the syntax or limits (`<namespace>/<path>`, segments never empty, `.` or `..`, 1..=512 bytes of path), or no lock class covers it."
             }
             Reason::MalformedRequest => {
-                "Addition to the records: the body is not a decodable lock.v1 message (compressed, oversized, truncated, not gRPC), `x-lock-key` disagrees with the body, or `lock-instance` is not 1..=253 of `A-Z a-z 0-9 . _ : -`."
+                "Addition to the records: the body is not a decodable lock.v1 message (compressed, oversized, truncated, not gRPC), `x-lock-key` disagrees with the body, `lock-instance` is not 1..=253 of `A-Z a-z 0-9 . _ : -`, or a hold mode the arbiter does not know (anything but unset, EXCLUSIVE and SHARED)."
             }
             Reason::Held => {
                 "Held by another session: at once (wait 0, code ABORTED), or still held when the caller's wait ended (DEADLINE_EXCEEDED). For a `fairness: durable` class a wait-0 call is also refused while waiters are queued (metadata `waiters`). Another replica of the caller's own identity holding the key is reported this way too: replicas wait for each other."

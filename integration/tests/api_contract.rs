@@ -170,3 +170,65 @@ async fn the_readme_grpcurl_example_works() {
         "{err}"
     );
 }
+
+/// The contract a client author reads is complete: the proto's header and the porting
+/// guide list every reason the service sends (lock_config::Reason, the one table the
+/// arbiter and the edge answer from) and every request metadata key it reads, and name
+/// nothing else as a reason.
+#[test]
+fn the_proto_and_the_porting_guide_list_every_reason_and_metadata_key() {
+    let root = workspace_root();
+    let proto = std::fs::read_to_string(root.join("config/proto/lock/v1/lock.proto")).unwrap();
+    let header: String = proto
+        .lines()
+        .take_while(|l| !l.starts_with("syntax"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let guide = std::fs::read_to_string(root.join("docs/src/using/porting.md")).unwrap();
+    let reasons: std::collections::BTreeSet<&str> = lock_config::Reason::all()
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+
+    // The proto's table: rows `//   NAME[, NAME,]   CODE   meaning`.
+    let table = header
+        .split("// Errors.")
+        .nth(1)
+        .and_then(|t| t.split("// Retry").next())
+        .expect("the proto's header has an Errors table");
+    let mut in_proto = std::collections::BTreeSet::new();
+    for line in table.lines() {
+        let Some(row) = line.strip_prefix("//   ") else {
+            continue;
+        };
+        if !row.starts_with(|c: char| c.is_ascii_uppercase()) {
+            continue;
+        }
+        let names = row.split("  ").next().unwrap();
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            in_proto.insert(name.to_owned());
+        }
+    }
+    let in_proto: std::collections::BTreeSet<&str> = in_proto.iter().map(String::as_str).collect();
+    assert_eq!(in_proto, reasons, "the proto's Errors table and lock_config::Reason differ");
+
+    // The guide's table: rows `| `NAME` | ... |`.
+    let in_guide: std::collections::BTreeSet<&str> = guide
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+        .filter(|n| n.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        .collect();
+    assert_eq!(in_guide, reasons, "porting.md's reason table and lock_config::Reason differ");
+
+    // Every request metadata key a client may send, in both.
+    for key in [
+        lock_config::edge_headers::METADATA_KEY_HEADER,
+        lock_config::instance::INSTANCE_HEADER,
+        "traceparent",
+    ] {
+        assert!(header.contains(&format!("//   {key} ")), "the proto does not document {key}");
+        assert!(guide.contains(&format!("| `{key}` |")), "porting.md does not document {key}");
+    }
+    // And the edge's own headers are named as removed, never as something to send.
+    assert!(header.contains("`x-lock-*`"));
+}

@@ -443,3 +443,68 @@ async fn a_sessions_own_stale_writer_mark_does_not_refuse_its_shared_ask() {
         "{refused:?}"
     );
 }
+
+/// An unknown hold mode is refused, as any unknown enum value is: an Acquire or a Release
+/// with mode 3, 2^31-1 or -1 (hand-made on the wire, through Envoy) is MALFORMED_REQUEST and
+/// changes nothing. Before, the arbiter granted such an Acquire as an exclusive hold.
+#[tokio::test]
+async fn an_unknown_hold_mode_is_refused_and_changes_nothing() {
+    let (stack, _reg) = stack_with(&[]).await;
+    let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
+    let key = k("unknown-mode");
+    let session = raw
+        .open_session(OpenSessionRequest { key: key.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let acquire = |mode: i32| {
+        lock_integration::routed(
+            AcquireRequest {
+                key: key.clone(),
+                session_id: session,
+                wait_millis: 0,
+                mode,
+            },
+            &key,
+            None,
+        )
+    };
+    for mode in [3, i32::MAX, -1] {
+        let refused = raw.acquire(acquire(mode)).await.unwrap_err();
+        assert_eq!(
+            lock_client::refusal(&refused).map(|r| r.reason),
+            Some(Reason::MalformedRequest),
+            "mode {mode}: {refused:?}"
+        );
+        assert!(!inspect(&mut raw, &key).await.held, "mode {mode} left a hold");
+    }
+    // A real exclusive hold; a Release of it in an unknown mode ends nothing.
+    let token = raw
+        .acquire(acquire(HoldMode::Exclusive.into()))
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    let release = |mode: i32| {
+        lock_integration::routed(
+            ReleaseRequest {
+                key: key.clone(),
+                token,
+                session_id: session,
+                mode,
+            },
+            &key,
+            None,
+        )
+    };
+    let refused = raw.release(release(3)).await.unwrap_err();
+    assert_eq!(
+        lock_client::refusal(&refused).map(|r| r.reason),
+        Some(Reason::MalformedRequest),
+        "{refused:?}"
+    );
+    assert!(inspect(&mut raw, &key).await.held);
+    raw.release(release(HoldMode::Exclusive.into())).await.unwrap();
+    assert!(!inspect(&mut raw, &key).await.held);
+}
