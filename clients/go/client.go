@@ -86,9 +86,7 @@ func Dial(ctx context.Context, endpoint string, opts ...DialOption) (*Client, er
 	}
 	instance := cfg.instance
 	if instance == "" {
-		if instance, err = newInstance(); err != nil {
-			return nil, fmt.Errorf("lock: instance: %w", err)
-		}
+		instance = newInstance()
 	} else if !ValidInstance(instance) {
 		return nil, fmt.Errorf("lock: instance %q: 1..=%d characters of A-Z a-z 0-9 . _ : -", instance, MaxInstanceLen)
 	}

@@ -104,8 +104,8 @@ func WithServerTrustDomain(td string) DialOption {
 }
 
 // WithInstance sets the client's `lock-instance` exactly (a test's second replica, or a
-// workload naming its instance itself) instead of InstanceName(LOCK_INSTANCE, pid,
-// random). It must satisfy ValidInstance. Two Clients with one instance and identity are
+// workload naming its instance itself) instead of InstanceName(LOCK_INSTANCE, pid, n,
+// ...), and as is. It must satisfy ValidInstance. Two Clients with one instance and identity are
 // one contender: the second is told LEAKED_HOLD for the first's hold.
 func WithInstance(instance string) DialOption {
 	return func(c *dialConfig) { c.instance = instance }

@@ -10,9 +10,11 @@
 //     required OnFence runs and the hold is dead, before the store's lease can expire.
 //   - Re-entrancy: nested acquires of a key this Client holds count locally; only the
 //     outermost acquire and the last release call the service.
-//   - Instances: each Client is its own contender (`lock-instance`: LOCK_INSTANCE, the
-//     process id and a random suffix), so two Clients of a process, or processes sharing
-//     one LOCK_INSTANCE, queue behind each other instead of being told LEAKED_HOLD.
+//   - Instances: each Client is its own contender (`lock-instance`:
+//     `<LOCK_INSTANCE>:<pid>:<n>`, n numbering the process's Clients from 1, with a random
+//     per-process `p-<16 hex>` prefix when LOCK_INSTANCE is unset or invalid), so two
+//     Clients of a process, or processes sharing one LOCK_INSTANCE, queue behind each
+//     other instead of being told LEAKED_HOLD.
 //   - Each lock is one Hold stream (the acquire and its release on one HTTP/2 stream),
 //     every keyed call carries its key as `lock-key` metadata.
 //   - Refusals are *Error values matching a sentinel per reason (ErrHeld, ErrLeakedHold,

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 // InstanceEnv is the environment variable the client reads its instance prefix from: set
@@ -32,29 +34,41 @@ func ValidInstance(s string) bool {
 	return true
 }
 
-// InstanceName builds a Client's instance from its parts: prefix (LOCK_INSTANCE, or "go"
-// when that is unset or not a valid instance), the process id and a per-Client random
-// suffix, joined with ':' (the service refuses '/'). Each Client is its own contender: two
-// Clients of one process, or processes sharing one LOCK_INSTANCE, queue behind each other
-// instead of being told LEAKED_HOLD. A prefix too long to fit is cut so that the result
-// stays within MaxInstanceLen.
-func InstanceName(prefix string, pid int, suffix string) string {
-	if !ValidInstance(prefix) {
-		prefix = "go"
+// InstanceName builds a Client's instance from its parts, `<prefix>:<pid>:<n>`: prefix is
+// env (LOCK_INSTANCE) when the whole result with it is a valid instance (A-Z a-z 0-9 . _ : -,
+// at most MaxInstanceLen characters; the service refuses '/'), else fallback (the
+// process's random `p-<16 hex>`); pid is the process id and n the Client's number in its
+// process (1 for the first Client, 2 for the next, ...). Each Client is its own contender:
+// two Clients of one process (another n), or processes sharing one LOCK_INSTANCE (another
+// pid), queue behind each other instead of being told LEAKED_HOLD, while a restarted
+// process that is pid 1 again gets its previous life's instance for its first Client and
+// is told LEAKED_HOLD on meeting its own old hold.
+func InstanceName(env string, pid int, n uint64, fallback string) string {
+	tail := ":" + strconv.Itoa(pid) + ":" + strconv.FormatUint(n, 10)
+	if env != "" && ValidInstance(env+tail) {
+		return env + tail
 	}
-	tail := ":" + strconv.Itoa(pid) + ":" + suffix
-	if len(prefix)+len(tail) > MaxInstanceLen {
-		prefix = prefix[:MaxInstanceLen-len(tail)]
-	}
-	return prefix + tail
+	return fallback + tail
 }
 
-// newInstance is the instance of a new Client: InstanceName(LOCK_INSTANCE, pid, 64 random
-// bits as hex).
-func newInstance() (string, error) {
+// instanceSeq numbers a process's Clients: its zero value's first next is 1.
+type instanceSeq struct{ n atomic.Uint64 }
+
+func (s *instanceSeq) next() uint64 { return s.n.Add(1) }
+
+// clientSeq numbers this process's Clients that name their instance by the rule.
+var clientSeq instanceSeq
+
+// fallbackPrefix is this process's instance prefix when LOCK_INSTANCE is unset or does
+// not fit: `p-` and 64 random bits as hex, drawn once per process.
+var fallbackPrefix = sync.OnceValue(func() string {
 	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return InstanceName(os.Getenv(InstanceEnv), os.Getpid(), hex.EncodeToString(b[:])), nil
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return "p-" + hex.EncodeToString(b[:])
+})
+
+// newInstance is the instance of a new Client that is given none (WithInstance):
+// InstanceName(LOCK_INSTANCE, pid, the next Client number, the process's fallback prefix).
+func newInstance() string {
+	return InstanceName(os.Getenv(InstanceEnv), os.Getpid(), clientSeq.next(), fallbackPrefix())
 }

@@ -195,7 +195,8 @@ func assertWaiting(t *testing.T, got chan acquired, d time.Duration) {
 	}
 }
 
-// Two Clients of one process are two contenders: the second waits, never LEAKED_HOLD.
+// Two Clients of one process are two contenders (their numbers differ): the second waits,
+// never LEAKED_HOLD.
 func TestStackTwoClientsOfOneProcessQueue(t *testing.T) {
 	a := stackClient(t, "LOCK")
 	b := stackClient(t, "LOCK")
@@ -227,7 +228,7 @@ func TestStackTwoClientsOfOneProcessQueue(t *testing.T) {
 	_ = r.hold.Release(ctx)
 }
 
-// Processes sharing one LOCK_INSTANCE (one pod) queue behind each other.
+// Processes sharing one LOCK_INSTANCE (one pod) queue behind each other: their pids differ.
 func TestStackProcessesSharingAnInstanceQueue(t *testing.T) {
 	env(t, "LOCK_ENDPOINT")
 	t.Setenv(InstanceEnv, "go-test-pod-"+strconv.Itoa(os.Getpid()))
@@ -258,8 +259,10 @@ func TestStackProcessesSharingAnInstanceQueue(t *testing.T) {
 		close(lines)
 	}()
 	first := <-lines
-	if !strings.HasPrefix(first, "INSTANCE "+os.Getenv(InstanceEnv)+":") || first == "INSTANCE "+c.Instance() {
-		t.Fatalf("the child's instance: %q (mine %q)", first, c.Instance())
+	// The child's first Client: the shared prefix, its own pid, number 1.
+	want := fmt.Sprintf("INSTANCE %s:%d:1", os.Getenv(InstanceEnv), cmd.Process.Pid)
+	if first != want || first == "INSTANCE "+c.Instance() {
+		t.Fatalf("the child's instance: %q, want %q (mine %q)", first, want, c.Instance())
 	}
 	select {
 	case l := <-lines:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -86,26 +87,34 @@ func TestWaitAskedOfTheServiceEndsBeforeTheContext(t *testing.T) {
 }
 
 func TestInstanceNames(t *testing.T) {
+	const fb = "p-0123456789abcdef"
+	// The longest LOCK_INSTANCE that fits with ":42:7" (5 characters).
+	fits := strings.Repeat("a", MaxInstanceLen-5)
 	for _, c := range []struct {
-		prefix string
-		want   string
+		name, env string
+		pid       int
+		n         uint64
+		want      string
 	}{
-		{"3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d", "3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d:42:ab12"},
-		{"", "go:42:ab12"},
-		{"pod/with/slash", "go:42:ab12"},
-		{"with space", "go:42:ab12"},
+		{"pod UID", "3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d", 42, 1, "3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d:42:1"},
+		{"every allowed character", "Pod_1.a:b-c", 1, 2, "Pod_1.a:b-c:1:2"},
+		{"no env", "", 42, 1, fb + ":42:1"},
+		{"slash", "pod/with/slash", 42, 1, fb + ":42:1"},
+		{"space", "with space", 42, 3, fb + ":42:3"},
+		{"not ASCII", "café", 7, 1, fb + ":7:1"},
+		{"newline", "pod\n", 7, 1, fb + ":7:1"},
+		{"just fits", fits, 42, 7, fits + ":42:7"},
+		{"too long with the tail", fits + "a", 42, 7, fb + ":42:7"},
+		{"too long alone", strings.Repeat("a", MaxInstanceLen+1), 42, 7, fb + ":42:7"},
+		{"a restarted pid 1", "pod-uid", 1, 1, "pod-uid:1:1"},
 	} {
-		got := InstanceName(c.prefix, 42, "ab12")
+		got := InstanceName(c.env, c.pid, c.n, fb)
 		if got != c.want {
-			t.Errorf("InstanceName(%q) = %q, want %q", c.prefix, got, c.want)
+			t.Errorf("%s: InstanceName(%q, %d, %d) = %q, want %q", c.name, c.env, c.pid, c.n, got, c.want)
 		}
 		if !ValidInstance(got) {
-			t.Errorf("%q is not a valid instance", got)
+			t.Errorf("%s: %q is not a valid instance", c.name, got)
 		}
-	}
-	long := InstanceName(strings.Repeat("a", MaxInstanceLen), 123456, "0123456789abcdef")
-	if len(long) != MaxInstanceLen || !ValidInstance(long) || !strings.HasSuffix(long, ":123456:0123456789abcdef") {
-		t.Fatalf("a long prefix is cut to fit: %q (%d)", long, len(long))
 	}
 	for v, ok := range map[string]bool{
 		"ledger-7d9f8c-x2x4q": true, "node-1.pod:pay_ledger": true, "": false,
@@ -116,14 +125,39 @@ func TestInstanceNames(t *testing.T) {
 			t.Errorf("ValidInstance(%q) != %v", v, ok)
 		}
 	}
-	t.Setenv(InstanceEnv, "pod-uid-1")
-	a, err := newInstance()
-	if err != nil {
-		t.Fatal(err)
+}
+
+func TestClientsAreNumberedFromOne(t *testing.T) {
+	var s instanceSeq
+	for want := uint64(1); want <= 3; want++ {
+		if got := s.next(); got != want {
+			t.Fatalf("Client number %d, want %d", got, want)
+		}
 	}
-	b, _ := newInstance()
-	if a == b || !strings.HasPrefix(a, fmt.Sprintf("pod-uid-1:%d:", os.Getpid())) {
-		t.Fatalf("two Clients of one process are two contenders: %q %q", a, b)
+	// This process's Clients: one prefix and pid, the next number each.
+	t.Setenv(InstanceEnv, "pod-uid-1")
+	a, b := newInstance(), newInstance()
+	prefix := fmt.Sprintf("pod-uid-1:%d:", os.Getpid())
+	if !strings.HasPrefix(a, prefix) || !strings.HasPrefix(b, prefix) {
+		t.Fatalf("instances %q %q, want the prefix %q", a, b, prefix)
+	}
+	na, errA := strconv.ParseUint(strings.TrimPrefix(a, prefix), 10, 64)
+	nb, errB := strconv.ParseUint(strings.TrimPrefix(b, prefix), 10, 64)
+	if errA != nil || errB != nil || na < 1 || nb != na+1 {
+		t.Fatalf("two Clients of one process are numbered %q then %q", a, b)
+	}
+	// Without LOCK_INSTANCE: the process's one random prefix.
+	t.Setenv(InstanceEnv, "")
+	c, d := newInstance(), newInstance()
+	fb := fallbackPrefix()
+	if len(fb) != 18 || !strings.HasPrefix(fb, "p-") || !ValidInstance(fb) {
+		t.Fatalf("fallback prefix %q", fb)
+	}
+	if want := fmt.Sprintf("%s:%d:%d", fb, os.Getpid(), nb+1); c != want {
+		t.Fatalf("instance %q, want %q", c, want)
+	}
+	if want := fmt.Sprintf("%s:%d:%d", fb, os.Getpid(), nb+2); d != want {
+		t.Fatalf("instance %q, want %q", d, want)
 	}
 }
 

@@ -2,12 +2,17 @@ package io.github.fencedlock.lock;
 
 import java.security.SecureRandom;
 import java.util.HexFormat;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The {@code lock-instance} a client sends with OpenSession: the same rule as the Go client
- * (clients/go/instance.go). Each {@link LockClient} is its own contender: two clients of one
- * JVM, or JVMs sharing one {@code LOCK_INSTANCE} (one pod), queue behind each other instead
- * of being told LEAKED_HOLD.
+ * (clients/go/instance.go), {@code <prefix>:<pid>:<n>}. The prefix is {@code LOCK_INSTANCE}
+ * when the whole instance with it is valid, else a random {@code p-<16 hex>} drawn once per
+ * process; n numbers the process's clients from 1. Each {@link LockClient} is its own
+ * contender: two clients of one JVM (another n), or JVMs sharing one {@code LOCK_INSTANCE}
+ * (another pid), queue behind each other instead of being told LEAKED_HOLD, while a
+ * restarted container whose JVM is pid 1 again gets its previous life's instance for its
+ * first client and is told LEAKED_HOLD on meeting its own old hold.
  */
 public final class Instance {
     private Instance() {}
@@ -16,10 +21,24 @@ public final class Instance {
     public static final String ENV = "LOCK_INSTANCE";
     /** The longest {@code lock-instance} value the service accepts. */
     public static final int MAX_LEN = 253;
-    /** The prefix when {@code LOCK_INSTANCE} is unset or not a valid instance. */
-    public static final String DEFAULT_PREFIX = "java";
 
     private static final SecureRandom RANDOM = new SecureRandom();
+    /** Numbers this process's clients that name their instance by the rule. */
+    private static final Sequence CLIENTS = new Sequence();
+
+    /** This process's fallback prefix, drawn on first use. */
+    private static final class Fallback {
+        static final String PREFIX = "p-" + randomSuffix();
+    }
+
+    /** A counter whose first {@link #next()} is 1. */
+    static final class Sequence {
+        private final AtomicLong n = new AtomicLong();
+
+        long next() {
+            return n.incrementAndGet();
+        }
+    }
 
     /**
      * Whether s is an instance the service accepts: 1 to {@link #MAX_LEN} characters of
@@ -41,19 +60,15 @@ public final class Instance {
     }
 
     /**
-     * A client's instance from its parts: prefix (or {@link #DEFAULT_PREFIX} when it is not a
-     * valid instance), the process id and a per-client random suffix, joined with ':'. A
-     * prefix too long to fit is cut so that the result stays within {@link #MAX_LEN}.
+     * A client's instance from its parts, {@code <prefix>:<pid>:<n>}: prefix is env when the
+     * whole result with it is {@link #valid}, else fallback.
      */
-    public static String name(String prefix, long pid, String suffix) {
-        if (!valid(prefix)) {
-            prefix = DEFAULT_PREFIX;
+    public static String name(String env, long pid, long n, String fallback) {
+        String tail = ":" + pid + ":" + n;
+        if (env != null && !env.isEmpty() && valid(env + tail)) {
+            return env + tail;
         }
-        String tail = ":" + pid + ":" + suffix;
-        if (prefix.length() + tail.length() > MAX_LEN) {
-            prefix = prefix.substring(0, MAX_LEN - tail.length());
-        }
-        return prefix + tail;
+        return fallback + tail;
     }
 
     /** 64 random bits as 16 lower-case hex digits. */
@@ -63,8 +78,21 @@ public final class Instance {
         return HexFormat.of().formatHex(b);
     }
 
-    /** A new client's instance: name($LOCK_INSTANCE, this process's pid, 16 random hex). */
+    /** This process's prefix when {@code LOCK_INSTANCE} is unset or does not fit: {@code p-<16 hex>}. */
+    public static String fallbackPrefix() {
+        return Fallback.PREFIX;
+    }
+
+    /** The number of this process's next client: 1, 2, ... */
+    static long nextClient() {
+        return CLIENTS.next();
+    }
+
+    /**
+     * A new client's instance: name($LOCK_INSTANCE, this process's pid, the next client
+     * number, {@link #fallbackPrefix()}).
+     */
     public static String generate() {
-        return name(System.getenv(ENV), ProcessHandle.current().pid(), randomSuffix());
+        return name(System.getenv(ENV), ProcessHandle.current().pid(), nextClient(), fallbackPrefix());
     }
 }

@@ -143,7 +143,10 @@ class StackTest {
         w.release();
     }
 
-    /** Two clients of one JVM are two contenders: the second waits, never LEAKED_HOLD. */
+    /**
+     * Two clients of one JVM are two contenders (their client numbers differ): the second
+     * waits, never LEAKED_HOLD.
+     */
     @Test
     void twoClientsOfOneJvmQueue() throws Exception {
         LockClient a = client("LOCK");
@@ -161,12 +164,13 @@ class StackTest {
         w.release();
     }
 
-    /** JVMs sharing one LOCK_INSTANCE (one pod) queue behind each other. */
+    /** JVMs sharing one LOCK_INSTANCE (one pod) queue behind each other: their pids differ. */
     @Test
     void processesSharingAnInstanceQueue() throws Exception {
         String shared = "java-test-pod-" + ProcessHandle.current().pid();
         // This JVM's client is named as Instance.generate() names it with LOCK_INSTANCE set.
-        LockClient c = client("LOCK", Instance.name(shared, ProcessHandle.current().pid(), Instance.randomSuffix()));
+        LockClient c = client("LOCK", Instance.name(shared, ProcessHandle.current().pid(), Instance.nextClient(),
+                Instance.fallbackPrefix()));
         String key = testKey("LOCK_TEST_PREFIX");
         Hold h = c.acquire(key, noFence());
         String cp = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
@@ -190,7 +194,8 @@ class StackTest {
         reader.start();
         try {
             String first = lines.poll(30, TimeUnit.SECONDS);
-            assertTrue(first != null && first.startsWith("INSTANCE " + shared + ":"), "the child's instance: " + first);
+            // The child's first client: the shared prefix, its own pid, number 1.
+            assertEquals("INSTANCE " + shared + ":" + child.pid() + ":1", first, "the child's instance");
             assertNotEquals("INSTANCE " + c.instance(), first);
             String early = lines.poll(1500, TimeUnit.MILLISECONDS);
             assertNull(early, "the child did not wait");
