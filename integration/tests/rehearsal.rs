@@ -15,6 +15,9 @@
 //! - A caller holds a key with `lockctl run` past its TTL while one arbiter pod is killed
 //!   outright; the hold survives (the command ends 0, not fenced) and another caller is
 //!   refused the key meanwhile.
+//! - It fails when the chart's ports are wrong: a readiness probe on a port the arbiter
+//!   does not listen on, and a values file whose edge stats port is its lock.v1 port
+//!   (`--set edge.statsPort=8443`: the schema accepts it, Envoy cannot bind both).
 //!
 //! Not run here: lock-admin (needs an OpenID provider), the audit tailer (PostgreSQL), the
 //! webhook (the API server calls it) and the CronJobs; their images' entry points run in
@@ -109,7 +112,7 @@ fi
 set -euo pipefail
 [ "$1" = install ] || {{ echo "rehearsal: helm $1 is not a step the rehearsal can run" >&2; exit 2; }}
 shift
-{{ echo "---"; "{helm}" template "$@" --kube-version 1.37.0 -f "{fixtures}"; }} >> "{objects}"
+{{ echo "---"; "{helm}" template "$@" --kube-version 1.37.0 -f "{fixtures}" ${{REHEARSAL_HELM_EXTRA:-}}; }} >> "{objects}"
 "#,
                 helm = dep("helm").unwrap().display(),
                 fixtures = images.join("values-fixtures.yaml").display(),
@@ -180,15 +183,44 @@ fn which(tool: &str) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
-/// Builds the images, runs the guide's install block, and plans the cluster.
-fn install(tmp: &Path) -> (Workspace, Cluster) {
-    let built = images::build(&tmp.join("images"), "debug", true).unwrap();
-    let ws = Workspace::new(tmp, &tmp.join("images"));
-    let (ok, out) = ws.run(&guide_block("install"), None);
+/// The images, built once per test process (every test here runs the same ones):
+/// target/rehearsal/images.
+fn built_images() -> (PathBuf, images::Built) {
+    static BUILT: std::sync::OnceLock<(PathBuf, images::Built)> = std::sync::OnceLock::new();
+    let (dir, built) = BUILT.get_or_init(|| {
+        let dir = workspace_root().join("target/rehearsal/images");
+        let built = images::build(&dir, "debug", true).unwrap();
+        (dir, built)
+    });
+    (
+        dir.clone(),
+        images::Built {
+            dir: built.dir.clone(),
+            images: built.images.clone(),
+        },
+    )
+}
+
+/// Builds the images, runs the guide's install block (helm given `helm_extra` too), and
+/// plans the cluster.
+fn install_with(tmp: &Path, helm_extra: &str) -> (Workspace, Cluster) {
+    let (images_dir, built) = built_images();
+    let ws = Workspace::new(tmp, &images_dir);
+    let (ok, out) = ws.run(
+        &format!(
+            "export REHEARSAL_HELM_EXTRA='{helm_extra}'\n{}",
+            guide_block("install")
+        ),
+        None,
+    );
     assert!(ok, "the guide's install block failed:\n{out}");
     let objects = Objects::parse(&std::fs::read_to_string(&ws.objects).unwrap()).unwrap();
     let cluster = Cluster::new(objects, built, "lock", &[]).unwrap();
     (ws, cluster)
+}
+
+fn install(tmp: &Path) -> (Workspace, Cluster) {
+    install_with(tmp, "")
 }
 
 fn start_ready(cluster: &mut Cluster, pods: &[&str]) {
@@ -318,10 +350,8 @@ fn a_probe_on_a_wrong_port_fails_the_rehearsal() {
         .prefix("rehearsal")
         .tempdir()
         .unwrap();
-    let built = images::build(&tmp.path().join("images"), "debug", true).unwrap();
-    let ws = Workspace::new(tmp.path(), &tmp.path().join("images"));
-    let (ok, out) = ws.run(&guide_block("install"), None);
-    assert!(ok, "{out}");
+    let (ws, cluster) = install(tmp.path());
+    drop(cluster);
     let text = std::fs::read_to_string(&ws.objects).unwrap();
     let mut objects = Objects::parse(&text).unwrap();
     let mut changed = false;
@@ -333,10 +363,33 @@ fn a_probe_on_a_wrong_port_fails_the_rehearsal() {
         }
     }
     assert!(changed);
+    let (_, built) = built_images();
     let mut cluster = Cluster::new(objects, built, "lock", &[]).unwrap();
     cluster.start("lock-arbiter-0", PATIENCE).unwrap();
     let err = cluster
         .wait_ready("lock-arbiter-0", Duration::from_secs(10))
         .unwrap_err();
     assert!(format!("{err:#}").contains("9091"), "{err:#}");
+}
+
+/// A wrong port in the values: the edge's stats port set to its lock.v1 port (8443). The
+/// values schema accepts it (any port is a port); the rendered edge cannot bind both
+/// listeners and never becomes ready.
+#[test]
+fn a_wrong_port_in_the_values_fails_the_rehearsal() {
+    let tmp = tempfile::Builder::new()
+        .prefix("rehearsal")
+        .tempdir()
+        .unwrap();
+    let (_ws, mut cluster) = install_with(tmp.path(), "--set edge.statsPort=8443");
+    cluster.start("lock-edge-0", PATIENCE).unwrap();
+    let err = cluster
+        .wait_ready("lock-edge-0", Duration::from_secs(20))
+        .unwrap_err();
+    let text = format!("{err:#}");
+    // Envoy refuses the second listener on one address and exits.
+    assert!(
+        text.contains("exited") && text.contains("0.0.0.0:8443"),
+        "{text}"
+    );
 }
