@@ -210,7 +210,10 @@ fn the_proto_and_the_porting_guide_list_every_reason_and_metadata_key() {
         }
     }
     let in_proto: std::collections::BTreeSet<&str> = in_proto.iter().map(String::as_str).collect();
-    assert_eq!(in_proto, reasons, "the proto's Errors table and lock_config::Reason differ");
+    assert_eq!(
+        in_proto, reasons,
+        "the proto's Errors table and lock_config::Reason differ"
+    );
 
     // The guide's table: rows `| `NAME` | ... |`.
     let in_guide: std::collections::BTreeSet<&str> = guide
@@ -218,7 +221,10 @@ fn the_proto_and_the_porting_guide_list_every_reason_and_metadata_key() {
         .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
         .filter(|n| n.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
         .collect();
-    assert_eq!(in_guide, reasons, "porting.md's reason table and lock_config::Reason differ");
+    assert_eq!(
+        in_guide, reasons,
+        "porting.md's reason table and lock_config::Reason differ"
+    );
 
     // Every request metadata key a client may send, in both.
     for key in [
@@ -226,8 +232,14 @@ fn the_proto_and_the_porting_guide_list_every_reason_and_metadata_key() {
         lock_config::instance::INSTANCE_HEADER,
         "traceparent",
     ] {
-        assert!(header.contains(&format!("//   {key} ")), "the proto does not document {key}");
-        assert!(guide.contains(&format!("| `{key}` |")), "porting.md does not document {key}");
+        assert!(
+            header.contains(&format!("//   {key} ")),
+            "the proto does not document {key}"
+        );
+        assert!(
+            guide.contains(&format!("| `{key}` |")),
+            "porting.md does not document {key}"
+        );
     }
     // And the edge's own headers are named as removed, never as something to send.
     assert!(header.contains("`x-lock-*`"));

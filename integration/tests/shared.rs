@@ -477,7 +477,10 @@ async fn an_unknown_hold_mode_is_refused_and_changes_nothing() {
             Some(Reason::MalformedRequest),
             "mode {mode}: {refused:?}"
         );
-        assert!(!inspect(&mut raw, &key).await.held, "mode {mode} left a hold");
+        assert!(
+            !inspect(&mut raw, &key).await.held,
+            "mode {mode} left a hold"
+        );
     }
     // A real exclusive hold; a Release of it in an unknown mode ends nothing.
     let token = raw
@@ -505,6 +508,8 @@ async fn an_unknown_hold_mode_is_refused_and_changes_nothing() {
         "{refused:?}"
     );
     assert!(inspect(&mut raw, &key).await.held);
-    raw.release(release(HoldMode::Exclusive.into())).await.unwrap();
+    raw.release(release(HoldMode::Exclusive.into()))
+        .await
+        .unwrap();
     assert!(!inspect(&mut raw, &key).await.held);
 }
