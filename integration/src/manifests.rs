@@ -81,3 +81,19 @@ pub fn stale() -> anyhow::Result<Vec<String>> {
 pub fn write_all() -> anyhow::Result<()> {
     render(&workspace_root().join("deploy/kubernetes"))
 }
+
+/// `kubernetes-validate --strict` against the Kubernetes 1.37 schemas (PyPI, in the
+/// project's venv): whether every file passed, and what it printed.
+pub fn validate(files: &[PathBuf]) -> anyhow::Result<(bool, String)> {
+    let exe = workspace_root().join(".deps/python-venv/bin/kubernetes-validate");
+    anyhow::ensure!(
+        exe.exists(),
+        "{} missing: run integration/scripts/install-deps.sh (make test does)",
+        exe.display()
+    );
+    crate::process::run_text(
+        std::process::Command::new(exe)
+            .args(["--strict", "--kubernetes-version", "1.37.0"])
+            .args(files),
+    )
+}

@@ -247,3 +247,26 @@ pub fn dev_registry_with_grant(dir: &Path, spiffe_id: &str, prefix: &str) -> any
     )?;
     Ok(())
 }
+
+/// The environment a client's own stack suite reads (the Go and Java clients'): the
+/// endpoint, two test identities' SVIDs (`me`, `other`), the edge's SPIFFE ID, the test
+/// registry's prefixes and TTL. LOCK_INSTANCE is left to each test.
+pub fn client_suite_env(
+    endpoint: &str,
+    me: &crate::pki::SvidFiles,
+    other: &crate::pki::SvidFiles,
+) -> Vec<(&'static str, std::ffi::OsString)> {
+    vec![
+        ("LOCK_ENDPOINT", endpoint.into()),
+        ("LOCK_SVID", me.cert.clone().into()),
+        ("LOCK_SVID_KEY", me.key.clone().into()),
+        ("LOCK_CA", me.ca.clone().into()),
+        ("LOCK_OTHER_SVID", other.cert.clone().into()),
+        ("LOCK_OTHER_SVID_KEY", other.key.clone().into()),
+        ("LOCK_SERVER_ID", crate::pki::ENVOY_ID.into()),
+        ("LOCK_TEST_PREFIX", FAST_PREFIX.into()),
+        ("LOCK_TEST_SLOW_PREFIX", SLOW_PREFIX.into()),
+        ("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX.into()),
+        ("LOCK_TEST_TTL", FAST_TTL.to_string().into()),
+    ]
+}

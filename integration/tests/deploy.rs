@@ -5,23 +5,11 @@
 //! installed here) carry a filter configuration the filter accepts.
 
 use lock_integration::paths::workspace_root;
-use lock_integration::process::run_text;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn validate(files: &[PathBuf]) -> (bool, String) {
-    let exe = workspace_root().join(".deps/python-venv/bin/kubernetes-validate");
-    assert!(
-        exe.exists(),
-        "{} missing: run integration/scripts/install-deps.sh (make test does)",
-        exe.display()
-    );
-    run_text(
-        Command::new(exe)
-            .args(["--strict", "--kubernetes-version", "1.37.0"])
-            .args(files),
-    )
-    .unwrap()
+    lock_integration::manifests::validate(files).unwrap()
 }
 
 fn manifests(dir: &Path) -> Vec<PathBuf> {

@@ -12,8 +12,7 @@
 
 use lock_integration::Stack;
 use lock_integration::paths::workspace_root;
-use lock_integration::pki::ENVOY_ID;
-use lock_integration::registry::{FAST_PREFIX, FAST_TTL, SHARED_PREFIX, SLOW_PREFIX, waiter_id};
+use lock_integration::registry::waiter_id;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
@@ -96,17 +95,11 @@ async fn the_go_client_passes_its_suite_against_the_stack() {
     let other = stack.pki.svid("go-w4", &waiter_id(4)).unwrap();
     let (ok, json) = run(Command::new("go")
         .args(["test", "-race", "-count=1", "-json", "./..."])
-        .env("LOCK_ENDPOINT", stack.endpoint())
-        .env("LOCK_SVID", &me.cert)
-        .env("LOCK_SVID_KEY", &me.key)
-        .env("LOCK_CA", &me.ca)
-        .env("LOCK_OTHER_SVID", &other.cert)
-        .env("LOCK_OTHER_SVID_KEY", &other.key)
-        .env("LOCK_SERVER_ID", ENVOY_ID)
-        .env("LOCK_TEST_PREFIX", FAST_PREFIX)
-        .env("LOCK_TEST_SLOW_PREFIX", SLOW_PREFIX)
-        .env("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX)
-        .env("LOCK_TEST_TTL", FAST_TTL.to_string())
+        .envs(lock_integration::registry::client_suite_env(
+            &stack.endpoint(),
+            &me,
+            &other,
+        ))
         .env_remove("LOCK_INSTANCE"));
     let text = output_of(&json);
     let o = outcome(&json);

@@ -93,18 +93,7 @@ fn find<'a>(docs: &'a [(String, Value)], kind: &str, name: &str) -> Option<&'a V
 }
 
 fn validate(files: &[PathBuf]) -> (bool, String) {
-    let exe = workspace_root().join(".deps/python-venv/bin/kubernetes-validate");
-    assert!(
-        exe.exists(),
-        "{} missing: run integration/scripts/install-deps.sh (make test does)",
-        exe.display()
-    );
-    run_text(
-        Command::new(exe)
-            .args(["--strict", "--kubernetes-version", "1.37.0"])
-            .args(files),
-    )
-    .unwrap()
+    lock_integration::manifests::validate(files).unwrap()
 }
 
 /// Every pod template among `docs`: (where, pod spec).

@@ -11,8 +11,7 @@
 
 use lock_integration::Stack;
 use lock_integration::paths::workspace_root;
-use lock_integration::pki::ENVOY_ID;
-use lock_integration::registry::{FAST_PREFIX, FAST_TTL, SHARED_PREFIX, SLOW_PREFIX, waiter_id};
+use lock_integration::registry::waiter_id;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -98,17 +97,11 @@ async fn the_java_client_passes_its_suite_against_the_stack() {
     let out = Command::new("mvn")
         .args(["-B", "-q", "-o", "verify"])
         .current_dir(module())
-        .env("LOCK_ENDPOINT", stack.endpoint())
-        .env("LOCK_SVID", &me.cert)
-        .env("LOCK_SVID_KEY", &me.key)
-        .env("LOCK_CA", &me.ca)
-        .env("LOCK_OTHER_SVID", &other.cert)
-        .env("LOCK_OTHER_SVID_KEY", &other.key)
-        .env("LOCK_SERVER_ID", ENVOY_ID)
-        .env("LOCK_TEST_PREFIX", FAST_PREFIX)
-        .env("LOCK_TEST_SLOW_PREFIX", SLOW_PREFIX)
-        .env("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX)
-        .env("LOCK_TEST_TTL", FAST_TTL.to_string())
+        .envs(lock_integration::registry::client_suite_env(
+            &stack.endpoint(),
+            &me,
+            &other,
+        ))
         .env_remove("LOCK_INSTANCE")
         .output()
         .unwrap_or_else(|e| panic!("mvn: {e} (are Maven and a JDK 17 installed and on the PATH?)"));
