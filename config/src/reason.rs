@@ -168,7 +168,7 @@ impl Reason {
                 "The key's class needs a session of another TTL; metadata `class` and `ttl_seconds` say which. The clients open one and retry."
             }
             Reason::Sealed => {
-                "No epoch record, or the store's cluster ID (or revision) differs from the one the epoch record is bound to: etcd was restored or replaced. No grants until two operators advance the epoch (`lockctl epoch advance request`, then `approve` by a second)."
+                "No epoch record: a fresh install, until `lockctl epoch init` creates it (the chart's post-install hook runs it). Or the store's cluster ID (or revision) differs from the one the epoch record is bound to: etcd was restored or replaced, and there are no grants until two operators advance the epoch (`lockctl epoch advance request`, then `approve` by a second)."
             }
             Reason::NoQuorum => {
                 "etcd is unreachable or did not answer within the store timeout: no grant and no renewal (the closed posture). The outcome is unknown, not a refusal: a write etcd had not answered may still be applied (a stopped leader applies it when it resumes), so an Acquire answered NO_QUORUM may have been granted. The clients retry inside the deadline with the same session, and a retried Acquire gets that grant back; holders drain, then fence. An Acquire whose grant transaction's answer was lost is settled before it is answered (the arbiter puts a fence that transaction compares absent, then reads the holder back); only when that too fails is NO_QUORUM answered with \"this acquire's grant may still take effect\", and then nothing else that wait saw is answered as definite, not even a release handing it the key."

@@ -151,8 +151,10 @@ enum Cmd {
         #[command(subcommand)]
         cmd: defrag::EtcdCmd,
     },
-    /// etcd users and roles: the arbiter may read /sys/ and write /l/ /s/ /q/ /x/, the operator
-    /// also /sys/ (run with the root user's client certificate).
+    /// etcd users and roles: arbiter reads /sys/ and writes /l/ /s/ /q/ /x/ /r/; operator reads
+    /// /sys/ /l/ /s/ /q/ /x/ /r/ and writes /sys/shard (moves); auditor reads / and writes
+    /// /audit/; force (lock-admin) writes /l/ /s/ /q/ /x/ /r/ /sys/force/ /sys/force-request/
+    /// /sys/epoch /sys/advance-request/ (run with the root user's client certificate).
     Roles {
         #[command(subcommand)]
         cmd: store::RolesCmd,
@@ -266,5 +268,40 @@ mod tests {
     fn cli_definition_is_consistent() {
         use clap::CommandFactory as _;
         super::Cli::command().debug_assert();
+    }
+
+    /// `lockctl roles`'s help names every role and every prefix it grants, as
+    /// etcd_roles.rs grants them (a prefix added there and not here fails).
+    #[test]
+    fn the_roles_help_names_every_grant() {
+        use clap::CommandFactory as _;
+        let mut cli = super::Cli::command();
+        let help = cli
+            .find_subcommand_mut("roles")
+            .unwrap()
+            .render_long_help()
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for role in lock_arbiter::etcd_roles::ROLES {
+            let at = help
+                .find(&format!("{} ", role.name))
+                .unwrap_or_else(|| panic!("role {} missing: {help}", role.name));
+            let rest = &help[at..];
+            let end = lock_arbiter::etcd_roles::ROLES
+                .iter()
+                .filter_map(|r| rest[1..].find(&format!("; {} ", r.name)))
+                .min()
+                .unwrap_or(rest.len() - 1);
+            let said = &rest[..=end];
+            for (prefix, _) in role.grants {
+                assert!(
+                    said.split([' ', ';', ',', '(', ')']).any(|w| w == *prefix),
+                    "role {}: {prefix} missing from its part of the help: {said}",
+                    role.name
+                );
+            }
+        }
     }
 }

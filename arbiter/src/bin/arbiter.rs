@@ -66,7 +66,7 @@ struct Args {
     /// map on it names, reached with the same credential. Off: everything on `--etcd`.
     #[arg(long, env = "ARBITER_SHARDS")]
     shards: bool,
-    /// The arbiter's etcd credential (its user `arbiter`: may read /sys/, write /l/ /s/ /q/ /x/).
+    /// The arbiter's etcd credential (its user `arbiter`: may read /sys/, write /l/ /s/ /q/ /x/ /r/).
     #[command(flatten)]
     etcd_tls: lock_arbiter::etcd_tls::EtcdTlsFiles,
     /// Registry directory (*.yaml): classes decide TTLs. Polled for changes: a valid new
