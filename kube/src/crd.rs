@@ -252,6 +252,29 @@ pub fn files() -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+    /// The CRD's bounds on ttlSeconds are the validator's (registry::TTL_RANGE): the API
+    /// server refuses what the registry would, and the schema page says it.
+    #[test]
+    fn the_ttl_bounds_in_the_crd_are_the_validators() {
+        let class = super::kinds()
+            .into_iter()
+            .find(|k| k.kind == "LockClass")
+            .unwrap();
+        let schema = super::object_schema(&class);
+        let ttl = &schema["properties"]["spec"]["properties"]["ttlSeconds"];
+        let range = lock_config::registry::TTL_RANGE;
+        assert_eq!(
+            ttl["minimum"].as_u64(),
+            Some(u64::from(*range.start())),
+            "{ttl}"
+        );
+        assert_eq!(
+            ttl["maximum"].as_u64(),
+            Some(u64::from(*range.end())),
+            "{ttl}"
+        );
+    }
+
     use super::*;
 
     #[test]

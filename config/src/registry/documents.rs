@@ -152,7 +152,10 @@ pub struct LockClassSpec {
     /// `YYYY-MM-DD`.
     #[serde(default)]
     pub waiver_expires: Option<String>,
+    /// The session TTL in seconds: 5..=300 (registry::TTL_RANGE), 15 when unset, at least
+    /// 30 for an advisory correctness class.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 5, max = 300)))]
     pub ttl_seconds: Option<u32>,
     /// The longest a hold of this class is expected to last (issue 36): a hold older than
     /// this is flagged `held-long` by the explorer and raises `LockHeldOverBound`. Unset:
