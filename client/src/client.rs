@@ -30,6 +30,13 @@ impl LockClient {
         })
     }
 
+    /// The instance this client sends with OpenSession (`lock-instance`): its config's,
+    /// else the one [`process_instance`](crate::process_instance) drew when it was built
+    /// (`<LOCK_INSTANCE or random>:<pid>:<n>`).
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
     /// Ends every hold of this client now and closes its sessions. The keepalive tasks
     /// stop, and one CloseSession per session revokes its etcd lease, which removes all of
     /// the session's holds in one committed entry: the next waiter is granted at once

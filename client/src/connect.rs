@@ -22,25 +22,46 @@ pub struct Config {
     /// `http://127.0.0.1:15001`.
     pub endpoint: String,
     pub credentials: Credentials,
-    /// This process's instance (`lock-instance`, issue 32): replicas of one identity are
-    /// told apart by it, so a sibling's hold is waited for and only this process's own
-    /// earlier session's hold is a leak. None: [`process_instance`] (`LOCK_INSTANCE`, set
-    /// it to the pod UID from the downward API; else random, once per process).
+    /// This client's instance (`lock-instance`, issues 32 and 50): replicas of one identity
+    /// are told apart by it, so a sibling's hold is waited for and only this client's own
+    /// earlier session's hold is a leak. Some: sent as it is. None: [`process_instance`]
+    /// draws one when the client is built (`<LOCK_INSTANCE>:<pid>:<n>`; set
+    /// `LOCK_INSTANCE` to the pod UID from the downward API).
     pub instance: Option<String>,
 }
 
-/// The instance of this process: `LOCK_INSTANCE` if set and valid, else a random one
-/// chosen on first use and kept for the life of the process.
+/// The instance of the next client object of this process (issue 50):
+/// `<prefix>:<pid>:<n>`, see [`instance_for`]. The prefix is `LOCK_INSTANCE` (read once per
+/// process) or a random `p-<16 hex>` chosen once per process; `n` counts the calls, from 1
+/// (each [`LockClient`](crate::LockClient) built without an explicit instance takes one).
+///
+/// A restarted container process is often pid 1 again and builds its first client again,
+/// so it gets its previous life's instance and is told LEAKED_HOLD when it meets its own old
+/// hold; sibling worker processes of the pod (other pids) and two clients of one process
+/// (other `n`) queue for each other instead.
 pub fn process_instance() -> String {
-    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    INSTANCE
-        .get_or_init(|| {
-            std::env::var(lock_config::instance::INSTANCE_ENV)
-                .ok()
-                .and_then(|v| lock_config::instance::parse_instance(v.as_bytes()).ok())
-                .unwrap_or_else(|| lock_config::instance::random_instance(rand::random()))
-        })
-        .clone()
+    static PREFIX: std::sync::OnceLock<(Option<String>, String)> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let (env, random) = PREFIX.get_or_init(|| {
+        (
+            std::env::var(lock_config::instance::INSTANCE_ENV).ok(),
+            format!("p-{:016x}", rand::random::<u64>()),
+        )
+    });
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    instance_for(env.as_deref(), std::process::id(), n, random)
+}
+
+/// The instance rule, pure: `<prefix>:<pid>:<n>`, where the prefix is `prefix_env` (the
+/// value of `LOCK_INSTANCE`) when it is set and valid and the whole instance stays a valid
+/// `lock-instance` (at most 253 characters), else `random_prefix`.
+pub fn instance_for(prefix_env: Option<&str>, pid: u32, n: u64, random_prefix: &str) -> String {
+    let valid = |v: &str| lock_config::instance::parse_instance(v.as_bytes()).is_ok();
+    prefix_env
+        .filter(|p| valid(p))
+        .map(|p| format!("{p}:{pid}:{n}"))
+        .filter(|i| valid(i))
+        .unwrap_or_else(|| format!("{random_prefix}:{pid}:{n}"))
 }
 
 /// The three ways a workload holds its X.509-SVID.
@@ -124,16 +145,12 @@ impl Config {
     }
 
     /// The same config speaking for another instance (a test's second replica, or a
-    /// workload that names its instance itself). An invalid value is refused by the
-    /// service at OpenSession (MALFORMED_REQUEST).
+    /// workload that names its instance itself): sent as it is, with no pid or counter
+    /// added. An invalid value is refused by the service at OpenSession
+    /// (MALFORMED_REQUEST).
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = Some(instance.into());
         self
-    }
-
-    /// The instance this config sends: its own, else the process's.
-    pub fn instance(&self) -> String {
-        self.instance.clone().unwrap_or_else(process_instance)
     }
 
     pub(crate) fn stamp(&self) -> Stamp {
@@ -299,5 +316,68 @@ mod tests {
                 "{endpoint} plaintext={plaintext}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod instance_tests {
+    use super::instance_for;
+    use lock_config::instance::{MAX_INSTANCE_LEN, parse_instance};
+
+    #[test]
+    fn instance_rule_table() {
+        const RANDOM: &str = "p-0123456789abcdef";
+        // The longest LOCK_INSTANCE that still fits with ":4242:1" (7 characters).
+        let fits = "u".repeat(MAX_INSTANCE_LEN - 7);
+        let too_long = "u".repeat(MAX_INSTANCE_LEN - 6);
+        let at_limit = "u".repeat(MAX_INSTANCE_LEN);
+        for (env, pid, n, want) in [
+            // Valid env: the pod's prefix, then pid and counter.
+            (
+                Some("3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d"),
+                1,
+                1,
+                "3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d:1:1".to_owned(),
+            ),
+            (Some("pod-a"), 4242, 2, "pod-a:4242:2".to_owned()),
+            (
+                Some("node-1.pod:pay_ledger"),
+                7,
+                3,
+                "node-1.pod:pay_ledger:7:3".to_owned(),
+            ),
+            (Some(&fits), 4242, 1, format!("{fits}:4242:1")),
+            // Invalid env: the random prefix, as when unset.
+            (Some(""), 4242, 1, format!("{RANDOM}:4242:1")),
+            (Some("with space"), 4242, 1, format!("{RANDOM}:4242:1")),
+            (Some("slash/y"), 4242, 1, format!("{RANDOM}:4242:1")),
+            (Some("caf\u{e9}"), 4242, 1, format!("{RANDOM}:4242:1")),
+            // Too long, by itself or once the suffix is added.
+            (Some(&too_long), 4242, 1, format!("{RANDOM}:4242:1")),
+            (Some(&at_limit), 1, 1, format!("{RANDOM}:1:1")),
+            // No env.
+            (None, 1, 1, format!("{RANDOM}:1:1")),
+            (
+                None,
+                u32::MAX,
+                u64::MAX,
+                format!("{RANDOM}:{}:{}", u32::MAX, u64::MAX),
+            ),
+        ] {
+            let got = instance_for(env, pid, n, RANDOM);
+            assert_eq!(got, want, "{env:?} {pid} {n}");
+            assert!(parse_instance(got.as_bytes()).is_ok(), "{got}");
+        }
+    }
+
+    #[test]
+    fn each_client_object_takes_the_next_number() {
+        let (a, b) = (super::process_instance(), super::process_instance());
+        let (pa, na) = a.rsplit_once(':').unwrap();
+        let (pb, nb) = b.rsplit_once(':').unwrap();
+        assert_eq!(pa, pb, "one prefix and pid per process");
+        assert!(pa.ends_with(&format!(":{}", std::process::id())), "{a}");
+        assert!(nb.parse::<u64>().unwrap() > na.parse::<u64>().unwrap());
+        assert!(parse_instance(a.as_bytes()).is_ok(), "{a}");
     }
 }

@@ -56,7 +56,9 @@ mod state;
 pub mod stub;
 
 pub use client::LockClient;
-pub use connect::{Config, Credentials, SvidFiles, process_instance, workload_api_source};
+pub use connect::{
+    Config, Credentials, SvidFiles, instance_for, process_instance, workload_api_source,
+};
 pub use election::Leadership;
 pub use error::{LockError, refusal};
 pub use hold::Hold;

@@ -33,7 +33,8 @@ pub(crate) struct Reentry {
 
 pub(crate) struct Inner {
     pub(crate) config: Config,
-    /// Sent with every OpenSession (`Config::instance`), fixed for the client's life.
+    /// Sent with every OpenSession: the config's, else the process's next
+    /// (`process_instance`); fixed for the client's life.
     pub(crate) instance: String,
     rpc: Mutex<(Rpc<Channel>, Stamp)>,
     /// One session per (TTL seconds, cluster tag), with the sender that stops its
@@ -56,7 +57,10 @@ impl Inner {
     pub(crate) fn new(config: Config) -> Result<Self, LockError> {
         let rpc = Rpc::new(config.channel()?);
         let stamp = config.stamp();
-        let instance = config.instance();
+        let instance = config
+            .instance
+            .clone()
+            .unwrap_or_else(crate::connect::process_instance);
         Ok(Inner {
             instance,
             config,

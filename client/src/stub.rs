@@ -75,9 +75,10 @@ pub fn keyed<T>(msg: T, key: &str) -> tonic::Request<T> {
     req
 }
 
-/// `req` carrying this process's instance as `lock-instance` (send it with OpenSession:
-/// the session is bound to it). A value that is not valid metadata is left out, and the
-/// service then applies the identity-only leak rule.
+/// `req` carrying an instance as `lock-instance` (send it with OpenSession: the session is
+/// bound to it). A program's own instance comes from [`crate::process_instance`], once per
+/// client object (`<LOCK_INSTANCE>:<pid>:<n>`). A value that is not valid metadata is left
+/// out, and the service then applies the identity-only leak rule.
 pub fn with_instance<T>(mut req: tonic::Request<T>, instance: &str) -> tonic::Request<T> {
     if let Ok(v) = instance.parse() {
         req.metadata_mut()

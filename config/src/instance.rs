@@ -3,8 +3,12 @@
 //! In a mesh a SPIFFE ID names a service account, so every replica of a Deployment shares
 //! one identity. Leak detection (ADR-13, DESIGN 8) must tell "this process lost its session
 //! and asks again" from "a sibling replica asks for the key": the first is a leak, the second
-//! an ordinary contender that queues. The instance names the process: random per process, or
-//! the pod UID when the workload passes one (`LOCK_INSTANCE`, from the downward API).
+//! an ordinary contender that queues. The instance names the client object:
+//! `<prefix>:<pid>:<n>`, the prefix the pod UID when the workload passes one
+//! (`LOCK_INSTANCE`, from the downward API) or random per process, `n` counting the
+//! process's client objects from 1. Two client objects in one process and the worker
+//! processes of one pod queue; a container restarting as pid 1 and making its first client
+//! again meets its previous life's hold as a leak.
 //!
 //! It is sent with OpenSession and bound to the session (`/s/<lease>`), and every grant's
 //! holder record copies it from the session. It is *not* an identity claim and the edge

@@ -1,7 +1,9 @@
 //! Issue 32: workloads as a mesh deploys them. Every replica of a Deployment has the same
 //! SPIFFE ID, so replicas are told apart by their process instance (`lock-instance`): a
 //! sibling's hold is waited for (FIFO handoff), and only the same instance under another
-//! session is a leak. And `lockctl run` never reports a lapsed hold as success.
+//! session is a leak. A client's own instance is `<LOCK_INSTANCE or random>:<pid>:<n>`
+//! (issue 50): worker processes sharing LOCK_INSTANCE and two clients of one process queue.
+//! And `lockctl run` never reports a lapsed hold as success.
 
 use lock_client::LockError;
 use lock_integration::Stack;
@@ -130,11 +132,15 @@ fn counter(text: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// Two `lockctl run` of one identity that say they are the same instance
-/// (`LOCK_INSTANCE`): the second is the first's leak and is told so at once, even with a
-/// wait; the first is unaffected.
+/// Issue 50: `lockctl run` processes of one identity that share `LOCK_INSTANCE` (worker
+/// processes of one pod: the pod UID) are told apart by their pids and queue, as does one
+/// with another `LOCK_INSTANCE`. The restart case: a container's main process that restarts
+/// is often pid 1 again and builds its first client again, so it sends its previous life's
+/// instance (`<LOCK_INSTANCE>:<pid>:1`) and is told LEAKED_HOLD at once, even with a wait;
+/// a test cannot reuse a pid, so the restarted life is a client given the first's instance
+/// explicitly. The first is unaffected.
 #[tokio::test]
-async fn lockctl_with_a_reused_instance_is_told_leaked_hold() {
+async fn lockctl_sharing_lock_instance_queues_and_a_restart_is_told_leaked_hold() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let key = format!("{FAST_PREFIX}/replicas-leak");
@@ -158,46 +164,65 @@ async fn lockctl_with_a_reused_instance_is_told_leaked_hold() {
             ],
         )
         .unwrap();
-    first.env("LOCK_INSTANCE", "pod-reused");
+    first.env("LOCK_INSTANCE", "pod-shared");
     let mut first = first.spawn().unwrap();
     wait_for_file(&started).await;
-    let mut again = stack
-        .lockctl_cmd(&svid, &["run", &key, "--wait", "5s", "--", "true"])
-        .unwrap();
-    again.env("LOCK_INSTANCE", "pod-reused");
+    // The restarted life: the first's instance (lockctl builds one client: n = 1).
+    let previous_life = format!("pod-shared:{}:1", first.id());
+    let restarted = stack.lock_client_with(&svid, Some(&previous_life)).unwrap();
+    assert_eq!(restarted.instance(), previous_life);
+    let err = restarted
+        .acquire(&key, Duration::ZERO, no_fence())
+        .await
+        .err();
+    assert_eq!(err, Some(LockError::LeakedHold));
+    let err = restarted
+        .acquire(&key, Duration::from_secs(2), no_fence())
+        .await
+        .err();
+    assert_eq!(err, Some(LockError::LeakedHold), "a leak is not queued");
+    // A sibling worker of the same pod (same LOCK_INSTANCE, another pid) is not a leak:
+    // without a wait it hears HELD, in lockctl's one refusal form...
+    let mut again = stack.lockctl_cmd(&svid, &["acquire", &key]).unwrap();
+    again.env("LOCK_INSTANCE", "pod-shared");
     let out = again.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("LEAKED_HOLD"), "{stderr}");
     assert!(
-        stderr.contains("LEAKED_HOLD (FailedPrecondition): "),
+        stderr.contains("HELD (Aborted): "),
         "one refusal form for every subcommand: {stderr}"
     );
-    // Another instance of the same identity waits instead, and gets the key once the
-    // first ends.
-    let mut sibling = stack
-        .lockctl_cmd(&svid, &["run", &key, "--wait", "20s", "--", "true"])
-        .unwrap();
-    sibling.env("LOCK_INSTANCE", "pod-sibling");
-    let sibling = sibling.spawn().unwrap();
-    // Queued (not refused) before the first lets go: Inspect counts it waiting.
+    // ...and with one it waits, as does another pod of the identity; both get the key once
+    // the first ends.
+    let waiter = |instance: &str| {
+        let mut cmd = stack
+            .lockctl_cmd(&svid, &["run", &key, "--wait", "20s", "--", "true"])
+            .unwrap();
+        cmd.env("LOCK_INSTANCE", instance);
+        cmd.spawn().unwrap()
+    };
+    let (same_pod, sibling) = (waiter("pod-shared"), waiter("pod-sibling"));
+    // Queued (not refused) before the first lets go: Inspect counts them waiting.
     let inspect = stack.lockctl_cmd(&svid, &["inspect", &key]).unwrap();
     let inspect = std::sync::Mutex::new(inspect);
     eventually(Duration::from_secs(10), || async {
         let out = inspect.lock().unwrap().output()?;
         let text = String::from_utf8_lossy(&out.stdout);
-        anyhow::ensure!(text.contains("waiters=1"), "not queued: {text}");
+        anyhow::ensure!(text.contains("waiters=2"), "not queued: {text}");
         Ok(())
     })
     .await
     .unwrap();
     std::fs::write(&go, "").unwrap();
     assert!(first.wait().unwrap().success());
-    let out = sibling.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for w in [same_pod, sibling] {
+        let out = w.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("LEAKED_HOLD"), "{stderr}");
+    }
+    restarted.shutdown().await.unwrap();
 }
 
 async fn wait_for_file(p: &Path) {
@@ -210,7 +235,8 @@ async fn wait_for_file(p: &Path) {
 }
 
 /// lock-client: two replicas of one identity (different instances) queue for each other;
-/// a client reusing the holder's instance is told LEAKED_HOLD, waiting or not.
+/// a client reusing the holder's instance (a restarted process, see above) is told
+/// LEAKED_HOLD, waiting or not.
 #[tokio::test]
 async fn rust_client_replicas_wait_and_a_reused_instance_leaks() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
@@ -247,6 +273,50 @@ async fn rust_client_replicas_wait_and_a_reused_instance_leaks() {
     assert!(next.was_continuous());
     next.release().await.unwrap();
     for c in [a, b, a_again] {
+        c.shutdown().await.unwrap();
+    }
+}
+
+/// Issue 50: two client objects of one process, neither naming an instance, are two
+/// instances (one prefix and pid, the next number): the second hears HELD, not
+/// LEAKED_HOLD, and when it waits it queues and is granted once the first releases.
+#[tokio::test]
+async fn two_rust_clients_of_one_process_queue() {
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let key = format!("{FAST_PREFIX}/replicas-one-process");
+    let svid = stack.pki.svid("rust-process", &waiter_id(2)).unwrap();
+    let first = stack.lock_client_with(&svid, None).unwrap();
+    let second = stack.lock_client_with(&svid, None).unwrap();
+    let prefix = |c: &lock_client::LockClient| c.instance().rsplit_once(':').unwrap().0.to_owned();
+    assert_ne!(first.instance(), second.instance());
+    assert_eq!(
+        prefix(&first),
+        prefix(&second),
+        "one prefix and pid per process"
+    );
+    assert!(
+        prefix(&first).ends_with(&format!(":{}", std::process::id())),
+        "{}",
+        first.instance()
+    );
+    let held = first
+        .acquire(&key, Duration::ZERO, no_fence())
+        .await
+        .unwrap();
+    let err = second.acquire(&key, Duration::ZERO, no_fence()).await.err();
+    assert_eq!(err, Some(LockError::Held));
+    let waiting = {
+        let second = second.clone();
+        let key = key.clone();
+        tokio::spawn(async move { second.acquire(&key, Duration::from_secs(20), || {}).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let token = held.token();
+    held.release().await.unwrap();
+    let next = waiting.await.unwrap().unwrap();
+    assert!(next.token() > token);
+    next.release().await.unwrap();
+    for c in [first, second] {
         c.shutdown().await.unwrap();
     }
 }

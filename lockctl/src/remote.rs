@@ -28,8 +28,8 @@ pub async fn acquire(conn: &Conn, key: &str) -> Result<(), Failure> {
         },
         key,
     );
-    // This invocation is a process of its own: another `lockctl acquire` of the same
-    // identity is a contender, not a leak, unless LOCK_INSTANCE names them the same.
+    // This invocation is a process of its own (its instance ends in its pid): another
+    // `lockctl acquire` of the same identity is a contender, not a leak.
     let session = client
         .open_session(lock_client::stub::with_instance(
             open,

@@ -458,9 +458,10 @@ export interface AcquireOptions {
 }
 
 export interface ClientOptions {
-  /** This process among the replicas of its identity, sent with every OpenSession as
-   * `lock-instance`. Default `processInstance()`: LOCK_INSTANCE (the pod UID), else random
-   * once per process. */
+  /** This client among the replicas of its identity, sent with every OpenSession as
+   * `lock-instance`, as it is. Default `processInstance()`: `<LOCK_INSTANCE (the pod UID),
+   * else random once per process>:<pid>:<n>`, `n` counting this process's client objects
+   * from 1. */
   instance?: string;
 }
 

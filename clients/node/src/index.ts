@@ -36,5 +36,5 @@ export {
   WrongSessionPlace,
   WrongSessionTtl,
 } from "./errors.js";
-export { encodeKey, processInstance, validInstance, tagOf } from "./keys.js";
+export { encodeKey, instanceFor, processInstance, validInstance, tagOf } from "./keys.js";
 export { describeLapse, Liveness, type Lapse } from "./liveness.js";

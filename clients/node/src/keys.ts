@@ -24,19 +24,38 @@ export function validInstance(value: string): boolean {
   return INSTANCE_OK.test(value);
 }
 
-let processInstanceValue: string | undefined;
+/**
+ * The instance rule (issue 50), pure: `<prefix>:<pid>:<n>`, where the prefix is
+ * `prefixEnv` (the value of LOCK_INSTANCE) when it is set and valid and the whole instance
+ * stays a valid `lock-instance` (at most 253 characters), else `randomPrefix`.
+ */
+export function instanceFor(prefixEnv: string | undefined, pid: number, n: number | bigint, randomPrefix: string): string {
+  if (prefixEnv !== undefined && validInstance(prefixEnv)) {
+    const instance = `${prefixEnv}:${pid}:${n}`;
+    if (validInstance(instance)) return instance;
+  }
+  return `${randomPrefix}:${pid}:${n}`;
+}
+
+let processPrefix: { env: string | undefined; random: string } | undefined;
+let clientCount = 0;
 
 /**
- * This process among the replicas of its identity: `LOCK_INSTANCE` if set and valid (the
- * pod UID from the downward API), else random, chosen once per process. A sibling's hold
- * is waited for; only this process's own earlier session's hold is a leak.
+ * The instance of the next client object of this process (issues 32, 50):
+ * `<prefix>:<pid>:<n>`. The prefix is LOCK_INSTANCE (the pod UID from the downward API,
+ * read once per process) or a random `p-<16 hex>` chosen once per process; `n` counts the
+ * calls from 1 (each LockClient built without an explicit instance takes one).
+ *
+ * Replicas of one identity are told apart by it: a sibling's hold is waited for, only this
+ * client's own earlier session's hold is a leak. Worker processes of one pod (other pids)
+ * and two clients of one process (other `n`) queue; a restarted container process, often
+ * pid 1 again with its first client again, gets its previous life's instance and is told
+ * LEAKED_HOLD when it meets its own old hold.
  */
 export function processInstance(): string {
-  if (processInstanceValue === undefined) {
-    const env = process.env[INSTANCE_ENV] ?? "";
-    processInstanceValue = validInstance(env) ? env : `p-${randomBytes(16).toString("hex")}`;
-  }
-  return processInstanceValue;
+  processPrefix ??= { env: process.env[INSTANCE_ENV], random: `p-${randomBytes(8).toString("hex")}` };
+  clientCount += 1;
+  return instanceFor(processPrefix.env, process.pid, clientCount, processPrefix.random);
 }
 
 /** The cluster tag in a session id (bits 55..62; lock_config::shards::tag_of). */

@@ -11,6 +11,8 @@ import { client, env, fresh, sharedPrefix, sleep, ttlMs, unfenced } from "./env.
 const locks = client("LOCK");
 const other = client("LOCK_OTHER");
 const made = [];
+// Another client of the test identity: `instance` is sent as it is; undefined takes this
+// process's next (`<prefix>:<pid>:<n>`).
 const replica = (instance) => {
   const c = client("LOCK", { instance });
   made.push(c);
@@ -165,16 +167,116 @@ test("replicas of one identity take turns", async () => {
   assert.ok(handoffs >= 2);
 });
 
-test("a reused instance is still a leak", async () => {
+test("a restarted process is still told LEAKED_HOLD", async () => {
+  // Issue 50, the restart case: a container's main process that restarts is often pid 1
+  // again and builds its first client again, so it sends its previous life's instance
+  // (`<prefix>:<pid>:1`) and, meeting its own old hold, is told LEAKED_HOLD, at once and also
+  // when it would wait. A test cannot reuse a pid: the restarted life is a client given the
+  // first life's instance explicitly (an explicit instance is sent as it is).
   const key = fresh();
-  const name = `pod-${randomBytes(4).toString("hex")}`;
-  const first = replica(name);
-  const again = replica(name);
+  const first = replica(undefined);
+  const [, pid, n] = first.instance.match(/^.+:(\d+):(\d+)$/) ?? [];
+  assert.ok(pid === String(process.pid) && Number(n) >= 1, first.instance);
+  const again = replica(first.instance);
+  assert.equal(again.instance, first.instance);
   const h = await first.acquire(key, { onFence: unfenced });
   await assert.rejects(again.acquire(key, { waitMs: 0, onFence: unfenced }), LeakedHold);
   await assert.rejects(again.acquire(key, { waitMs: 2000, onFence: unfenced }), LeakedHold);
   await h.release();
   await (await again.acquire(key, { onFence: unfenced })).release();
+});
+
+test("two client objects of one process queue", async () => {
+  // Issue 50: neither names an instance, so they are two instances (the same prefix and
+  // pid, the next number): the second is told HELD, not LEAKED_HOLD, and when it waits it
+  // queues and is granted once the first releases.
+  const key = fresh();
+  const [first, second] = [replica(undefined), replica(undefined)];
+  assert.notEqual(first.instance, second.instance);
+  const cut = (i) => i.slice(0, i.lastIndexOf(":"));
+  assert.equal(cut(first.instance), cut(second.instance));
+  const h = await first.acquire(key, { onFence: unfenced });
+  await assert.rejects(second.acquire(key, { waitMs: 0, onFence: unfenced }), Held);
+  const waiting = second.acquire(key, { waitMs: 20_000, onFence: unfenced });
+  await sleep(500);
+  await h.release();
+  const next = await waiting;
+  assert.ok(next.token > h.token);
+  await next.release();
+});
+
+const SIBLING_CHILD = `
+import { Held } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
+import { client, unfenced } from ${JSON.stringify(new URL("./env.mjs", import.meta.url).href)};
+const c = client("LOCK");
+console.log(c.instance);
+let h;
+try {
+  h = await c.acquire(process.argv[1], { waitMs: 0, onFence: unfenced });
+} catch (e) {
+  if (!(e instanceof Held)) throw e;
+  console.log("refused HELD");
+  h = await c.acquire(process.argv[1], { waitMs: 20_000, onFence: unfenced });
+}
+console.log("held");
+process.stdin.once("data", async () => {
+  await h.release();
+  await c.shutdown().catch(() => undefined);
+  process.exit(0);
+});
+`;
+
+/** Every stdout line of `child`, kept until asked for (none is lost). */
+function queuedLines(child) {
+  let buf = "";
+  const ready = [];
+  const waiting = [];
+  child.stdout.on("data", (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      const w = waiting.shift();
+      if (w) w(line);
+      else ready.push(line);
+    }
+  });
+  return () => ready.length > 0 ? Promise.resolve(ready.shift()) : new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error("no line from the child")), 30_000);
+    waiting.push((l) => { clearTimeout(t); resolve(l); });
+  });
+}
+
+test("worker processes sharing LOCK_INSTANCE queue", async () => {
+  // Issue 50: two worker processes of one pod share LOCK_INSTANCE (the pod UID) and their
+  // identity; their pids tell them apart, so the second queues (HELD at waitMs 0, then
+  // granted once the first releases) instead of being told LEAKED_HOLD.
+  const key = fresh();
+  const shared = `pod-${randomBytes(8).toString("hex")}`;
+  const children = [];
+  const worker = () => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", SIBLING_CHILD, key], {
+      stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, LOCK_INSTANCE: shared },
+    });
+    children.push(child);
+    return [child, queuedLines(child), new Promise((r) => child.once("exit", r))];
+  };
+  try {
+    const [a, nextA, exitA] = worker();
+    assert.equal(await nextA(), `${shared}:${a.pid}:1`);
+    assert.equal(await nextA(), "held");
+    const [b, nextB, exitB] = worker();
+    assert.equal(await nextB(), `${shared}:${b.pid}:1`);
+    assert.equal(await nextB(), "refused HELD", "a sibling worker queues");
+    a.stdin.write("go\n");
+    assert.equal(await exitA, 0);
+    assert.equal(await nextB(), "held");
+    b.stdin.write("go\n");
+    assert.equal(await exitB, 0);
+  } finally {
+    for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
+  }
 });
 
 const FROZEN_CHILD = `

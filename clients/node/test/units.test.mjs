@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import protobuf from "protobufjs";
 import {
   checkEndpoint, encodeKey, fromParts, Held, InvalidRequest, LeakedHold, Liveness, NotGranted,
-  processInstance, RateLimited, RegionRedirect, Unavailable, OtherError, validInstance,
+  instanceFor, processInstance, RateLimited, RegionRedirect, Unavailable, OtherError, validInstance,
   WrongSessionTtl, Draining, Hold, LockClient, meshSidecar,
 } from "../dist/index.js";
 
@@ -65,8 +65,40 @@ test("keys are encoded as the Rust client does", () => {
 test("instances follow the service's rule", () => {
   for (const ok of ["3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d", "ledger-7d9f8c-x2x4q", "a".repeat(253)]) assert.ok(validInstance(ok), ok);
   for (const bad of ["", "with space", "slash/y", "café", "a".repeat(254)]) assert.ok(!validInstance(bad), bad);
-  assert.ok(validInstance(processInstance()));
-  assert.equal(processInstance(), processInstance(), "one per process");
+  const [a, b] = [processInstance(), processInstance()];
+  assert.ok(validInstance(a) && validInstance(b), `${a} ${b}`);
+  const cut = (i) => [i.slice(0, i.lastIndexOf(":")), Number(i.slice(i.lastIndexOf(":") + 1))];
+  const [[pa, na], [pb, nb]] = [cut(a), cut(b)];
+  assert.equal(pa, pb, "one prefix and pid per process");
+  assert.ok(pa.endsWith(`:${process.pid}`), a);
+  assert.ok(nb > na, "each client object takes the next number");
+});
+
+test("the instance rule: LOCK_INSTANCE (or random), pid, counter", () => {
+  const random = "p-0123456789abcdef";
+  const fits = "u".repeat(253 - ":4242:1".length);
+  for (const [env, pid, n, want] of [
+    // Valid LOCK_INSTANCE: the pod's prefix, then pid and counter.
+    ["3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d", 1, 1, "3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d:1:1"],
+    ["pod-a", 4242, 2, "pod-a:4242:2"],
+    ["node-1.pod:pay_ledger", 7, 3, "node-1.pod:pay_ledger:7:3"],
+    [fits, 4242, 1, `${fits}:4242:1`],
+    // Invalid: the random prefix, as when unset.
+    ["", 4242, 1, `${random}:4242:1`],
+    ["with space", 4242, 1, `${random}:4242:1`],
+    ["slash/y", 4242, 1, `${random}:4242:1`],
+    ["café", 4242, 1, `${random}:4242:1`],
+    // Too long, by itself or once the suffix is added.
+    [`${fits}u`, 4242, 1, `${random}:4242:1`],
+    ["u".repeat(253), 1, 1, `${random}:1:1`],
+    // No LOCK_INSTANCE.
+    [undefined, 1, 1, `${random}:1:1`],
+    [undefined, 2 ** 32 - 1, 2n ** 64n - 1n, `${random}:4294967295:18446744073709551615`],
+  ]) {
+    const got = instanceFor(env, pid, n, random);
+    assert.equal(got, want, `${env} ${pid} ${n}`);
+    assert.ok(validInstance(got), got);
+  }
 });
 
 const root = protobuf.loadSync(fileURLToPath(new URL("../proto/google/rpc/status.proto", import.meta.url)));

@@ -2,6 +2,7 @@
 integration/tests/python_client.rs (`make test`), which starts etcd, arbiters and Envoy."""
 
 import os
+from typing import Optional
 
 import pytest
 
@@ -58,10 +59,11 @@ def other_locks():
 @pytest.fixture
 def replica():
     """Another replica of `locks`'s identity: the same SVID, its own instance (a second pod
-    of one Deployment). Call it with an instance name; each client is shut down after."""
+    of one Deployment). Call it with an instance name (sent as it is), or with none for this
+    process's next (`<prefix>:<pid>:<n>`); each client is shut down after."""
     made = []
 
-    def make(instance: str) -> LockClient:
+    def make(instance: Optional[str] = None) -> LockClient:
         c = _client("LOCK", instance=instance)
         made.append(c)
         return c

@@ -163,12 +163,18 @@ def test_campaign_elects_one_replica_and_the_next_on_resign(replica, stack_env):
         a.campaign(key, on_deposed=None)
 
 
-def test_a_reused_instance_is_still_a_leak(replica, stack_env):
-    """The same instance under a second session (a process that lost its session and
-    asks again) is told LEAKED_HOLD, at once and also when it would wait."""
+def test_a_restarted_process_is_still_told_leaked_hold(replica, stack_env):
+    """Issue 50, the restart case: a container's main process that restarts is often pid 1
+    again and builds its first client again, so it sends its previous life's instance
+    (`<prefix>:<pid>:1`) and, meeting its own old hold, is told LEAKED_HOLD, at once and also
+    when it would wait. A test cannot reuse a pid: the restarted life is a client given the
+    first life's instance explicitly (an explicit instance is sent as it is)."""
     key = fresh(stack_env["prefix"])
-    name = f"pod-{uuid.uuid4().hex[:8]}"
-    first, again = replica(name), replica(name)
+    first = replica()
+    prefix, pid, n = first._instance.rsplit(":", 2)
+    assert (pid, int(n) >= 1) == (str(os.getpid()), True), first._instance
+    again = replica(first._instance)
+    assert again._instance == first._instance
     h = first.acquire(key, on_fence=unfenced)
     with pytest.raises(LeakedHold):
         again.acquire(key, wait=0, on_fence=unfenced)
@@ -176,6 +182,84 @@ def test_a_reused_instance_is_still_a_leak(replica, stack_env):
         again.acquire(key, wait=2, on_fence=unfenced)
     h.release()
     again.acquire(key, on_fence=unfenced).release()
+
+
+def test_two_clients_of_one_process_queue(replica, stack_env):
+    """Issue 50: two client objects of one process, neither naming an instance, are two
+    instances (the same prefix and pid, the next number): the second is told HELD, not
+    LEAKED_HOLD, and when it waits it queues and is granted once the first releases."""
+    key = fresh(stack_env["prefix"])
+    first, second = replica(), replica()
+    assert first._instance != second._instance
+    assert first._instance.rsplit(":", 1)[0] == second._instance.rsplit(":", 1)[0]
+    h = first.acquire(key, on_fence=unfenced)
+    with pytest.raises(Held):
+        second.acquire(key, wait=0, on_fence=unfenced)
+    got = []
+    t = threading.Thread(target=lambda: got.append(second.acquire(key, wait=20, on_fence=unfenced)))
+    t.start()
+    time.sleep(0.5)
+    h.release()
+    t.join(timeout=30)
+    assert got and got[0].token > h.token, got
+    got[0].release()
+
+
+_SIBLING_CHILD = """
+import os, sys
+from lock_client import Held, LockClient, SvidFiles
+c = LockClient(os.environ["LOCK_ENDPOINT"],
+               SvidFiles(os.environ["LOCK_SVID"], os.environ["LOCK_SVID_KEY"], os.environ["LOCK_CA"]))
+print(c._instance, flush=True)
+try:
+    h = c.acquire(sys.argv[1], wait=0, on_fence=lambda: None)
+except Held:
+    print("refused HELD", flush=True)
+    h = c.acquire(sys.argv[1], wait=20, on_fence=lambda: None)
+print("held", flush=True)
+sys.stdin.readline()
+h.release()
+c.shutdown()
+"""
+
+
+def test_worker_processes_sharing_lock_instance_queue(stack_env):
+    """Issue 50: two worker processes of one pod share LOCK_INSTANCE (the pod UID) and
+    their identity; their pids tell them apart, so the second queues (HELD at wait=0, then
+    granted once the first releases) instead of being told LEAKED_HOLD."""
+    key = fresh(stack_env["prefix"])
+    shared = f"pod-{uuid.uuid4()}"
+    env = dict(os.environ, LOCK_INSTANCE=shared,
+               PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "src"))
+    children = []
+
+    def worker() -> subprocess.Popen:
+        children.append(subprocess.Popen(
+            [sys.executable, "-c", _SIBLING_CHILD, key], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=env))
+        return children[-1]
+
+    try:
+        a = worker()
+        first_instance = a.stdout.readline().strip()
+        assert a.stdout.readline().strip() == "held"
+        b = worker()
+        second_instance = b.stdout.readline().strip()
+        assert first_instance == f"{shared}:{a.pid}:1", first_instance
+        assert second_instance == f"{shared}:{b.pid}:1", second_instance
+        assert b.stdout.readline().strip() == "refused HELD", "a sibling worker queues"
+        a.stdin.write("go\n")
+        a.stdin.flush()
+        assert a.wait(timeout=20) == 0
+        assert b.stdout.readline().strip() == "held"
+        b.stdin.write("go\n")
+        b.stdin.flush()
+        assert b.wait(timeout=20) == 0
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+                c.wait(timeout=10)
 
 
 _FROZEN_CHILD = """

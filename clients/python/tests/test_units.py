@@ -1,5 +1,6 @@
 """Pure logic: liveness, error decoding, key encoding, endpoint rules (no stack)."""
 
+import os
 import pathlib
 import sys
 
@@ -10,7 +11,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from lock_client import errors
 from lock_client.client import check_endpoint
-from lock_client.keys import encode_key, process_instance, valid_instance
+from lock_client.keys import encode_key, instance_for, process_instance, valid_instance
 from lock_client.liveness import Lapse, Liveness
 
 
@@ -63,8 +64,40 @@ def test_instances_follow_the_services_rule():
         assert valid_instance(ok), ok
     for bad in ["", "with space", "slash/y", "caf\u00e9", "a" * 254]:
         assert not valid_instance(bad), bad
-    assert valid_instance(process_instance())
-    assert process_instance() == process_instance(), "one per process"
+    a, b = process_instance(), process_instance()
+    assert valid_instance(a) and valid_instance(b), (a, b)
+    (pa, na), (pb, nb) = a.rsplit(":", 1), b.rsplit(":", 1)
+    assert pa == pb, "one prefix and pid per process"
+    assert pa.endswith(f":{os.getpid()}"), a
+    assert int(nb) > int(na), "each client object takes the next number"
+
+
+RANDOM = "p-0123456789abcdef"
+_FITS = "u" * (253 - len(":4242:1"))
+
+
+@pytest.mark.parametrize("env,pid,n,want", [
+    # Valid LOCK_INSTANCE: the pod's prefix, then pid and counter.
+    ("3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d", 1, 1, "3f2a9c1e-8b7d-4c11-9a0e-5d6f7a8b9c0d:1:1"),
+    ("pod-a", 4242, 2, "pod-a:4242:2"),
+    ("node-1.pod:pay_ledger", 7, 3, "node-1.pod:pay_ledger:7:3"),
+    (_FITS, 4242, 1, _FITS + ":4242:1"),
+    # Invalid: the random prefix, as when unset.
+    ("", 4242, 1, RANDOM + ":4242:1"),
+    ("with space", 4242, 1, RANDOM + ":4242:1"),
+    ("slash/y", 4242, 1, RANDOM + ":4242:1"),
+    ("caf\u00e9", 4242, 1, RANDOM + ":4242:1"),
+    # Too long, by itself or once the suffix is added.
+    (_FITS + "u", 4242, 1, RANDOM + ":4242:1"),
+    ("u" * 253, 1, 1, RANDOM + ":1:1"),
+    # No LOCK_INSTANCE.
+    (None, 1, 1, RANDOM + ":1:1"),
+    (None, 2**32 - 1, 2**64 - 1, f"{RANDOM}:{2**32 - 1}:{2**64 - 1}"),
+])
+def test_instance_rule(env, pid, n, want):
+    got = instance_for(env, pid, n, RANDOM)
+    assert got == want
+    assert valid_instance(got), got
 
 
 def _details(reason: str, **metadata: str) -> bytes:

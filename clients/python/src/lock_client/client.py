@@ -516,9 +516,10 @@ class LockClient:
 
     def __init__(self, endpoint: str, credentials: Credentials,
                  instance: Optional[str] = None):
-        """`instance`: this process among the replicas of its identity (sent with every
-        OpenSession as `lock-instance`); default `process_instance()`: `LOCK_INSTANCE`
-        (the pod UID), else random once per process."""
+        """`instance`: this client among the replicas of its identity (sent with every
+        OpenSession as `lock-instance`), used as it is; default `process_instance()`:
+        `<LOCK_INSTANCE (the pod UID), else random once per process>:<pid>:<n>`, `n`
+        counting this process's client objects from 1."""
         # Validates the endpoint against the mode before anything is sent.
         check_endpoint(endpoint, isinstance(credentials, MeshSidecar))
         self._instance = instance if instance is not None else process_instance()
