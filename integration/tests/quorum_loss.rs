@@ -1,6 +1,6 @@
 //! Quorum loss (ADR-04): with 2 of 3 etcd members stopped, Acquire and KeepAlive fail with
-//! NO_QUORUM within the arbiter's store timeout (never a hang) and no grant is made; after
-//! the members return, grants resume.
+//! NO_QUORUM within the arbiter's store timeout (never a hang) and no grant is made;
+//! `lockctl acquire` exits 3 (etcd unreachable); after the members return, grants resume.
 
 use lock_config::Reason;
 use lock_config::proto::v1::*;
@@ -95,6 +95,16 @@ async fn no_quorum_is_a_prompt_refusal_and_grants_resume_after_recovery() {
         "{status:?}"
     );
     assert!(took < bound, "took {took:?}");
+
+    // lockctl exits by cause: a quorum loss is etcd unreachable, exit 3 as the README
+    // says, with the refusal's one line (it exited 1, as any refusal, before).
+    let svid = stack.pki.svid("ledger-cli", LEDGER).unwrap();
+    let out = stack
+        .lockctl_as(&svid, &["acquire", "pay/ledger/q-cli"])
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("NO_QUORUM (Unavailable)"), "{stderr}");
 
     // Recovery: the members come back; grants resume and no grant was made meanwhile.
     for m in &mut stack.etcd_peers {

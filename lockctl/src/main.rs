@@ -48,7 +48,7 @@ enum Cmd {
     /// in its own process group, which is stopped (SIGTERM, then SIGKILL after --grace) if
     /// the hold is fenced, gets SIGTERM/SIGINT/SIGHUP forwarded, and gets SIGKILL if lockctl
     /// dies. Every way out releases the lock and closes the session. Exit: the command's
-    /// status; 1 refused; 2 bad input or COMMAND cannot start; 3 unreachable; 4 fenced;
+    /// status; 1 refused; 2 bad input or COMMAND cannot start; 3 the service or etcd unreachable (NO_QUORUM); 4 fenced;
     /// 128+N after signal N.
     Run {
         key: String,

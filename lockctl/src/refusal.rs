@@ -23,7 +23,10 @@ pub fn of_status(status: tonic::Status) -> Failure {
                 .into_iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
-            Failure::refused(line(r.reason.as_str(), code, status.message(), meta))
+            by_cause(
+                r.reason,
+                line(r.reason.as_str(), code, status.message(), meta),
+            )
         }
         None if matches!(code, tonic::Code::Unavailable | tonic::Code::Unknown) => {
             Failure::unreachable(format!("{code:?}: {}", status.message()))
@@ -55,7 +58,17 @@ pub fn of_lock_error(e: LockError, waited: bool) -> Failure {
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    Failure::refused(line(reason.as_str(), code, &e.to_string(), meta))
+    by_cause(reason, line(reason.as_str(), code, &e.to_string(), meta))
+}
+
+/// The exit code by cause: NO_QUORUM is etcd out of the arbiter's reach, so it exits as
+/// unreachable (3), like a service out of lockctl's own reach; every other reason is a
+/// refusal (1). Either way the one line is printed.
+fn by_cause(reason: lock_client::Reason, message: String) -> Failure {
+    match reason {
+        lock_client::Reason::NoQuorum => Failure::unreachable(message),
+        _ => Failure::refused(message),
+    }
 }
 
 #[cfg(test)]
@@ -108,6 +121,31 @@ mod tests {
             let f = of_lock_error(e, waited);
             assert_eq!((f.exit, f.message.as_str()), (exit, want));
         }
+        // A quorum loss is etcd unreachable: exit 3 on both paths, the line as any refusal.
+        let details = lock_config::status_details::encode_status(
+            lock_config::Reason::NoQuorum,
+            "store unavailable or without quorum",
+            &[],
+        );
+        let status = tonic::Status::with_details(
+            tonic::Code::Unavailable,
+            "store unavailable or without quorum",
+            details.into(),
+        );
+        let f = of_status(status);
+        assert_eq!(f.exit, 3, "{}", f.message);
+        assert!(
+            f.message.starts_with("NO_QUORUM (Unavailable): "),
+            "{}",
+            f.message
+        );
+        let f = of_lock_error(LockError::NoQuorum, false);
+        assert_eq!(f.exit, 3, "{}", f.message);
+        assert!(
+            f.message.starts_with("NO_QUORUM (Unavailable): "),
+            "{}",
+            f.message
+        );
         // The raw-status path prints the same shape.
         let f = of_status(tonic::Status::unavailable("gone"));
         assert_eq!((f.exit, f.message.as_str()), (3, "Unavailable: gone"));
