@@ -100,11 +100,6 @@ impl Store {
         self.tag
     }
 
-    /// The shard this store is, if it is one.
-    pub fn shard_name(&self) -> Option<&str> {
-        self.shard.as_deref().map(|r| r.name.as_str())
-    }
-
     /// May `key` be granted here? Returns the view to grant under. On an entity shard the
     /// epoch record carries the map version the shard serves (its fence), and the grant
     /// transaction compares that record unchanged: a grant admitted here was made under

@@ -16,7 +16,8 @@
 //!                                               \--answer lost--> Unsure --read back--> answered
 //! ```
 //!
-//! Three rules the table at the bottom pins down, each a bug the release gate found:
+//! Five rules, each a bug the release gate found; the table of cases in `waiter/tests.rs`
+//! pins every one down:
 //! - A wait ends only at a waiting point, never while a grant transaction is in flight: an
 //!   end that comes during an attempt is remembered and the transaction's result decides
 //!   (a drain that cut a transaction off told a waiter DRAINING while a holder record

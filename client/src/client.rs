@@ -47,13 +47,10 @@ impl LockClient {
     /// client (including every [`Hold`]) closes the sessions in the background while a
     /// Tokio runtime is running; otherwise the holds lapse when the TTL passes unrenewed.
     pub async fn shutdown(&self) -> Result<(), LockError> {
-        let sessions: Vec<Running> = match self.inner.sessions.lock() {
-            Ok(mut s) => s.drain().map(|(_, r)| r).collect(),
-            Err(_) => Vec::new(),
-        };
-        if let Ok(mut holds) = self.inner.holds.lock() {
-            holds.clear();
-        }
+        // A panic elsewhere while the map was locked poisons it, but the sessions in it are
+        // still open: close them all the same (it skipped them and answered Ok before).
+        let sessions: Vec<Running> = take_all(&self.inner.sessions);
+        drop(take_all(&self.inner.holds));
         let mut first_error = None;
         for (session, stop) in sessions {
             drop(stop);
@@ -286,4 +283,41 @@ pub(crate) fn jitter(d: Duration) -> Duration {
         .map_or(0, |t| t.subsec_nanos());
     let quarter = d / 4;
     d - quarter + quarter * 2 * (n % 1000) / 1000
+}
+
+/// Every value of a map behind a mutex, emptying it, whether or not the mutex is poisoned
+/// (a poisoned map's contents are still the truth: a panic elsewhere closed nothing).
+fn take_all<K, V>(map: &std::sync::Mutex<std::collections::HashMap<K, V>>) -> Vec<V> {
+    map.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .drain()
+        .map(|(_, v)| v)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_all;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn a_poisoned_map_still_gives_up_what_it_holds() {
+        for poisoned in [false, true] {
+            let map = Arc::new(Mutex::new(HashMap::from([(1, "a"), (2, "b")])));
+            if poisoned {
+                let m = Arc::clone(&map);
+                let _ = std::thread::spawn(move || {
+                    let _guard = m.lock();
+                    panic!("poisoning the map on purpose");
+                })
+                .join();
+                assert!(map.is_poisoned());
+            }
+            let mut got = take_all(&map);
+            got.sort_unstable();
+            assert_eq!(got, vec!["a", "b"], "poisoned: {poisoned}");
+            assert!(take_all(&map).is_empty(), "poisoned: {poisoned}");
+        }
+    }
 }
