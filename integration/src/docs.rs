@@ -6,7 +6,8 @@
 //! - `reference/cli.md` from each binary's own `--help` (clap), every lockctl subcommand;
 //! - `reference/metrics.md` from the arbiter's metric registrations (`METRICS.encode()`);
 //! - `reference/registry-schema.md` from the CRDs' JSON schema (`deploy/kubernetes/crds`,
-//!   themselves checked fresh by `lockctl registry crds --check`).
+//!   themselves checked fresh by `lockctl registry crds --check`);
+//! - `reference/limits.md` from the constants that set each bound.
 
 use crate::paths::{workspace_bin, workspace_root};
 use anyhow::{Context as _, bail};
@@ -23,7 +24,135 @@ pub fn generated() -> anyhow::Result<Vec<(&'static str, String)>> {
         ("reference/cli.md", cli_page()?),
         ("reference/metrics.md", metrics_page()),
         ("reference/registry-schema.md", schema_page()?),
+        ("reference/limits.md", limits_page()),
     ])
+}
+
+/// Every bound a caller or an operator meets, each from the constant that sets it, and
+/// the bounds that do not exist.
+pub fn limits_page() -> String {
+    use lock_config::registry::{ADVISORY_TTL_FLOOR, DEFAULT_TTL_SECONDS, TTL_RANGE};
+    let rows: Vec<(&str, String, &str)> = vec![
+        (
+            "Session TTL",
+            format!(
+                "{}..={} s, {DEFAULT_TTL_SECONDS} s when unset; at least {ADVISORY_TTL_FLOOR} s for an advisory correctness class",
+                TTL_RANGE.start(),
+                TTL_RANGE.end()
+            ),
+            "`lock_config::registry::{TTL_RANGE, DEFAULT_TTL_SECONDS, ADVISORY_TTL_FLOOR}`",
+        ),
+        (
+            "A wait (`wait_millis`)",
+            format!(
+                "at most {} s a call; a client waits longer by asking again",
+                lock_arbiter::engine::MAX_WAIT.as_secs()
+            ),
+            "`lock_arbiter::engine::MAX_WAIT`",
+        ),
+        (
+            "A key's path",
+            format!(
+                "1..={} bytes of UTF-8 after `<namespace>/`",
+                lock_config::key::MAX_PATH_LEN
+            ),
+            "`lock_config::key::MAX_PATH_LEN`",
+        ),
+        (
+            "Keys in one AcquireAll set",
+            format!("1..={}", lock_config::key_set::MAX_SET_KEYS),
+            "`lock_config::key_set::MAX_SET_KEYS`",
+        ),
+        (
+            "`lock-instance`",
+            format!(
+                "1..={} characters of `A-Z a-z 0-9 . _ : -`",
+                lock_config::instance::MAX_INSTANCE_LEN
+            ),
+            "`lock_config::instance::MAX_INSTANCE_LEN`",
+        ),
+        (
+            "A SPIFFE ID",
+            format!("at most {} bytes", lock_config::identity::MAX_SPIFFE_ID_LEN),
+            "`lock_config::identity::MAX_SPIFFE_ID_LEN`",
+        ),
+        (
+            "Sessions renewed on one KeepAlive stream",
+            format!(
+                "{} (more: STREAM_FULL, open another stream)",
+                lock_arbiter::sessions::MAX_SESSIONS_PER_STREAM
+            ),
+            "`lock_arbiter::sessions::MAX_SESSIONS_PER_STREAM`",
+        ),
+        (
+            "Observe streams per arbiter",
+            format!(
+                "{} by default (`--max-observers`; more: STREAM_FULL)",
+                lock_arbiter::observers::DEFAULT_MAX_OBSERVERS
+            ),
+            "`lock_arbiter::observers::DEFAULT_MAX_OBSERVERS`",
+        ),
+        (
+            "Hold streams a client keeps open",
+            format!(
+                "{} by default (past it: unary calls)",
+                lock_client::DEFAULT_MAX_HOLD_STREAMS
+            ),
+            "`lock_client::DEFAULT_MAX_HOLD_STREAMS`",
+        ),
+        (
+            "Epochs",
+            format!(
+                "1..={} ({} bits of the token)",
+                lock_config::token::MAX_EPOCH,
+                lock_config::token::EPOCH_BITS
+            ),
+            "`lock_config::token::{MAX_EPOCH, EPOCH_BITS}`",
+        ),
+        (
+            "etcd revisions a token can carry",
+            format!("up to 2^{} - 1", lock_config::token::REVISION_BITS),
+            "`lock_config::token::REVISION_BITS`",
+        ),
+        (
+            "Transactions in one group commit",
+            format!(
+                "{} members or {} KiB",
+                lock_arbiter::batch::MAX_MEMBERS,
+                lock_arbiter::batch::MAX_BYTES / 1024
+            ),
+            "`lock_arbiter::batch::{MAX_MEMBERS, MAX_BYTES}`",
+        ),
+        (
+            "The fence margin under the TTL",
+            format!(
+                "{} s (a hold is fenced at the last renewal's send time + TTL - this)",
+                lock_client::liveness::MARGIN.as_secs()
+            ),
+            "`lock_client::liveness::MARGIN`",
+        ),
+    ];
+    let mut s = format!(
+        "{GENERATED}\n\n# Limits\n\nEvery bound a caller or an operator meets, with the constant \
+         that sets it (this page is generated from them). Past a bound the answer is the \
+         reason the [errors page](errors.md) names.\n\n| what | bound | set by |\n|---|---|---|\n"
+    );
+    for (what, bound, source) in rows {
+        s.push_str(&format!("| {what} | {bound} | {source} |\n"));
+    }
+    s.push_str(
+        "\n## Bounds that do not exist\n\n\
+         - **Sessions per arbiter, holds per session, sessions per identity**: no cap. A \
+         session is an etcd lease and a hold a key on it; etcd's own quota \
+         (`--quota-backend-bytes`, 8 GiB in the chart, alerted at 80%) is the bound.\n\
+         - **Waiters per key**: no cap. A memory-fairness waiter costs the key's arbiter \
+         memory; a durable one, two etcd writes and a key.\n\
+         - **Keys per namespace, classes, grants**: no cap beyond the registry's size in a \
+         ConfigMap (1 MiB) or the resources the API server stores.\n\
+         - **Request rate**: per identity only where a grant sets `rate` (and \
+         `validateRate`); the edge refuses past it with RATE_LIMITED.\n",
+    );
+    s
 }
 
 pub fn book_src() -> PathBuf {
