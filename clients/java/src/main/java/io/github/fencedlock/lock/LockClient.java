@@ -28,13 +28,17 @@ import java.util.function.Consumer;
 import java.util.function.Supplier;
 import javax.net.ssl.SSLException;
 import lock.v1.LockGrpc;
+import lock.v1.LockOuterClass.AcquireAllRequest;
+import lock.v1.LockOuterClass.AcquireAllResponse;
 import lock.v1.LockOuterClass.AcquireRequest;
 import lock.v1.LockOuterClass.AcquireResponse;
 import lock.v1.LockOuterClass.CloseSessionRequest;
+import lock.v1.LockOuterClass.HoldMode;
 import lock.v1.LockOuterClass.HoldRequest;
 import lock.v1.LockOuterClass.HoldResponse;
 import lock.v1.LockOuterClass.OpenSessionRequest;
 import lock.v1.LockOuterClass.OpenSessionResponse;
+import lock.v1.LockOuterClass.ReleaseAllRequest;
 import lock.v1.LockOuterClass.ReleaseRequest;
 
 /**
@@ -168,11 +172,19 @@ public final class LockClient implements AutoCloseable {
      * after the future was cancelled is released at once, so no hold outlives its caller.
      */
     public CompletableFuture<Hold> acquireAsync(String key, AcquireOptions opts) {
-        CompletableFuture<Hold> f = new CompletableFuture<>();
         if (opts == null || opts.onFenceCallback() == null) {
-            f.completeExceptionally(onFenceRequired());
-            return f;
+            return CompletableFuture.failedFuture(onFenceRequired());
         }
+        return runAsync(() -> acquire(key, opts), Hold::release);
+    }
+
+    /**
+     * call on a thread of the client's: the future completes with its value or exception.
+     * Cancelling the future interrupts the call; a value that arrives after the future was
+     * cancelled is undone at once, so no hold outlives its caller.
+     */
+    private <T> CompletableFuture<T> runAsync(Supplier<T> call, Consumer<T> undo) {
+        CompletableFuture<T> f = new CompletableFuture<>();
         AtomicReference<Thread> worker = new AtomicReference<>();
         try {
             workers.execute(() -> {
@@ -183,9 +195,9 @@ public final class LockClient implements AutoCloseable {
                     worker.set(Thread.currentThread());
                 }
                 try {
-                    Hold h = acquire(key, opts);
-                    if (!f.complete(h)) {
-                        h.release();
+                    T v = call.get();
+                    if (!f.complete(v)) {
+                        undo.accept(v);
                     }
                 } catch (Throwable t) {
                     f.completeExceptionally(t);
@@ -425,6 +437,286 @@ public final class LockClient implements AutoCloseable {
     private void dropLinkLocked(HoldLink l) {
         if (l.close() && !closed) {
             openStreams--;
+        }
+    }
+
+    // ---- observing ----
+
+    /**
+     * Watches key (lock.v1 Observe): its holder now, then every change (granted, released,
+     * expired, closed, forced, revoked), until the Observation is closed. A hint, never a
+     * grant (ADR-15): to act on a key, acquire it and write with its token. Nothing is sent
+     * before the first {@link Observation#next(Duration)}. Answers about a hold of this
+     * client's own session carry its token ({@link Observed#token()}); other observers, a
+     * sibling replica of the same identity included, never see it.
+     *
+     * @param opts null: from the current holder
+     */
+    public Observation observe(String key, ObserveOptions opts) {
+        Objects.requireNonNull(key, "key");
+        synchronized (mu) {
+            if (closed) {
+                throw LockException.client(Reason.CLOSED, "");
+            }
+        }
+        return new Observation(this, key, opts == null ? ObserveOptions.defaults() : opts);
+    }
+
+    boolean isClosed() {
+        synchronized (mu) {
+            return closed;
+        }
+    }
+
+    LockGrpc.LockStub asyncStub() {
+        return async;
+    }
+
+    /**
+     * The session this client would hold key on: the one it holds it on, else its session for
+     * the key's cluster (0: none). Sent with Observe so that answers about its own hold carry
+     * the token.
+     */
+    long ownSession(String key) {
+        synchronized (mu) {
+            Reentry e = holds.get(key);
+            if (e != null && !e.session.fenced()) {
+                return e.session.id;
+            }
+        }
+        Session s = sessionForKey(key);
+        return s == null ? 0 : s.id;
+    }
+
+    // ---- electing ----
+
+    /** A campaign round refused sooner than this is followed by a pause of as long. */
+    static final Duration MIN_ROUND = Duration.ofSeconds(1);
+
+    /**
+     * Leader election on the lock: leadership is the hold of key, and the term is its fencing
+     * token. Waits in key's FIFO queue until this client leads or the options' timeout ends
+     * (then {@link Reason#HELD}), or a refusal waiting cannot cure (NOT_GRANTED,
+     * INVALID_KEY...). onFence is required: it runs if the leadership is lost without a
+     * resign; stop acting as leader there. Replicas campaign like any candidates (each client
+     * is its own instance); followers learn who leads with {@link #observe}.
+     *
+     * @throws LockException {@link Reason#ON_FENCE_REQUIRED} without onFence, before anything is sent
+     */
+    public Leadership campaign(String key, CampaignOptions opts) {
+        if (opts == null || opts.onFenceCallback() == null) {
+            throw onFenceRequired();
+        }
+        Deadline dl = Deadline.after(opts.timeout());
+        while (true) {
+            long started = System.nanoTime();
+            AcquireOptions round = AcquireOptions.builder()
+                    .onFence(opts.onFenceCallback())
+                    .timeout(dl.isNone() ? null : Duration.ofNanos(dl.remaining()))
+                    .build();
+            try {
+                return new Leadership(acquire(key, round));
+            } catch (LockException e) {
+                if (e.reason() != Reason.HELD || dl.expired()) {
+                    throw e;
+                }
+                // The round ended with the key still held: still a candidate, not in a spin.
+                long pause = MIN_ROUND.toNanos() - (System.nanoTime() - started);
+                if (pause > 0) {
+                    if (dl.remaining() <= pause) {
+                        throw e;
+                    }
+                    try {
+                        TimeUnit.NANOSECONDS.sleep(pause);
+                    } catch (InterruptedException x) {
+                        Thread.currentThread().interrupt();
+                        throw LockException.client(Reason.CANCELLED, "interrupted", x);
+                    }
+                }
+            }
+        }
+    }
+
+    /**
+     * {@link #campaign} on a thread of the client's. Cancelling the future interrupts the
+     * campaign; a leadership won after the future was cancelled is resigned at once.
+     */
+    public CompletableFuture<Leadership> campaignAsync(String key, CampaignOptions opts) {
+        if (opts == null || opts.onFenceCallback() == null) {
+            return CompletableFuture.failedFuture(onFenceRequired());
+        }
+        return runAsync(() -> campaign(key, opts), Leadership::resign);
+    }
+
+    // ---- sets and shared holds ----
+
+    /** The most keys one acquireAll takes. */
+    public static final int MAX_SET_KEYS = 16;
+
+    private long newHoldId() {
+        synchronized (mu) {
+            if (closed) {
+                throw LockException.client(Reason.CLOSED, "");
+            }
+            return ++nextHold;
+        }
+    }
+
+    /**
+     * Takes every key of keys together (lock.v1 AcquireAll), waiting until all are free at
+     * once or the options' timeout ends: all or nothing, in one etcd transaction, one token
+     * for every key. Waiting holds nothing, so callers asking for overlapping sets in any
+     * order cannot deadlock. onFence is required, as for acquire.
+     *
+     * <p>The keys (1..={@link #MAX_SET_KEYS}, distinct) must be of classes with one TTL, on one
+     * store, none of a {@code fairness: durable} or shared class, and not held by this client
+     * already: {@link Reason#KEY_SET_REFUSED} otherwise (its metadata {@code why} says
+     * which). Sets are not re-entrant.
+     *
+     * @throws LockException {@link Reason#ON_FENCE_REQUIRED} without onFence,
+     *     {@link Reason#MALFORMED_REQUEST} for no or too many keys, before anything is sent
+     */
+    public HeldSet acquireAll(List<String> keys, AcquireOptions opts) {
+        if (opts == null || opts.onFenceCallback() == null) {
+            throw onFenceRequired();
+        }
+        if (keys == null || keys.isEmpty() || keys.size() > MAX_SET_KEYS) {
+            throw LockException.client(Reason.MALFORMED_REQUEST, "a key set has 1..=" + MAX_SET_KEYS + " keys");
+        }
+        List<String> ks = List.copyOf(keys);
+        String first = java.util.Collections.min(ks);
+        Deadline dl = Deadline.after(opts.timeout());
+        long id = newHoldId();
+        try {
+            while (true) {
+                long[] asked = {0};
+                try {
+                    Placed<AcquireAllResponse> p = onSession(dl, first, s -> {
+                        asked[0] = waitFor(true, !dl.isNone(), dl.remaining());
+                        if (dl.expired()) {
+                            throw LockException.client(Reason.TIMED_OUT, "");
+                        }
+                        long timeout = callNanos(dl, asked[0] + CALL_SLACK.toNanos());
+                        try {
+                            // No lock-key metadata: the edge decides a set on every key of its body.
+                            return blocking.withDeadlineAfter(Math.max(timeout, 1), TimeUnit.NANOSECONDS)
+                                    .acquireAll(AcquireAllRequest.newBuilder()
+                                            .addAllKeys(ks)
+                                            .setSessionId(s.id)
+                                            .setWaitMillis(TimeUnit.NANOSECONDS.toMillis(asked[0]))
+                                            .build());
+                        } catch (StatusRuntimeException e) {
+                            throw wrap(dl, e);
+                        }
+                    });
+                    for (String k : p.value.getKeysList()) {
+                        learnPlace(k, Session.tagOf(p.session.id));
+                    }
+                    p.session.attach(id, opts.onFenceCallback());
+                    return new HeldSet(this, p.value.getKeysList(), id, p.value.getToken(), p.session);
+                } catch (LockException e) {
+                    if (asked[0] > 0 && e.reason() == Reason.HELD
+                            && (dl.isNone() || dl.remaining() > TimeUnit.SECONDS.toNanos(1))) {
+                        continue; // the service's wait ended before the caller's did
+                    }
+                    throw e;
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw LockException.client(Reason.CANCELLED, "interrupted", e);
+        }
+    }
+
+    void releaseAll(HeldSet h) {
+        h.session.detach(h.id);
+        if (h.session.fenced()) {
+            if (isClosed()) {
+                return;
+            }
+            throw LockException.client(Reason.FENCED, "the set was fenced before its release");
+        }
+        try {
+            blocking.withDeadlineAfter(CALL_SLACK.toNanos(), TimeUnit.NANOSECONDS)
+                    .releaseAll(ReleaseAllRequest.newBuilder()
+                            .addAllKeys(h.keys()).setToken(h.token()).setSessionId(h.session.id).build());
+        } catch (StatusRuntimeException x) {
+            throw wrap(Deadline.NONE, x);
+        }
+    }
+
+    /**
+     * Takes key shared (HOLD_MODE_SHARED), waiting until granted or the options' timeout
+     * ends: many sessions (other identities, sibling replicas, this client's other shared
+     * holds) hold it at once; an exclusive hold of it waits for all of them, and while one
+     * waits, new shared holds wait behind it. The key's class must be {@code shared: true}
+     * ({@link Reason#MALFORMED_REQUEST} otherwise). onFence is required. Shared holds are not
+     * re-entrant: each is its own grant.
+     *
+     * @throws LockException {@link Reason#ON_FENCE_REQUIRED} without onFence, before anything is sent
+     */
+    public SharedHold acquireShared(String key, AcquireOptions opts) {
+        if (opts == null || opts.onFenceCallback() == null) {
+            throw onFenceRequired();
+        }
+        Objects.requireNonNull(key, "key");
+        Deadline dl = Deadline.after(opts.timeout());
+        long id = newHoldId();
+        try {
+            while (true) {
+                long[] asked = {0};
+                try {
+                    Placed<AcquireResponse> p = onSession(dl, key, s -> {
+                        asked[0] = waitFor(true, !dl.isNone(), dl.remaining());
+                        if (dl.expired()) {
+                            throw LockException.client(Reason.TIMED_OUT, "");
+                        }
+                        long timeout = callNanos(dl, asked[0] + CALL_SLACK.toNanos());
+                        try {
+                            return blocking
+                                    .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(key)))
+                                    .withDeadlineAfter(Math.max(timeout, 1), TimeUnit.NANOSECONDS)
+                                    .acquire(AcquireRequest.newBuilder()
+                                            .setKey(key)
+                                            .setSessionId(s.id)
+                                            .setWaitMillis(TimeUnit.NANOSECONDS.toMillis(asked[0]))
+                                            .setMode(HoldMode.HOLD_MODE_SHARED)
+                                            .build());
+                        } catch (StatusRuntimeException e) {
+                            throw wrap(dl, e);
+                        }
+                    });
+                    p.session.attach(id, opts.onFenceCallback());
+                    return new SharedHold(this, key, id, p.value.getToken(), p.session);
+                } catch (LockException e) {
+                    if (asked[0] > 0 && e.reason() == Reason.HELD
+                            && (dl.isNone() || dl.remaining() > TimeUnit.SECONDS.toNanos(1))) {
+                        continue;
+                    }
+                    throw e;
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw LockException.client(Reason.CANCELLED, "interrupted", e);
+        }
+    }
+
+    void releaseShared(SharedHold h) {
+        h.session.detach(h.id);
+        if (h.session.fenced()) {
+            if (isClosed()) {
+                return;
+            }
+            throw LockException.client(Reason.FENCED, "the shared hold was fenced before its release");
+        }
+        try {
+            blocking.withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(h.key)))
+                    .withDeadlineAfter(CALL_SLACK.toNanos(), TimeUnit.NANOSECONDS)
+                    .release(ReleaseRequest.newBuilder().setKey(h.key).setToken(h.token)
+                            .setSessionId(h.session.id).setMode(HoldMode.HOLD_MODE_SHARED).build());
+        } catch (StatusRuntimeException x) {
+            throw wrap(Deadline.NONE, x);
         }
     }
 

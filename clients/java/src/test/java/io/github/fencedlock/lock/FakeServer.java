@@ -16,30 +16,42 @@ import io.grpc.protobuf.StatusProto;
 import io.grpc.stub.StreamObserver;
 import java.io.IOException;
 import java.net.InetSocketAddress;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
+import java.util.TreeSet;
+import java.util.function.BiFunction;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicLong;
 import lock.v1.LockGrpc;
+import lock.v1.LockOuterClass.AcquireAllRequest;
+import lock.v1.LockOuterClass.AcquireAllResponse;
 import lock.v1.LockOuterClass.AcquireRequest;
 import lock.v1.LockOuterClass.AcquireResponse;
 import lock.v1.LockOuterClass.CloseSessionRequest;
 import lock.v1.LockOuterClass.CloseSessionResponse;
+import lock.v1.LockOuterClass.HoldMode;
 import lock.v1.LockOuterClass.HoldRequest;
 import lock.v1.LockOuterClass.HoldResponse;
 import lock.v1.LockOuterClass.KeepAliveRequest;
 import lock.v1.LockOuterClass.KeepAliveResponse;
+import lock.v1.LockOuterClass.ObserveRequest;
+import lock.v1.LockOuterClass.ObserveResponse;
 import lock.v1.LockOuterClass.OpenSessionRequest;
 import lock.v1.LockOuterClass.OpenSessionResponse;
+import lock.v1.LockOuterClass.ReleaseAllRequest;
+import lock.v1.LockOuterClass.ReleaseAllResponse;
 import lock.v1.LockOuterClass.ReleaseRequest;
 import lock.v1.LockOuterClass.ReleaseResponse;
 
 /**
  * A lock.v1 server in the test JVM (plaintext on loopback, the mesh-sidecar path): sessions
  * with the TTL of the key's "class" (keys under "slow/" 6 s, others 3 s), exclusive holds,
- * waits, refusals with ErrorInfo details, and a log of what each call carried.
+ * waits, refusals with ErrorInfo details, and a log of what each call carried. Observe
+ * answers from a script per call; AcquireAll grants a set under one token when every key is
+ * free; SHARED acquires are granted at once, each with its own token.
  */
 final class FakeServer implements AutoCloseable {
     static final Context.Key<Metadata> HEADERS = Context.key("headers");
@@ -51,6 +63,25 @@ final class FakeServer implements AutoCloseable {
     final AtomicLong keepalives = new AtomicLong();
     volatile boolean keepAliveFails;
     private final Map<String, long[]> holders = new HashMap<>(); // key -> {session, token}
+
+    /** What one Observe call answers before it ends: cleanly when error is null. */
+    static final class Script {
+        final List<ObserveResponse> answers;
+        final RuntimeException error;
+
+        Script(List<ObserveResponse> answers, RuntimeException error) {
+            this.answers = answers;
+            this.error = error;
+        }
+    }
+
+    /** Observe: the requests seen, and per call (0, 1, ...) its script. */
+    final List<ObserveRequest> observeReqs = new CopyOnWriteArrayList<>();
+    volatile BiFunction<Integer, ObserveRequest, Script> observeScript = (i, r) -> new Script(List.of(), null);
+    final List<AcquireAllRequest> acquireAllReqs = new CopyOnWriteArrayList<>();
+    final List<ReleaseAllRequest> releaseAllReqs = new CopyOnWriteArrayList<>();
+    /** The mode of every unary Acquire and Release, in order. */
+    final List<HoldMode> modes = new CopyOnWriteArrayList<>();
     private final AtomicLong nextSession = new AtomicLong(100);
     private final AtomicLong revision = new AtomicLong(1000);
     private final Server server;
@@ -109,6 +140,9 @@ final class FakeServer implements AutoCloseable {
             throw refusal(Status.Code.FAILED_PRECONDITION, "WRONG_SESSION_TTL",
                     Map.of("class", "c", "ttl_seconds", Long.toString(ttlOf(r.getKey()))));
         }
+        if (r.getMode() == HoldMode.HOLD_MODE_SHARED) {
+            return (1L << 48) | revision.incrementAndGet();
+        }
         long until = System.nanoTime() + r.getWaitMillis() * 1_000_000L;
         synchronized (holders) {
             while (true) {
@@ -132,6 +166,9 @@ final class FakeServer implements AutoCloseable {
     }
 
     void drop(ReleaseRequest r) {
+        if (r.getMode() == HoldMode.HOLD_MODE_SHARED) {
+            return;
+        }
         synchronized (holders) {
             long[] h = holders.get(r.getKey());
             if (h == null || h[1] != r.getToken()) {
@@ -139,6 +176,31 @@ final class FakeServer implements AutoCloseable {
             }
             holders.remove(r.getKey());
             holders.notifyAll();
+        }
+    }
+
+    /** Grants every key of the set at once under one token, waiting up to waitMillis until all are free. */
+    AcquireAllResponse takeAll(AcquireAllRequest r) throws InterruptedException {
+        if (!sessionTtl.containsKey(r.getSessionId())) {
+            throw refusal(Status.Code.NOT_FOUND, "SESSION_EXPIRED", Map.of());
+        }
+        List<String> keys = new ArrayList<>(new TreeSet<>(r.getKeysList()));
+        long until = System.nanoTime() + r.getWaitMillis() * 1_000_000L;
+        synchronized (holders) {
+            while (true) {
+                if (keys.stream().noneMatch(holders::containsKey)) {
+                    long token = (1L << 48) | revision.incrementAndGet();
+                    for (String k : keys) {
+                        holders.put(k, new long[] {r.getSessionId(), token});
+                    }
+                    return AcquireAllResponse.newBuilder().setToken(token).addAllKeys(keys).build();
+                }
+                long left = until - System.nanoTime();
+                if (left <= 0) {
+                    throw refusal(Status.Code.ABORTED, "HELD", Map.of());
+                }
+                holders.wait(Math.max(left / 1_000_000L, 1));
+            }
         }
     }
 
@@ -201,6 +263,7 @@ final class FakeServer implements AutoCloseable {
         @Override
         public void acquire(AcquireRequest r, StreamObserver<AcquireResponse> out) {
             calls.add("Acquire");
+            modes.add(r.getMode());
             try {
                 out.onNext(AcquireResponse.newBuilder().setToken(take(r)).build());
                 out.onCompleted();
@@ -214,6 +277,7 @@ final class FakeServer implements AutoCloseable {
         @Override
         public void release(ReleaseRequest r, StreamObserver<ReleaseResponse> out) {
             calls.add("Release");
+            modes.add(r.getMode());
             try {
                 drop(r);
                 out.onNext(ReleaseResponse.newBuilder().setReleasedAtRevision(revision.incrementAndGet()).build());
@@ -221,6 +285,63 @@ final class FakeServer implements AutoCloseable {
             } catch (RuntimeException e) {
                 out.onError(e);
             }
+        }
+
+        @Override
+        public void observe(ObserveRequest r, StreamObserver<ObserveResponse> out) {
+            calls.add("Observe");
+            int call;
+            synchronized (observeReqs) {
+                call = observeReqs.size();
+                observeReqs.add(r);
+            }
+            Script s = observeScript.apply(call, r);
+            for (ObserveResponse a : s.answers) {
+                out.onNext(a);
+            }
+            if (s.error != null) {
+                out.onError(s.error);
+            } else {
+                out.onCompleted();
+            }
+        }
+
+        @Override
+        public void acquireAll(AcquireAllRequest r, StreamObserver<AcquireAllResponse> out) {
+            calls.add("AcquireAll");
+            acquireAllReqs.add(r);
+            try {
+                out.onNext(takeAll(r));
+                out.onCompleted();
+            } catch (RuntimeException e) {
+                out.onError(e);
+            } catch (InterruptedException e) {
+                out.onError(Status.CANCELLED.asRuntimeException());
+            }
+        }
+
+        @Override
+        public void releaseAll(ReleaseAllRequest r, StreamObserver<ReleaseAllResponse> out) {
+            calls.add("ReleaseAll");
+            releaseAllReqs.add(r);
+            List<String> released = new ArrayList<>();
+            synchronized (holders) {
+                for (String k : new TreeSet<>(r.getKeysList())) {
+                    long[] h = holders.get(k);
+                    if (h != null && h[1] == r.getToken()) {
+                        holders.remove(k);
+                        released.add(k);
+                    }
+                }
+                holders.notifyAll();
+            }
+            if (released.isEmpty()) {
+                out.onError(refusal(Status.Code.FAILED_PRECONDITION, "STALE_TOKEN", Map.of()));
+                return;
+            }
+            out.onNext(ReleaseAllResponse.newBuilder().setReleasedAtRevision(revision.incrementAndGet())
+                    .addAllReleasedKeys(released).build());
+            out.onCompleted();
         }
 
         @Override

@@ -102,6 +102,17 @@ class StackTest {
         return noFence(Duration.ofSeconds(20));
     }
 
+    private CampaignOptions candidate() {
+        return CampaignOptions.builder()
+                .onFence(() -> unexpectedFence = testName)
+                .timeout(Duration.ofSeconds(20))
+                .build();
+    }
+
+    private static Observed next(Observation o) {
+        return o.next(Duration.ofSeconds(20)).orElseThrow(() -> new AssertionError("no change within 20 s"));
+    }
+
     private static void assertGreater(long later, long earlier) {
         assertTrue(Long.compareUnsigned(later, earlier) > 0, "the later token is not greater");
     }
@@ -278,5 +289,137 @@ class StackTest {
         }
         assertTrue(chain.toString().contains("is not the expected spiffe://dev.lock.local/ns/edge/sa/not-the-edge"),
                 "the handshake was not refused for the edge's SPIFFE ID:\n" + chain);
+    }
+
+    // ---- observe, campaign, acquireAll, shared holds (as Go's integration_more_test.go) ----
+
+    /**
+     * Another identity observes a key: the current state, the grant (holder and instance, no
+     * token), then a broken stream resumed after the last revision seen: the release follows
+     * with no CURRENT in between. A second observation resumed from the first answer replays
+     * both changes. The holder's own observation carries its token.
+     */
+    @Test
+    void observeSeesChangesAndResumes() {
+        LockClient holder = client("LOCK");
+        LockClient watcher = client("LOCK_OTHER");
+        String key = testKey("LOCK_TEST_PREFIX");
+        try (Observation obs = watcher.observe(key, null)) {
+            Observed first = next(obs);
+            assertEquals(Change.CURRENT, first.change(), first.toString());
+            assertFalse(first.held(), first.toString());
+            assertTrue(first.revision() > 0, first.toString());
+            Hold h = holder.acquire(key, noFence());
+            Observed granted = next(obs);
+            assertEquals(Change.GRANTED, granted.change(), granted.toString());
+            assertTrue(granted.held(), granted.toString());
+            assertEquals(holder.instance(), granted.holder().orElseThrow().instance(), granted.toString());
+            assertEquals(0, granted.token(), "a token shown to another identity");
+            try (Observation own = holder.observe(key, null)) {
+                Observed ev = next(own);
+                assertEquals(Change.CURRENT, ev.change(), ev.toString());
+                assertTrue(ev.token() == h.token(), "the holder's own observation does not carry its token");
+            }
+            // Break the stream: the next call resumes after the grant's revision.
+            obs.dropStream();
+            h.release();
+            Observed released = next(obs);
+            assertEquals(Change.RELEASED, released.change(), "after the break: " + released);
+            assertFalse(released.held());
+            assertTrue(released.revision() > granted.revision(), released.toString());
+            try (Observation replay = watcher.observe(key, ObserveOptions.resumeAfter(first.revision(), first.storeEpoch()))) {
+                assertEquals(List.of(Change.GRANTED, Change.RELEASED), List.of(next(replay).change(), next(replay).change()),
+                        "resumed from the first answer");
+            }
+        }
+    }
+
+    /**
+     * Two candidates of one identity (two clients: two replicas): one leads, the other waits
+     * in the queue; a resign hands over at once, with a higher term.
+     */
+    @Test
+    void campaignTermsRiseAndResignHandsOver() throws Exception {
+        LockClient a = client("LOCK");
+        LockClient b = client("LOCK");
+        String key = testKey("LOCK_TEST_PREFIX");
+        assertEquals(Reason.ON_FENCE_REQUIRED,
+                assertThrows(LockException.class, () -> a.campaign(key, CampaignOptions.builder().build())).reason());
+        Leadership first = a.campaign(key, candidate());
+        CompletableFuture<Leadership> waiting = b.campaignAsync(key, candidate());
+        Thread.sleep(1500);
+        assertFalse(waiting.isDone(), "two leaders at once");
+        assertTrue(first.canLead() && first.wasContinuous(), "the first term lapsed");
+        long resigned = System.nanoTime();
+        first.resign();
+        Leadership second = waiting.get(20, TimeUnit.SECONDS);
+        assertGreater(second.term(), first.term());
+        long took = System.nanoTime() - resigned;
+        assertTrue(took < TimeUnit.SECONDS.toNanos(3), "the hand-over took " + Duration.ofNanos(took));
+        assertFalse(second.toString().contains(Long.toUnsignedString(second.term())), "a term printed");
+        second.close();
+    }
+
+    /**
+     * A set: one token for every key, each key held against another identity, released in
+     * one call; overlapping sets in opposite orders do not deadlock; a set of two TTLs is
+     * refused as one.
+     */
+    @Test
+    void acquireAllOneTokenAndRelease() throws Exception {
+        LockClient c = client("LOCK");
+        LockClient other = client("LOCK_OTHER");
+        List<String> keys = List.of(testKey("LOCK_TEST_PREFIX"), testKey("LOCK_TEST_PREFIX"), testKey("LOCK_TEST_PREFIX"));
+        HeldSet set = c.acquireAll(keys, noFence());
+        assertEquals(keys.stream().sorted().toList(), set.keys());
+        assertTrue(set.canStart());
+        for (String k : keys) {
+            assertTrue(other.tryAcquire(k, noFence()).isEmpty(), k + " of the set is not held");
+        }
+        // Another identity's set overlapping it waits, then gets every key at once.
+        CompletableFuture<HeldSet> got = CompletableFuture.supplyAsync(
+                () -> other.acquireAll(List.of(keys.get(2), keys.get(0)), noFence()));
+        Thread.sleep(1000);
+        assertFalse(got.isDone(), "an overlapping set granted while the first is held");
+        set.release();
+        HeldSet second = got.get(20, TimeUnit.SECONDS);
+        assertGreater(second.token(), set.token());
+        Hold h = c.tryAcquire(keys.get(1), noFence()).orElseThrow(() -> new AssertionError("the key outside the second set"));
+        h.release();
+        second.release();
+        LockException e = assertThrows(LockException.class,
+                () -> c.acquireAll(List.of(testKey("LOCK_TEST_PREFIX"), testKey("LOCK_TEST_SLOW_PREFIX")), noFence()));
+        assertEquals(Reason.KEY_SET_REFUSED, e.reason(), e.toString());
+        assertFalse(e.metadata().getOrDefault("why", "").isEmpty(), e.toString());
+    }
+
+    /**
+     * Shared holds of two identities coexist; an exclusive acquire (a third client: a client
+     * holding the key shared is told LEAKED_HOLD if it asks for it exclusive) waits for both,
+     * and its token is above theirs.
+     */
+    @Test
+    void sharedHoldsCoexistAndExcludeExclusive() throws Exception {
+        LockClient a = client("LOCK");
+        LockClient b = client("LOCK_OTHER");
+        LockClient w = client("LOCK");
+        String key = testKey("LOCK_TEST_SHARED_PREFIX");
+        SharedHold ra = a.acquireShared(key, noFence());
+        SharedHold rb = b.acquireShared(key, noFence());
+        assertTrue(w.tryAcquire(key, noFence()).isEmpty(), "exclusive while shared");
+        CompletableFuture<Hold> writer = w.acquireAsync(key, noFence(Duration.ofSeconds(30)));
+        Thread.sleep(1000);
+        assertFalse(writer.isDone(), "the writer did not wait for the readers");
+        ra.release();
+        Thread.sleep(500);
+        assertFalse(writer.isDone(), "the writer did not wait for the second reader");
+        rb.release();
+        Hold h = writer.get(20, TimeUnit.SECONDS);
+        assertGreater(h.token(), ra.token());
+        assertGreater(h.token(), rb.token());
+        h.release();
+        LockException e = assertThrows(LockException.class,
+                () -> a.acquireShared(testKey("LOCK_TEST_PREFIX"), noFence()));
+        assertEquals(Reason.MALFORMED_REQUEST, e.reason(), "shared on a class that is not shared: " + e);
     }
 }
