@@ -72,6 +72,11 @@ pub const LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/limited";
 /// emptied, so a test can tell them apart however long a reload takes within that.
 pub const DEEP_LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/deep-limited";
 pub const DEEP_BURST: u32 = 60;
+/// An identity whose ValidateToken budget ([`VALIDATE_BURST`], then 1 per second) is far
+/// smaller than its grant budget ([`VALIDATE_LIMITED_RATE_BURST`], then 1 per second).
+pub const VALIDATE_LIMITED: &str = "spiffe://dev.lock.local/ns/test/sa/validate-limited";
+pub const VALIDATE_BURST: u32 = 2;
+pub const VALIDATE_LIMITED_RATE_BURST: u32 = 20;
 
 /// Writes the test registry into `dir` and returns its path.
 pub fn write_test_registry(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -226,6 +231,18 @@ spec:
             gate_id(i)
         ));
     }
+    text.push_str(&format!(
+        "---
+apiVersion: lock.dev/v1alpha1
+kind: LockGrant
+metadata: {{name: test-validate-limited}}
+spec:
+  spiffeId: {VALIDATE_LIMITED}
+  prefixes: [{FAST_PREFIX}]
+  rate: {{perSecond: 1, burst: {VALIDATE_LIMITED_RATE_BURST}}}
+  validateRate: {{perSecond: 1, burst: {VALIDATE_BURST}}}
+"
+    ));
     std::fs::write(out.join("zz-test.yaml"), text)?;
     Ok(out)
 }

@@ -275,6 +275,49 @@ fn registry_diff_says_what_a_change_does() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("0 risky"), "{out}");
 
+    // Durable fairness (ADR-14): a class turned durable, and one added durable, each get a
+    // cost line with the waiters' extra consensus writes; turned back, the writes go.
+    let durable = tmp.path().join("durable");
+    let added = "---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: orders-queue}\nspec:\n  namespace: orders\n  prefixes: [orders/queue]\n  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: durable\n";
+    edited(
+        &durable,
+        &[
+            (
+                "classes.yaml",
+                "prefixes: [orders/batch]",
+                "prefixes: [orders/batch]\n  fairness: durable",
+            ),
+            (
+                "classes.yaml",
+                "prefixes: [archive]\n  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n",
+                &format!(
+                    "prefixes: [archive]\n  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n{added}"
+                ),
+            ),
+        ],
+    );
+    let (code, out) = diff(&[&s(&old), &s(&durable)], None);
+    assert_eq!(code, Some(1), "{out}");
+    let more = "+2 etcd writes per waiter (durable fairness: the queue entry written and deleted)";
+    for line in [
+        "~ class     orders-batch: fairness memory -> durable\n".to_owned(),
+        "+ class     orders-queue (ttl 30s)\n".to_owned(),
+        format!("\n  orders-batch: {more}\n"),
+        format!("\n  orders-queue: {more}\n"),
+    ] {
+        assert!(out.contains(&line), "no {line:?} in:\n{out}");
+    }
+    let (code, out) = diff(&[&s(&durable), &s(&old)], None);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("\n  orders-batch: -2 etcd writes per waiter (memory fairness: no queue entry written and deleted)\n"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("orders-queue: -2") && !out.contains("+2 etcd"),
+        "a removed class, or an unchanged one, has no cost line:\n{out}"
+    );
+
     // An invalid registry: exit 2, naming the problem.
     let bad = tmp.path().join("bad");
     edited(&bad, &[("classes.yaml", "ttlSeconds: 60", "ttlSeconds: 1")]);

@@ -204,6 +204,10 @@ fn diff(old: &str, new: &str, sessions: u64, fail_on: FailOn) -> Result<bool, Fa
             keepalives_per_second(sessions, to),
         );
     }
+    // What durable fairness costs in consensus writes (ADR-14), per class it changes for.
+    for cost in changes.iter().filter_map(Change::cost) {
+        println!("  {cost}");
+    }
     let risky = changes.iter().filter(|c| c.risky()).count();
     println!("{} change(s), {risky} risky", changes.len());
     Ok(match fail_on {

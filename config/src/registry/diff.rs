@@ -46,6 +46,8 @@ pub enum Change {
     ClassAdded {
         name: String,
         ttl_seconds: u32,
+        /// `fairness: durable` (ADR-14): its waiters cost consensus writes (`Change::cost`).
+        durable: bool,
     },
     ClassRemoved {
         name: String,
@@ -82,6 +84,36 @@ impl Change {
                 _ => false,
             },
             _ => false,
+        }
+    }
+
+    /// The consensus cost a change adds or takes away, beyond the grant's own writes, as a
+    /// line for the reviewer: durable fairness (ADR-14) writes each waiter's queue entry to
+    /// etcd and deletes it on grant or give-up, two writes per waiter. Shown for a class
+    /// added durable, and for one changed memory -> durable or back.
+    pub fn cost(&self) -> Option<String> {
+        const MORE: &str =
+            "+2 etcd writes per waiter (durable fairness: the queue entry written and deleted)";
+        const LESS: &str =
+            "-2 etcd writes per waiter (memory fairness: no queue entry written and deleted)";
+        match self {
+            Change::ClassAdded {
+                name,
+                durable: true,
+                ..
+            } => Some(format!("{name}: {MORE}")),
+            Change::ClassChanged {
+                name,
+                field: "fairness",
+                from,
+                to,
+                ..
+            } => match (from.as_str(), to.as_str()) {
+                ("memory", "durable") => Some(format!("{name}: {MORE}")),
+                ("durable", "memory") => Some(format!("{name}: {LESS}")),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -277,6 +309,9 @@ pub fn diff(old: &Registry, new: &Registry) -> Vec<Change> {
             out.push(Change::ClassAdded {
                 name: name.clone(),
                 ttl_seconds: *ttl,
+                durable: fields
+                    .iter()
+                    .any(|(f, v)| *f == "fairness" && v == "durable"),
             });
             continue;
         };
@@ -361,7 +396,9 @@ impl fmt::Display for Change {
                     shown(to)
                 )
             }
-            Change::ClassAdded { name, ttl_seconds } => {
+            Change::ClassAdded {
+                name, ttl_seconds, ..
+            } => {
                 write!(f, "+ class     {name} (ttl {ttl_seconds}s)")
             }
             Change::ClassRemoved { name, ttl_seconds } => {
@@ -410,6 +447,13 @@ spec:
   prefixes: [pay/ledger]
 "#;
 
+    const MORE: &str =
+        "+2 etcd writes per waiter (durable fairness: the queue entry written and deleted)";
+    const LESS: &str =
+        "-2 etcd writes per waiter (memory fairness: no queue entry written and deleted)";
+    /// A second class in BASE's namespace (append a `fairness:` line to vary it).
+    const AUDIT: &str = "---\napiVersion: lock.dev/v1alpha1\nkind: LockClass\nmetadata: {name: pay-audit}\nspec:\n  namespace: pay\n  prefixes: [pay/audit]\n  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n";
+
     fn load(text: &str) -> Registry {
         Registry::load(
             &[Source {
@@ -421,11 +465,19 @@ spec:
         .unwrap()
     }
 
-    fn lines(new: &str) -> Vec<(String, bool)> {
-        diff(&load(BASE), &load(new))
+    /// Each change as (line, risky), followed by its cost line (indented, never risky).
+    fn lines_between(old: &str, new: &str) -> Vec<(String, bool)> {
+        diff(&load(old), &load(new))
             .iter()
-            .map(|c| (c.to_string(), c.risky()))
+            .flat_map(|c| {
+                std::iter::once((c.to_string(), c.risky()))
+                    .chain(c.cost().map(|cost| (format!("  {cost}"), false)))
+            })
             .collect()
+    }
+
+    fn lines(new: &str) -> Vec<(String, bool)> {
+        lines_between(BASE, new)
     }
 
     #[test]
@@ -470,8 +522,22 @@ spec:
                     .replace("ttlSeconds: 60", "ttlSeconds: 60\n  fairness: durable"),
                 vec![
                     ("~ class     pay-ledger: fairness memory -> durable".into(), false),
+                    (format!("  pay-ledger: {MORE}"), false),
                     ("~ class     pay-ledger: tier entity -> coord".into(), false),
                 ],
+            ),
+            (
+                "a class added with durable fairness: its waiters' writes",
+                format!("{BASE}{AUDIT}  fairness: durable\n"),
+                vec![
+                    ("+ class     pay-audit (ttl 30s)".into(), false),
+                    (format!("  pay-audit: {MORE}"), false),
+                ],
+            ),
+            (
+                "a class added with memory fairness: no cost line",
+                format!("{BASE}{AUDIT}"),
+                vec![("+ class     pay-audit (ttl 30s)".into(), false)],
             ),
             (
                 "the fence evidence's resource and schema version",
@@ -506,6 +572,18 @@ spec:
         for (name, new, want) in cases {
             assert_eq!(lines(&new), want, "{name}");
         }
+        // Back from durable to memory: the writes go away.
+        let durable = BASE.replace("ttlSeconds: 60", "ttlSeconds: 60\n  fairness: durable");
+        assert_eq!(
+            lines_between(&durable, BASE),
+            vec![
+                (
+                    "~ class     pay-ledger: fairness durable -> memory".into(),
+                    false
+                ),
+                (format!("  pay-ledger: {LESS}"), false),
+            ]
+        );
     }
 
     #[test]
