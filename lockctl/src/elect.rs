@@ -10,6 +10,7 @@
 //! followed by a new campaign: a singleton that restarts itself. A signal to lockctl (SIGTERM, SIGINT, SIGHUP) and a
 //! COMMAND that exits 0 end it; so do refusals waiting cannot cure (NOT_GRANTED...).
 
+use crate::keys::Take;
 use crate::run::{Ran, Signals, run_once, signal_exit};
 use crate::{Conn, Failure};
 use std::process::ExitCode;
@@ -27,9 +28,13 @@ pub async fn elect(
     command: &[String],
 ) -> Result<ExitCode, Failure> {
     let mut signals = Signals::install()?;
+    let take = Take::One {
+        key: key.to_owned(),
+        shared: false,
+    };
     loop {
         let Ran { code, signalled } =
-            match run_once(conn, key, None, grace, command, &mut signals).await {
+            match run_once(conn, &take, None, grace, command, &mut signals).await {
                 Ok(ran) => ran,
                 // Out of reach: a supervisor of a singleton keeps campaigning.
                 Err(f) if again && f.exit == Failure::UNREACHABLE => Ran {

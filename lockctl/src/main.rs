@@ -14,6 +14,7 @@ mod elect;
 mod epoch;
 mod force;
 mod grants;
+mod keys;
 mod refusal;
 mod register;
 mod registry;
@@ -37,27 +38,46 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Take a lock: opens a session for the key's class and acquires. Prints the token.
-    /// The hold lasts until released or until the session's TTL lapses (lockctl does not
-    /// keep the session alive after it exits).
+    /// Several keys are taken as one set (AcquireAll: all or none, one token for every
+    /// key; release it with `release --token TOKEN KEY...`). --shared takes a reader hold of
+    /// a `shared: true` class's key. The hold lasts until released or until the session's
+    /// TTL lapses (lockctl renews the session while it waits, not after it exits).
     Acquire {
-        key: String,
+        /// The key, or 2..=16 keys to take together as one set.
+        #[arg(required = true, value_name = "KEY")]
+        keys: Vec<String>,
+        /// How long to wait in the key's queue (e.g. 30s, 500ms); 0s refuses at once if
+        /// it is held. The service ends a wait at 300 s; a longer one is asked again.
+        #[arg(long, default_value = "0s", value_parser = run::parse_duration)]
+        wait: std::time::Duration,
+        /// A shared (reader) hold of one key of a `shared: true` class: many at once, none
+        /// while an exclusive hold has it. Release it with `release --shared`.
+        #[arg(long)]
+        shared: bool,
         #[command(flatten)]
         conn: Conn,
     },
-    /// Run COMMAND while holding KEY (like flock): the token is in $LOCK_TOKEN. COMMAND runs
-    /// in its own process group, which is stopped (SIGTERM, then SIGKILL after --grace) if
-    /// the hold is fenced, gets SIGTERM/SIGINT/SIGHUP forwarded, and gets SIGKILL if lockctl
+    /// Run COMMAND while holding KEY (like flock): the token is in $LOCK_TOKEN, the key in
+    /// $LOCK_KEY; several keys are held as one set (AcquireAll), their names in $LOCK_KEYS
+    /// (sorted, space-separated); --shared holds one key as a reader. COMMAND runs in its
+    /// own process group, which is stopped (SIGTERM, then SIGKILL after --grace) if the
+    /// hold is fenced, gets SIGTERM/SIGINT/SIGHUP forwarded, and gets SIGKILL if lockctl
     /// dies. Every way out releases the lock and closes the session. Exit: the command's
     /// status; 1 refused; 2 bad input or COMMAND cannot start; 3 the service or etcd unreachable (NO_QUORUM); 4 fenced;
     /// 128+N after signal N.
     Run {
-        key: String,
+        /// The key, or 2..=16 keys to hold together as one set.
+        #[arg(required = true, value_name = "KEY")]
+        keys: Vec<String>,
         /// How long to wait for the lock (e.g. 10s, 500ms).
         #[arg(long, default_value = "0s", value_parser = run::parse_duration)]
         wait: std::time::Duration,
         /// Between SIGTERM and SIGKILL when the hold is fenced.
         #[arg(long, default_value = "5s", value_parser = run::parse_duration)]
         grace: std::time::Duration,
+        /// Hold the key shared (a reader hold of a `shared: true` class's key).
+        #[arg(long)]
+        shared: bool,
         #[command(flatten)]
         conn: Conn,
         #[arg(last = true, required = true)]
@@ -117,10 +137,19 @@ enum Cmd {
         #[arg(long)]
         parent: i32,
     },
-    /// Release a lock with the token `acquire` printed.
+    /// Release a lock with the token `acquire` printed: `release KEY TOKEN`, `release
+    /// --shared KEY TOKEN` for a shared hold, or `release --token TOKEN KEY...` for a set
+    /// (ReleaseAll: every key of it in one transaction).
     Release {
-        key: String,
-        token: u64,
+        /// KEY TOKEN; with --token, the key or the keys of the set.
+        #[arg(required = true, value_name = "KEY [TOKEN]")]
+        args: Vec<String>,
+        /// The token, before the keys: required for a set.
+        #[arg(long)]
+        token: Option<u64>,
+        /// The hold is shared (`acquire --shared`).
+        #[arg(long)]
+        shared: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -187,12 +216,16 @@ async fn main() -> ExitCode {
     let done = |()| ExitCode::SUCCESS;
     let result = match Cli::parse().cmd {
         Cmd::Run {
-            key,
+            keys: k,
             wait,
             grace,
+            shared,
             conn,
             command,
-        } => run::run(&conn, &key, wait, grace, &command).await,
+        } => match keys::Take::of(k, shared) {
+            Ok(take) => run::run(&conn, &take, wait, grace, &command).await,
+            Err(e) => Err(Failure::input(e)),
+        },
         Cmd::Elect {
             key,
             again,
@@ -201,8 +234,24 @@ async fn main() -> ExitCode {
             command,
         } => elect::elect(&conn, &key, again, grace, &command).await,
         Cmd::GroupGuard { pgid, parent } => Ok(run::group_guard(pgid, parent).await),
-        Cmd::Acquire { key, conn } => remote::acquire(&conn, &key).await.map(done),
-        Cmd::Release { key, token, conn } => remote::release(&conn, &key, token).await.map(done),
+        Cmd::Acquire {
+            keys: k,
+            wait,
+            shared,
+            conn,
+        } => match keys::Take::of(k, shared) {
+            Ok(take) => remote::acquire(&conn, &take, wait).await.map(done),
+            Err(e) => Err(Failure::input(e)),
+        },
+        Cmd::Release {
+            args,
+            token,
+            shared,
+            conn,
+        } => match keys::Release::of(args, token, shared) {
+            Ok(what) => remote::release(&conn, &what).await.map(done),
+            Err(e) => Err(Failure::input(e)),
+        },
         Cmd::Inspect { key, conn } => remote::inspect(&conn, &key).await.map(done),
         Cmd::Observe {
             key,

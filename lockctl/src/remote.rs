@@ -1,11 +1,14 @@
 //! Commands that talk to the service through Envoy with the workload's SVID.
 
+use crate::keys::{self, Release, Take};
 use crate::{Conn, Failure};
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::keyed;
 use lock_config::proto::v1::{
-    AcquireRequest, InspectRequest, OpenSessionRequest, ReleaseRequest, ValidateTokenRequest,
+    AcquireAllRequest, AcquireRequest, HoldMode, InspectRequest, KeepAliveRequest,
+    OpenSessionRequest, ReleaseAllRequest, ReleaseRequest, ValidateTokenRequest,
 };
+use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 async fn connect(conn: &Conn) -> Result<LockClient<Channel>, Failure> {
@@ -20,14 +23,14 @@ fn refused(status: tonic::Status) -> Failure {
     crate::refusal::of_status(status)
 }
 
-pub async fn acquire(conn: &Conn, key: &str) -> Result<(), Failure> {
+/// `lockctl acquire`: opens a session for the (first) key's class and takes one key,
+/// exclusive or shared, or a set of keys (AcquireAll), waiting up to `wait` in the
+/// service's queue. While it waits, lockctl renews the session; once granted it stops (the
+/// hold lasts the session's TTL from the last renewal, as without a wait).
+pub async fn acquire(conn: &Conn, take: &Take, wait: Duration) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
-    let open = keyed(
-        OpenSessionRequest {
-            key: key.to_owned(),
-        },
-        key,
-    );
+    let first = take.keys().into_iter().min().unwrap_or_default().to_owned();
+    let open = keyed(OpenSessionRequest { key: first.clone() }, &first);
     // This invocation is a process of its own (its instance ends in its pid): another
     // `lockctl acquire` of the same identity is a contender, not a leak.
     let session = client
@@ -38,51 +41,199 @@ pub async fn acquire(conn: &Conn, key: &str) -> Result<(), Failure> {
         .await
         .map_err(refused)?
         .into_inner();
-    let grant = client
-        .acquire(keyed(
-            AcquireRequest {
-                key: key.to_owned(),
-                session_id: session.session_id,
-                wait_millis: 0,
-                ..Default::default()
-            },
-            key,
-        ))
-        .await
-        .map_err(refused)?
-        .into_inner();
-    let parts = grant.parts.unwrap_or_default();
+    let id = session.session_id;
+    let ttl = Duration::from_secs(u64::from(session.ttl_seconds.max(1)));
+    let deadline = Instant::now() + wait;
+    let renewer = (!wait.is_zero()).then(|| tokio::spawn(renew(client.clone(), id, ttl)));
+    let granted = match take {
+        Take::One { key, shared } => {
+            let mode = if *shared {
+                HoldMode::Shared
+            } else {
+                HoldMode::Exclusive
+            };
+            asking(deadline, |ask| {
+                let mut client = client.clone();
+                let req = AcquireRequest {
+                    key: key.clone(),
+                    session_id: id,
+                    wait_millis: ask,
+                    mode: mode.into(),
+                };
+                async move {
+                    let g = client.acquire(keyed(req, key)).await?.into_inner();
+                    let parts = g.parts.unwrap_or_default();
+                    Ok(Granted {
+                        token: g.token,
+                        epoch: parts.epoch,
+                        revision: parts.revision,
+                        what: format!("class={}", g.class_name),
+                        ttl_seconds: g.ttl_seconds,
+                    })
+                }
+            })
+            .await
+        }
+        Take::Set(keys) => {
+            asking(deadline, |ask| {
+                let mut client = client.clone();
+                // A set request carries no `lock-key` metadata: the edge decides a set on
+                // every key of its body.
+                let req = tonic::Request::new(AcquireAllRequest {
+                    keys: keys.clone(),
+                    session_id: id,
+                    wait_millis: ask,
+                });
+                async move {
+                    let g = client.acquire_all(req).await?.into_inner();
+                    let parts = g.parts.unwrap_or_default();
+                    Ok(Granted {
+                        token: g.token,
+                        epoch: parts.epoch,
+                        revision: parts.revision,
+                        what: format!("keys={}", g.keys.join(",")),
+                        ttl_seconds: g.ttl_seconds,
+                    })
+                }
+            })
+            .await
+        }
+    };
+    if let Some(r) = renewer {
+        r.abort();
+    }
+    let g = granted.map_err(|status| {
+        let waited = !wait.is_zero();
+        // The queue's wait ended: HELD as the service answers a wait's end.
+        if waited
+            && lock_client::refusal(&status).is_some_and(|r| r.reason == lock_client::Reason::Held)
+        {
+            return crate::refusal::of_lock_error(lock_client::LockError::Held, true);
+        }
+        refused(status)
+    })?;
+    if !wait.is_zero() {
+        // The hold lasts the session's TTL from now, as an acquire without a wait does.
+        let _ = renew_once(&mut client.clone(), id).await;
+    }
+    let mode = match take {
+        Take::One { shared: true, .. } => " mode=shared",
+        _ => "",
+    };
     println!(
-        "token={} epoch={} revision={} session={} class={} ttl={}s",
-        grant.token,
-        parts.epoch,
-        parts.revision,
-        session.session_id,
-        grant.class_name,
-        grant.ttl_seconds
+        "token={} epoch={} revision={} session={id} {}{mode} ttl={}s",
+        g.token, g.epoch, g.revision, g.what, g.ttl_seconds
     );
+    let release = match take {
+        Take::One { key, shared: false } => format!("lockctl release {key} <token>"),
+        Take::One { key, shared: true } => format!("lockctl release --shared {key} <token>"),
+        Take::Set(keys) => format!("lockctl release --token <token> {}", keys.join(" ")),
+    };
     eprintln!(
-        "held until `lockctl release {key} <token>` or until the session lapses ({} s without keepalives)",
-        grant.ttl_seconds
+        "held until `{release}` or until the session lapses ({} s without keepalives)",
+        g.ttl_seconds
     );
     Ok(())
 }
 
-pub async fn release(conn: &Conn, key: &str, token: u64) -> Result<(), Failure> {
+/// What a grant printed.
+struct Granted {
+    token: u64,
+    epoch: u32,
+    revision: u64,
+    /// `class=..` of a key, `keys=..` of a set.
+    what: String,
+    ttl_seconds: u32,
+}
+
+/// Calls `call(wait_millis)` until it grants, is refused, or the caller's wait (to
+/// `deadline`) is over: the service waits at most [`crate::keys::SERVICE_MAX_WAIT`] per
+/// call, so a longer wait is asked again, in the queue again.
+async fn asking<T, F, Fut>(deadline: Instant, mut call: F) -> Result<T, tonic::Status>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let status = match call(keys::wait_millis(keys::service_wait(left))).await {
+            Ok(t) => return Ok(t),
+            Err(s) => s,
+        };
+        let held =
+            lock_client::refusal(&status).is_some_and(|r| r.reason == lock_client::Reason::Held);
+        if !keys::ask_again(held, deadline.saturating_duration_since(Instant::now())) {
+            return Err(status);
+        }
+    }
+}
+
+/// Renews session `id` every TTL/3 until aborted; a failed renewal is tried again at the
+/// next turn (an expired session shows in the acquire's own answer).
+async fn renew(client: LockClient<Channel>, id: i64, ttl: Duration) {
+    let period = ttl / 3;
+    loop {
+        tokio::time::sleep(period).await;
+        let _ = tokio::time::timeout(period, renew_once(&mut client.clone(), id)).await;
+    }
+}
+
+/// One keepalive of session `id` on a stream of its own.
+async fn renew_once(client: &mut LockClient<Channel>, id: i64) -> Result<(), tonic::Status> {
+    let ask = tonic::codegen::tokio_stream::iter([KeepAliveRequest { session_id: id }]);
+    let mut replies = client.keep_alive(ask).await?.into_inner();
+    replies.message().await?;
+    Ok(())
+}
+
+/// `lockctl release`: one key (Release, SHARED if the hold is shared) or a set (ReleaseAll).
+pub async fn release(conn: &Conn, what: &Release) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
-    client
-        .release(keyed(
-            ReleaseRequest {
-                key: key.to_owned(),
-                token,
-                session_id: 0,
-                ..Default::default()
-            },
-            key,
-        ))
-        .await
-        .map_err(refused)?;
-    println!("released {key}");
+    match what {
+        Release::One { key, token, shared } => {
+            let mode = if *shared {
+                HoldMode::Shared
+            } else {
+                HoldMode::Exclusive
+            };
+            client
+                .release(keyed(
+                    ReleaseRequest {
+                        key: key.clone(),
+                        token: *token,
+                        session_id: 0,
+                        mode: mode.into(),
+                    },
+                    key,
+                ))
+                .await
+                .map_err(refused)?;
+            println!("released {key}");
+        }
+        Release::Set { keys, token } => {
+            let r = client
+                .release_all(tonic::Request::new(ReleaseAllRequest {
+                    keys: keys.clone(),
+                    token: *token,
+                    session_id: 0,
+                }))
+                .await
+                .map_err(refused)?
+                .into_inner();
+            println!("released {}", r.released_keys.join(" "));
+            let gone: Vec<&str> = keys
+                .iter()
+                .filter(|k| !r.released_keys.contains(k))
+                .map(String::as_str)
+                .collect();
+            if !gone.is_empty() {
+                eprintln!(
+                    "already ended alone (released or forced before): {}",
+                    gone.join(" ")
+                );
+            }
+        }
+    }
     Ok(())
 }
 

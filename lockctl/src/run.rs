@@ -1,7 +1,9 @@
-//! `lockctl run KEY [--wait D] [--grace D] -- COMMAND...`: like `flock` / `etcdctl lock`.
+//! `lockctl run KEY... [--wait D] [--grace D] [--shared] -- COMMAND...`: like `flock` /
+//! `etcdctl lock`.
 //! Holds the lock (through lock-client: renewed, drained, fenced) while COMMAND runs, gives
-//! it the token in `LOCK_TOKEN` (and the key in `LOCK_KEY`), and never lets the command
-//! outlive the hold:
+//! it the token in `LOCK_TOKEN` (and the key in `LOCK_KEY`, or a set's keys in
+//! `LOCK_KEYS`: several keys are held as one set, `--shared` holds one key shared), and
+//! never lets the command outlive the hold:
 //!
 //! - COMMAND runs in a process group of its own; whatever stops it stops the whole group
 //!   (a shell's children included), first with a signal, then SIGKILL after `--grace`, and
@@ -27,8 +29,9 @@
 //! | lockctl got SIGKILL | SIGKILL (parent-death signal) | lapses after the TTL | 137 (the shell's) |
 //! | refused / bad input / unreachable | never started | none | 1 / 2 / 3 |
 
+use crate::keys::{self, Take};
 use crate::{Conn, Failure};
-use lock_client::{Hold, LockClient};
+use lock_client::{HeldSet, Hold, LockClient, LockError, SharedHold};
 use rustix::process::{Pid, Signal};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -54,13 +57,13 @@ const POLL: Duration = Duration::from_millis(20);
 
 pub async fn run(
     conn: &Conn,
-    key: &str,
+    take: &Take,
     wait: Duration,
     grace: Duration,
     command: &[String],
 ) -> Result<ExitCode, Failure> {
     let mut signals = Signals::install()?;
-    let ran = run_once(conn, key, Some(wait), grace, command, &mut signals).await?;
+    let ran = run_once(conn, take, Some(wait), grace, command, &mut signals).await?;
     Ok(ExitCode::from(ran.code))
 }
 
@@ -70,12 +73,13 @@ pub struct Ran {
     pub signalled: bool,
 }
 
-/// One hold and one COMMAND under it. `wait` None: campaign, waiting in KEY's queue as
-/// long as it takes (`lockctl elect`). `signals` are installed by the caller, before the
-/// first run: a signal between two runs (`elect --again`) is then still heard.
+/// One hold (of a key, shared or exclusive, or of a set) and one COMMAND under it. `wait`
+/// None: campaign, waiting in KEY's queue as long as it takes (`lockctl elect`, one key).
+/// `signals` are installed by the caller, before the first run: a signal between two runs
+/// (`elect --again`) is then still heard.
 pub async fn run_once(
     conn: &Conn,
-    key: &str,
+    take: &Take,
     wait: Option<Duration>,
     grace: Duration,
     command: &[String],
@@ -90,13 +94,18 @@ pub async fn run_once(
     let on_fence = move || {
         let _ = fenced_tx.try_send(());
     };
+    let key = take.label();
+    let key = key.as_str();
     let acquiring = async {
-        match wait {
-            Some(wait) => client.acquire(key, wait, on_fence).await,
-            None => client
+        match (wait, take) {
+            (Some(wait), take) => acquire(&client, take, wait, on_fence).await,
+            (None, Take::One { key, shared: false }) => client
                 .campaign(key, on_fence)
                 .await
-                .map(lock_client::Leadership::into_hold),
+                .map(|l| Held::One(l.into_hold())),
+            (None, _) => Err(lock_client::LockError::InvalidRequest(
+                "a campaign is for one key, exclusive".into(),
+            )),
         }
     };
     let acquired = tokio::select! {
@@ -119,11 +128,13 @@ pub async fn run_once(
         say!("lockctl: cannot become the command's subreaper ({e}); continuing");
     }
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env("LOCK_TOKEN", hold.token().as_u64().to_string())
-        .env("LOCK_KEY", key)
-        .process_group(0)
-        .kill_on_drop(true);
+    cmd.args(args).env("LOCK_TOKEN", hold.token().to_string());
+    match take {
+        // Only this hold's names: none inherited from an outer `lockctl run`.
+        Take::One { key, .. } => cmd.env("LOCK_KEY", key).env_remove("LOCK_KEYS"),
+        Take::Set(keys) => cmd.env("LOCK_KEYS", keys.join(" ")).env_remove("LOCK_KEY"),
+    };
+    cmd.process_group(0).kill_on_drop(true);
     die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -180,6 +191,85 @@ pub async fn run_once(
     }
     shutdown(&client, Some(hold)).await;
     Ok(Ran { code, signalled })
+}
+
+/// A hold `run` took: of one key (exclusive or shared) or of a set.
+enum Held {
+    One(Hold),
+    Shared(SharedHold),
+    Set(HeldSet),
+}
+
+impl Held {
+    fn token(&self) -> u64 {
+        match self {
+            Held::One(h) => h.token(),
+            Held::Shared(h) => h.token(),
+            Held::Set(h) => h.token(),
+        }
+        .as_u64()
+    }
+
+    fn is_fenced(&self) -> bool {
+        match self {
+            Held::One(h) => h.is_fenced(),
+            Held::Shared(h) => h.is_fenced(),
+            Held::Set(h) => h.is_fenced(),
+        }
+    }
+
+    /// Why the hold did not cover every instant since its grant, if it did not.
+    fn lapse(&self) -> Option<String> {
+        match self {
+            Held::One(h) => h.lapse().map(|l| l.to_string()),
+            Held::Shared(h) => (!h.was_continuous()).then(|| LAPSED.to_owned()),
+            Held::Set(h) => (!h.was_continuous()).then(|| LAPSED.to_owned()),
+        }
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::One(h) => h.release().await,
+            Held::Shared(h) => h.release().await,
+            Held::Set(h) => h.release().await,
+        }
+    }
+}
+
+/// The lapse of a shared hold or a set, whose client does not say by how much.
+const LAPSED: &str = "its session passed its local deadline unrenewed";
+
+/// Takes what `take` names, waiting up to `wait`; a wait longer than the service's (300 s)
+/// is asked again while the key is still held, so `--wait` means what it says.
+async fn acquire(
+    client: &LockClient,
+    take: &Take,
+    wait: Duration,
+    on_fence: impl Fn() + Clone + Send + Sync + 'static,
+) -> Result<Held, LockError> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let ask = keys::service_wait(deadline.saturating_duration_since(Instant::now()));
+        let got = match take {
+            Take::One { key, shared: false } => client
+                .acquire(key, ask, on_fence.clone())
+                .await
+                .map(Held::One),
+            Take::One { key, shared: true } => client
+                .acquire_shared(key, ask, on_fence.clone())
+                .await
+                .map(Held::Shared),
+            Take::Set(keys) => client
+                .acquire_all(keys, ask, on_fence.clone())
+                .await
+                .map(Held::Set),
+        };
+        match got {
+            Err(LockError::Held)
+                if keys::ask_again(true, deadline.saturating_duration_since(Instant::now())) => {}
+            got => return got,
+        }
+    }
 }
 
 /// Debug builds only: `LOCKCTL_INJECT_BUG=run-skips-lapse-check` removes the check at the
@@ -276,7 +366,7 @@ pub fn signal_exit(sig: Signal) -> u8 {
 
 /// Releases the hold (if any) and closes the client's sessions, each bounded; failures
 /// are reported, not fatal: the session's TTL is the backstop.
-async fn shutdown(client: &LockClient, hold: Option<Hold>) {
+async fn shutdown(client: &LockClient, hold: Option<Held>) {
     if let Some(hold) = hold
         && !hold.is_fenced()
     {
