@@ -226,7 +226,9 @@ async fn a_hung_edge_fences_the_holder_before_the_lease_expires() {
 #[tokio::test]
 async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
-    let client = stack.lock_client(&waiter_id(2)).unwrap();
+    // An explicit instance: the leak below is this process restarted with the same one.
+    let svid = stack.pki.svid("re-w2", &waiter_id(2)).unwrap();
+    let client = stack.lock_client_with(&svid, Some("pod-re:1:1")).unwrap();
     // Warm up: the session exists before counting.
     let warm = client
         .acquire(&format!("{FAST_PREFIX}/warm"), Duration::ZERO, no_fence())
@@ -257,8 +259,9 @@ async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
         "still held"
     );
 
-    // Another process (session) of the same identity: a typed leak error.
-    let other = stack.lock_client(&waiter_id(2)).unwrap();
+    // The same process restarted (same identity and instance, a new session): a typed
+    // leak error. Another process or client object has its own instance and queues.
+    let other = stack.lock_client_with(&svid, Some("pod-re:1:1")).unwrap();
     let err = other
         .acquire(&key, Duration::ZERO, no_fence())
         .await

@@ -317,22 +317,29 @@ async fn killing_lockctl_kills_the_command_and_its_group() {
     .unwrap();
 }
 
-/// ADR-13: the same identity under another session is LEAKED_HOLD at once, also while
-/// another identity is queued for the key, on the in-memory and the durable queue.
+/// ADR-13: the same identity and instance under another session (a restarted process) is
+/// LEAKED_HOLD at once, also while another identity is queued for the key, on the
+/// in-memory and the durable queue.
 #[tokio::test]
 async fn the_same_identity_gets_leaked_hold_whatever_the_queue() {
     let (stack, _reg) = Stack::with_test_registry().await.unwrap();
     for prefix in [FAST_PREFIX, FAIR_PREFIX] {
         let key = format!("{prefix}/leak");
-        let owner = stack.lock_client(&waiter_id(5)).unwrap();
+        // The owner's process restarts: same identity, same instance (a container's
+        // main process is pid 1 again and makes its first client again), a new session.
+        let svid = stack.pki.svid("leaker", &waiter_id(5)).unwrap();
+        let instance = format!("pod-leak-{}:1:1", prefix.replace('/', "-"));
+        let owner = stack.lock_client_with(&svid, Some(&instance)).unwrap();
         let _held = owner.acquire(&key, Duration::ZERO, || {}).await.unwrap();
         let other = stack.lock_client(&waiter_id(6)).unwrap();
         let k = key.clone();
         let queued =
             tokio::spawn(async move { other.acquire(&k, Duration::from_secs(20), || {}).await });
         until_waiters(&stack, &key, 1).await;
-        // A second process of the owner's identity: its own client, its own session.
-        let second = stack.lock_client(&waiter_id(5)).unwrap();
+        // The restarted process: its own client, its own session, the same instance.
+        // (Another process or client object of the identity has another instance and
+        // queues: tests/replicas.rs.)
+        let second = stack.lock_client_with(&svid, Some(&instance)).unwrap();
         let asked = Instant::now();
         let err = second
             .acquire(&key, Duration::from_secs(5), || {})
