@@ -158,14 +158,29 @@ export function refusal(details: Uint8Array | null | undefined): { reason: strin
   return null;
 }
 
+/**
+ * A status message as the service wrote it. On the wire `grpc-message` is percent-encoded
+ * (every byte outside printable ASCII, and `%`), and a message read from it as is says
+ * "leaked hold%3F". Malformed escapes are left as they came.
+ */
+export function decodeGrpcMessage(message: string): string {
+  if (!message.includes("%")) return message;
+  try {
+    return decodeURIComponent(message);
+  } catch {
+    return message;
+  }
+}
+
 /** A typed error from a status's parts (pure; the unit tests have the table). */
 export function fromParts(code: number, message: string, details: Uint8Array | null | undefined): LockError {
   const found = refusal(details);
+  const text = decodeGrpcMessage(message);
   if (found === null) {
-    return TRANSPORT.has(code) ? new Unavailable(message, { code }) : new OtherError(message, { code });
+    return TRANSPORT.has(code) ? new Unavailable(text, { code }) : new OtherError(text, { code });
   }
   const cls = BY_REASON[found.reason] ?? OtherError;
-  return new cls(message, { code, reason: found.reason, metadata: found.metadata });
+  return new cls(text, { code, reason: found.reason, metadata: found.metadata });
 }
 
 /** The typed error for a failed call. */

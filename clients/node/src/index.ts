@@ -13,6 +13,7 @@ export {
   Draining,
   Fenced,
   fromParts,
+  decodeGrpcMessage,
   Held,
   InvalidRequest,
   LeakedHold,

@@ -5,7 +5,7 @@ import { readFileSync, existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import protobuf from "protobufjs";
 import {
-  checkEndpoint, encodeKey, fromParts, Held, InvalidRequest, LeakedHold, Liveness, NotGranted,
+  checkEndpoint, encodeKey, fromParts, decodeGrpcMessage, Held, InvalidRequest, LeakedHold, Liveness, NotGranted,
   instanceFor, processInstance, RateLimited, RegionRedirect, Unavailable, OtherError, validInstance,
   WrongSessionTtl, Draining, Hold, LockClient, meshSidecar,
 } from "../dist/index.js";
@@ -182,4 +182,19 @@ test("an acquire without onFence is refused before anything is sent (ADR-12)", a
   } finally {
     await c.shutdown();
   }
+});
+
+test("status messages are shown as the service wrote them, not percent-encoded", () => {
+  for (const [wire, want] of [
+    ["held by this process instance under another session (leaked hold%3F)", "held by this process instance under another session (leaked hold?)"],
+    ["100%25 sure", "100% sure"],
+    ["caf%C3%A9", "caf\u00e9"],
+    ["no escapes here", "no escapes here"],
+    ["a bad escape %ZZ stays", "a bad escape %ZZ stays"],
+    ["", ""],
+  ]) {
+    assert.equal(decodeGrpcMessage(wire), want, wire);
+  }
+  // Through the one decoder every call uses: no details (a transport error) and a refusal.
+  assert.equal(fromParts(14, "gone%3F", null).message, "gone?");
 });
