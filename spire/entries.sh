@@ -11,7 +11,7 @@ PARENT=${PARENT:-spiffe://example.org/spire/agent/k8s_psat/prod}
 "$SPIRE_SERVER" entry create \
   -parentID "$PARENT" \
   -spiffeID spiffe://example.org/ns/lock/sa/edge \
-  -selector k8s:ns:lock -selector k8s:sa:lock-edge \
+  -selector k8s:ns:lock -selector k8s:sa:edge \
   -dns lock-edge.lock.svc
 
 # The arbiters. Their SVID is the certificate of their mTLS listener (files written by
@@ -19,7 +19,7 @@ PARENT=${PARENT:-spiffe://example.org/spire/agent/k8s_psat/prod}
 "$SPIRE_SERVER" entry create \
   -parentID "$PARENT" \
   -spiffeID spiffe://example.org/ns/lock/sa/arbiter \
-  -selector k8s:ns:lock -selector k8s:sa:lock-arbiter \
+  -selector k8s:ns:lock -selector k8s:sa:arbiter \
   -dns lock-arbiter.lock.svc
 
 # A sample workload: the payments ledger writer. Its grant (registry):
