@@ -280,6 +280,45 @@ fn the_install_guide_runs_as_pods_and_a_hold_survives_a_killed_arbiter() {
         &["lock-arbiter-0", "lock-arbiter-1", "lock-edge-0"],
     );
 
+    // The edge's stats port is the kubelet's and Prometheus's: /ready and
+    // /stats/prometheus only. Envoy's admin interface, which can stop or reconfigure it,
+    // is not reachable through it (a POST to /quitquitquit finds no route, and Envoy stays).
+    let edge = cluster.ip("lock-edge-0").unwrap();
+    let http = |method: &str, path: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+                "-X",
+                method,
+            ])
+            .arg(format!("http://{edge}:9902{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(http("GET", "/ready"), "200");
+    assert_eq!(http("GET", "/stats/prometheus"), "200");
+    for (method, path) in [
+        ("POST", "/quitquitquit"),
+        ("POST", "/logging?level=trace"),
+        ("GET", "/config_dump"),
+    ] {
+        assert_eq!(
+            http(method, path),
+            "404",
+            "{method} {path} through the stats port"
+        );
+    }
+    cluster
+        .wait_ready("lock-edge-0", PATIENCE)
+        .unwrap_or_else(|e| panic!("the edge did not survive the admin probes: {e:#}"));
+
     // The guide's first lock, as written, with the pods' names.
     let (ok, out) = ws.run(&guide_block("first lock"), Some(cluster.hosts_file()));
     if !ok && std::env::var_os("REHEARSAL_PAUSE").is_some() {
