@@ -4,6 +4,7 @@ use crate::connect::Config;
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::hold_stream::{self, Link};
+use crate::metrics::{ClientMetrics, WaitTimer};
 use crate::observe::Observation;
 use crate::session::{FenceFn, Session};
 use crate::state::{Inner, Reentry, Running, close_session};
@@ -26,7 +27,19 @@ impl LockClient {
     /// Builds the client; connects lazily on first use.
     pub fn new(config: Config) -> Result<Self, LockError> {
         Ok(Self {
-            inner: Arc::new(Inner::new(config)?),
+            inner: Arc::new(Inner::new(config, None)?),
+        })
+    }
+
+    /// Builds the client recording into `metrics` (waits, hold times, lost holds; see
+    /// [`ClientMetrics`]). Give every client of the process a clone of one
+    /// [`ClientMetrics::register`] result: they share its families.
+    ///
+    /// A constructor rather than a [`Config`] field: other crates build `Config` as a struct
+    /// literal, which a new field would break.
+    pub fn with_metrics(config: Config, metrics: ClientMetrics) -> Result<Self, LockError> {
+        Ok(Self {
+            inner: Arc::new(Inner::new(config, Some(metrics))?),
         })
     }
 
@@ -112,11 +125,27 @@ impl LockClient {
         if let Some(hold) = self.reenter(key, id, on_fence.clone()) {
             return Ok(hold);
         }
+        // Timed only past the nested case: that one made no call.
+        let timer = WaitTimer::start(self.inner.metrics.as_ref(), key);
+        let r = self.acquire_call(key, wait, id, on_fence).await;
+        timer.finish(&r);
+        r
+    }
+
+    /// The outermost acquire of `key` (the service answers it), for hold `id`; its wait is
+    /// recorded by the caller ([`LockClient::acquire`], or a campaign as a whole).
+    pub(crate) async fn acquire_call(
+        &self,
+        key: &str,
+        wait: Duration,
+        id: u64,
+        on_fence: FenceFn,
+    ) -> Result<Hold, LockError> {
         // Bounded so no `wait` from input can overflow the deadline: a day is longer than
         // any wait the service grants (300 s).
         let deadline = Instant::now() + wait.min(Duration::from_secs(24 * 3600));
         let inner = self.inner.clone();
-        let ((token, link), s) = self
+        let ((token, class, link), s) = self
             .on_session(key, deadline, |s, left| {
                 let inner = inner.clone();
                 async move {
@@ -131,10 +160,13 @@ impl LockClient {
                 }
             })
             .await?;
+        self.inner.learn_class(key, &class);
         Ok(self.held(key, id, token, s, link, on_fence))
     }
 
-    fn reenter(&self, key: &str, id: u64, on_fence: FenceFn) -> Option<Hold> {
+    /// A nested hold of `key` if this client holds it (no call made), with `on_fence`
+    /// attached for hold `id`.
+    pub(crate) fn reenter(&self, key: &str, id: u64, on_fence: FenceFn) -> Option<Hold> {
         let mut holds = self.inner.holds.lock().ok()?;
         let entry = holds.get_mut(key)?;
         if entry.session.is_fenced() {
@@ -162,11 +194,13 @@ impl LockClient {
         on_fence: FenceFn,
     ) -> Hold {
         s.attach(id, on_fence);
+        self.inner.granted(&s, id, key);
         if let Ok(mut holds) = self.inner.holds.lock() {
             holds.insert(
                 key.to_owned(),
                 Reentry {
                     count: 1,
+                    grant: id,
                     token,
                     session: s.clone(),
                     link,
@@ -261,10 +295,12 @@ impl LockClient {
             .open_session(crate::stub::with_instance(req, &self.inner.instance))
             .await?
             .into_inner();
+        self.inner.learn_class(key, &r.class_name);
         let session = Session::new(
             r.session_id,
             Duration::from_secs(u64::from(r.ttl_seconds)),
             sent,
+            self.inner.session_metrics(),
         );
         let (stop, stopped) = mpsc::channel(1);
         tokio::spawn(session.clone().keep_alive(rpc, stopped));

@@ -15,8 +15,11 @@
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::hold::Hold;
+use crate::metrics::WaitTimer;
+use crate::session::FenceFn;
 use lock_config::FencingToken;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// One round of the campaign: the longest wait the service grants.
@@ -77,11 +80,31 @@ impl LockClient {
         on_deposed: impl Fn() + Send + Sync + 'static,
     ) -> Result<Leadership, LockError> {
         let on_deposed: Arc<dyn Fn() + Send + Sync> = Arc::new(on_deposed);
+        // One wait for the whole campaign, its rounds included: a round's HELD is not an
+        // answer to the caller.
+        let timer = WaitTimer::start(self.inner.metrics.as_ref(), key);
+        let mut first_round = true;
         loop {
             let deposed = on_deposed.clone();
+            let on_fence: FenceFn = Arc::new(move || deposed());
+            let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
+            if let Some(hold) = self.reenter(key, id, on_fence.clone()) {
+                // This client holds the key: a nested acquire, no call made for it,
+                // unless earlier rounds waited.
+                if first_round {
+                    timer.discard();
+                } else {
+                    timer.finish(&Ok::<_, LockError>(()));
+                }
+                return Ok(Leadership { hold });
+            }
+            first_round = false;
             let started = Instant::now();
-            match self.acquire(key, ROUND, move || deposed()).await {
-                Ok(hold) => return Ok(Leadership { hold }),
+            match self.acquire_call(key, ROUND, id, on_fence).await {
+                Ok(hold) => {
+                    timer.finish(&Ok::<_, LockError>(()));
+                    return Ok(Leadership { hold });
+                }
                 // The round ended with the key still held: still a candidate. A round
                 // refused at once (a service that waits less) is not retried in a spin.
                 Err(LockError::Held) => {
@@ -89,7 +112,11 @@ impl LockClient {
                         tokio::time::sleep(MIN_ROUND).await;
                     }
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    let refused = Err(e);
+                    timer.finish(&refused);
+                    return refused;
+                }
             }
         }
     }

@@ -25,6 +25,11 @@ pub enum LockError {
     NotGranted,
     #[error("not authenticated: {0}")]
     Unauthenticated(String),
+    /// The service refused the key (INVALID_KEY): its syntax, or no class covers it.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// A request the client or the service could not take as it was (a bad argument, a
+    /// malformed message, an endpoint or TLS setting).
     #[error("invalid key or request: {0}")]
     InvalidRequest(String),
     #[error("the token is not the key's current grant")]
@@ -82,7 +87,8 @@ impl LockError {
             Reason::Draining => LockError::Unavailable(status.message().to_owned()),
             Reason::NotGranted => LockError::NotGranted,
             Reason::Unauthenticated => LockError::Unauthenticated(status.message().to_owned()),
-            Reason::InvalidKey | Reason::MalformedRequest | Reason::UnknownMethod => {
+            Reason::InvalidKey => LockError::InvalidKey(status.message().to_owned()),
+            Reason::MalformedRequest | Reason::UnknownMethod => {
                 LockError::InvalidRequest(status.message().to_owned())
             }
             Reason::StaleToken => LockError::StaleToken,
@@ -123,6 +129,7 @@ impl LockError {
             LockError::NoQuorum => Reason::NoQuorum,
             LockError::StoreFull => Reason::StoreFull,
             LockError::NotGranted => Reason::NotGranted,
+            LockError::InvalidKey(_) => Reason::InvalidKey,
             LockError::Unauthenticated(_) => Reason::Unauthenticated,
             LockError::StaleToken => Reason::StaleToken,
             LockError::SessionExpired => Reason::SessionExpired,

@@ -118,18 +118,23 @@ async fn finish(
                 e.count -= 1;
                 None
             }
-            Some(_) => holds.remove(key).map(|e| e.link),
+            Some(_) => holds.remove(key).map(|e| (e.link, Some(e.grant))),
             None => None,
         },
-        Err(_) => Some(None),
+        Err(_) => Some((None, None)),
     };
-    let Some(link) = last else {
+    let Some((link, grant)) = last else {
         return Ok(());
     };
     if session.is_fenced() {
         // The lease is gone or about to be: nothing to release, and the caller must know
         // its work may not have been exclusive.
         return Err(LockError::Fenced);
+    }
+    // The hold ends here for its owner, whatever the release call answers: a release the
+    // service refuses (STALE_TOKEN) or does not hear lapses with the session's TTL.
+    if let Some(grant) = grant {
+        session.released(grant);
     }
     if let Some(link) = link
         && let Some(done) = crate::hold_stream::release(link, key, token, session.id).await

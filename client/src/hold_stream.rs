@@ -81,16 +81,20 @@ pub(crate) struct Link {
 }
 
 /// Acquires on a Hold stream when the budget allows (the stream kept for the release),
-/// else with the unary call.
+/// else with the unary call. Answers the token, the class the service named (the metrics'
+/// label) and the stream.
 pub(crate) async fn acquire(
     rpc: &mut Rpc<Channel>,
     budget: &Budget,
     req: AcquireRequest,
-) -> Result<(FencingToken, Option<Link>), LockError> {
+) -> Result<(FencingToken, String, Option<Link>), LockError> {
     let key = req.key.clone();
     let Some(slot) = budget.reserve() else {
-        let r = rpc.acquire(crate::stub::keyed(req, &key)).await?;
-        return Ok((token_of(r.into_inner().token)?, None));
+        let r = rpc
+            .acquire(crate::stub::keyed(req, &key))
+            .await?
+            .into_inner();
+        return Ok((token_of(r.token)?, r.class_name, None));
     };
     // Room for the release too: the stream never waits on its own sender.
     let (asks, rx) = mpsc::channel(2);
@@ -108,6 +112,7 @@ pub(crate) async fn acquire(
             step: Some(Answer::Acquired(r)),
         }) => Ok((
             token_of(r.token)?,
+            r.class_name,
             Some(Link {
                 asks,
                 answers,

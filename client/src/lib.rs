@@ -10,6 +10,8 @@
 //!   outermost acquire and the final release call the service.
 //! - Refusals are [`LockError`] variants; waits, transient errors (with jittered backoff) and
 //!   rate limits (honouring retry-after) are handled inside the caller's deadline.
+//! - Metrics, opt-in ([`LockClient::with_metrics`]): wait and hold times and lost holds in
+//!   a Prometheus registry, labelled by class and outcome only ([`ClientMetrics`]).
 //!
 //! ```no_run
 //! use lock_client::{Config, LockClient};
@@ -46,6 +48,7 @@ mod error;
 mod hold;
 mod hold_stream;
 pub mod liveness;
+mod metrics;
 mod observe;
 pub mod proto;
 mod retry;
@@ -66,6 +69,7 @@ pub use hold_stream::DEFAULT_MAX_HOLD_STREAMS;
 pub use lock_config::FencingToken;
 pub use lock_config::Reason;
 pub use lock_config::status_details::Refusal;
+pub use metrics::ClientMetrics;
 pub use observe::{Change, Holder, Observation, Observed};
 pub use set::HeldSet;
 pub use shared::SharedHold;

@@ -133,7 +133,7 @@ impl Observation {
         let mut answered = true;
         loop {
             let answer = match self.stream.as_mut() {
-                Some(s) => s.message().await.map_err(|s| LockError::from_status(&s)),
+                Some(s) => s.message().await.map_err(|s| mid_stream_error(&s)),
                 None => match self.open().await {
                     Ok(s) => {
                         self.stream = Some(s);
@@ -241,5 +241,17 @@ impl Observation {
             gap,
             store_epoch: a.store_epoch,
         })
+    }
+}
+
+/// An open stream that breaks without a lock.v1 refusal is a broken connection, resumed
+/// like any other: when the arbiter behind the edge is killed, Envoy resets the stream and
+/// h2 reports INTERNAL ("error reading a body from connection"), which is not the service
+/// refusing anything. A refusal (ErrorInfo with a reason) is the service's word and keeps
+/// its meaning.
+fn mid_stream_error(status: &tonic::Status) -> LockError {
+    match crate::error::refusal(status) {
+        Some(_) => LockError::from_status(status),
+        None => LockError::Unavailable(status.message().to_owned()),
     }
 }

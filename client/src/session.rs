@@ -4,6 +4,7 @@
 
 use crate::error::LockError;
 use crate::liveness::Liveness;
+use crate::metrics::{ClientMetrics, HoldEnd};
 use crate::proto::lock_client::LockClient as Rpc;
 use lock_config::proto::v1::KeepAliveRequest;
 use std::collections::HashMap;
@@ -23,22 +24,37 @@ type KeepAliveStream = (
 pub struct Session {
     pub id: i64,
     state: Mutex<State>,
+    /// The client's metrics, if it has any: the session is where every hold ends (release,
+    /// fence, close), so it records how each hold on it ended.
+    metrics: Option<ClientMetrics>,
 }
 
 struct State {
     live: Liveness,
     /// on_fence callbacks of the holds attached to this session, by hold id.
     fences: HashMap<u64, FenceFn>,
+    /// The holds on this session at the service (one per grant: a nested acquire adds
+    /// none), by the id of the hold the grant was made for: their class and grant time.
+    /// Filled only when the client has metrics. Each leaves it once, by whichever end comes
+    /// first, so each hold's end is recorded once.
+    grants: HashMap<u64, (Arc<str>, Instant)>,
 }
 
 impl Session {
-    pub fn new(id: i64, ttl: Duration, opened_at: Instant) -> Arc<Self> {
+    pub fn new(
+        id: i64,
+        ttl: Duration,
+        opened_at: Instant,
+        metrics: Option<ClientMetrics>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             id,
             state: Mutex::new(State {
                 live: Liveness::new(ttl, opened_at),
                 fences: HashMap::new(),
+                grants: HashMap::new(),
             }),
+            metrics,
         })
     }
 
@@ -87,26 +103,65 @@ impl Session {
         self.with(|s| s.fences.remove(&hold));
     }
 
+    /// The service granted a hold of `class` on this session, for hold `id`: its end is
+    /// recorded by [`Session::released`], the fence or the close. Nothing without metrics.
+    pub fn granted(&self, id: u64, class: Arc<str>) {
+        if self.metrics.is_some() {
+            let at = Instant::now();
+            self.with(|s| s.grants.insert(id, (class, at)));
+        }
+    }
+
+    /// Its owner released the hold granted for `id` (recorded unless a fence or a close
+    /// ended it first).
+    pub fn released(&self, id: u64) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        if let Some(Some((class, at))) = self.with(|s| s.grants.remove(&id)) {
+            metrics.hold_ended(class, at, HoldEnd::Released);
+        }
+    }
+
+    /// Records the end of every hold still on the session (outside the lock).
+    fn end_all(&self, grants: Vec<(Arc<str>, Instant)>, end: HoldEnd) {
+        if let Some(metrics) = &self.metrics {
+            for (class, at) in grants {
+                metrics.hold_ended(class, at, end);
+            }
+        }
+    }
+
     /// Closed by its owner (`LockClient::shutdown`): dead from now on, and the holds'
     /// `on_fence` callbacks do not run — nothing was lost that the owner did not end.
     pub fn close(&self) {
-        self.with(|s| {
-            s.live.expire();
-            s.fences.clear();
-        });
+        let grants = self
+            .with(|s| {
+                s.live.expire();
+                s.fences.clear();
+                s.grants.drain().map(|(_, g)| g).collect()
+            })
+            .unwrap_or_default();
+        self.end_all(grants, HoldEnd::Shutdown);
     }
 
     /// Fences every hold once (callbacks run outside the lock).
     fn fence_all(&self, due: impl FnOnce(&mut Liveness) -> bool) {
-        let callbacks: Vec<FenceFn> = self
+        let (callbacks, grants): (Vec<FenceFn>, Vec<_>) = self
             .with(|s| {
                 if due(&mut s.live) {
-                    s.fences.drain().map(|(_, f)| f).collect()
+                    (
+                        s.fences.drain().map(|(_, f)| f).collect(),
+                        s.grants.drain().map(|(_, g)| g).collect(),
+                    )
                 } else {
-                    Vec::new()
+                    Default::default()
                 }
             })
             .unwrap_or_default();
+        // The holds were lost where their callbacks run: recorded first, so a callback
+        // that reads the metrics sees its own hold counted.
+        self.end_all(grants, HoldEnd::Fenced);
         for f in callbacks {
             f();
         }
@@ -172,8 +227,17 @@ async fn renew(
         // at once, through the edge, on another arbiter: one retry inside the same wait,
         // so a rolling update does not read as a failed renewal.
         for retry in [true, false] {
+            let mut queued = false;
             if stream.is_none() {
+                // The renewal is queued before the stream is opened, so it leaves with the
+                // stream's headers: awaiting the response headers first would cost one
+                // more round trip before the renewal is even sent, which on a slow link
+                // (1.2 s each way, conformance `deadline-cut-link`) is the whole period.
                 let (tx, rx) = mpsc::channel(1);
+                if tx.send(KeepAliveRequest { session_id }).await.is_err() {
+                    return Err(LockError::Unavailable("keepalive stream closed".into()));
+                }
+                queued = true;
                 let mut rpc = rpc.clone();
                 let replies = rpc
                     .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
@@ -184,7 +248,7 @@ async fn renew(
             let Some((tx, replies)) = stream.as_mut() else {
                 return Err(LockError::Unavailable("no keepalive stream".into()));
             };
-            if tx.send(KeepAliveRequest { session_id }).await.is_err() {
+            if !queued && tx.send(KeepAliveRequest { session_id }).await.is_err() {
                 *stream = None;
                 if retry {
                     continue;

@@ -3,6 +3,7 @@
 
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::metrics::WaitTimer;
 use crate::session::{FenceFn, Session};
 use crate::state::Inner;
 use lock_config::FencingToken;
@@ -88,6 +89,8 @@ async fn finish(
     if session.is_fenced() {
         return Err(LockError::Fenced);
     }
+    // Ended by its owner, whatever the call answers (as a single hold's release).
+    session.released(id);
     let mut rpc = client.rpc()?;
     rpc.release_all(set_request(ReleaseAllRequest {
         keys: keys.to_vec(),
@@ -127,10 +130,29 @@ impl LockClient {
             .ok_or_else(|| LockError::InvalidRequest("a key set has 1..=16 keys".into()))?;
         let on_fence: FenceFn = Arc::new(on_fence);
         let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
+        // AcquireAll's answer names no class: the set is labelled with its first key's,
+        // as the OpenSession answer for that key (or an earlier grant of it) named it.
+        let timer = WaitTimer::start(self.inner.metrics.as_ref(), &first);
+        let held = self
+            .acquire_all_call(&first, keys, wait, id, on_fence)
+            .await;
+        timer.finish(&held);
+        held
+    }
+
+    /// The AcquireAll of `keys` (the service answers it), its session chosen by `first`.
+    async fn acquire_all_call(
+        &self,
+        first: &str,
+        keys: Vec<String>,
+        wait: Duration,
+        id: u64,
+        on_fence: FenceFn,
+    ) -> Result<HeldSet, LockError> {
         let deadline = Instant::now() + wait.min(Duration::from_secs(24 * 3600));
         let inner = self.inner.clone();
         let (r, s) = self
-            .on_session(&first, deadline, |s, left| {
+            .on_session(first, deadline, |s, left| {
                 let (inner, keys) = (inner.clone(), keys.clone());
                 async move {
                     let req = AcquireAllRequest {
@@ -152,6 +174,7 @@ impl LockClient {
             self.learn_place(k, lock_config::shards::tag_of(s.id));
         }
         s.attach(id, on_fence);
+        self.inner.granted(&s, id, first);
         Ok(HeldSet {
             client: self.inner.clone(),
             keys: r.keys,

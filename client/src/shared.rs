@@ -3,6 +3,7 @@
 
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::metrics::WaitTimer;
 use crate::session::{FenceFn, Session};
 use crate::state::Inner;
 use lock_config::FencingToken;
@@ -86,6 +87,8 @@ async fn finish(
     if session.is_fenced() {
         return Err(LockError::Fenced);
     }
+    // Ended by its owner, whatever the call answers (as an exclusive hold's release).
+    session.released(id);
     let req = ReleaseRequest {
         key: key.to_owned(),
         token: token.as_u64(),
@@ -110,9 +113,23 @@ impl LockClient {
     ) -> Result<SharedHold, LockError> {
         let on_fence: FenceFn = Arc::new(on_fence);
         let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
+        let timer = WaitTimer::start(self.inner.metrics.as_ref(), key);
+        let held = self.acquire_shared_call(key, wait, id, on_fence).await;
+        timer.finish(&held);
+        held
+    }
+
+    /// The shared Acquire of `key` (the service answers it), for hold `id`.
+    async fn acquire_shared_call(
+        &self,
+        key: &str,
+        wait: Duration,
+        id: u64,
+        on_fence: FenceFn,
+    ) -> Result<SharedHold, LockError> {
         let deadline = Instant::now() + wait.min(Duration::from_secs(24 * 3600));
         let inner = self.inner.clone();
-        let (token, s) = self
+        let ((token, class), s) = self
             .on_session(key, deadline, |s, left| {
                 let inner = inner.clone();
                 async move {
@@ -123,13 +140,16 @@ impl LockClient {
                         mode: HoldMode::Shared.into(),
                     };
                     let r = inner.rpc()?.acquire(crate::stub::keyed(req, key)).await?;
-                    Ok(r.into_inner().token)
+                    let r = r.into_inner();
+                    Ok((r.token, r.class_name))
                 }
             })
             .await?;
         let token =
             FencingToken::from_u64(token).map_err(|e| LockError::InvalidRequest(e.to_string()))?;
+        self.inner.learn_class(key, &class);
         s.attach(id, on_fence);
+        self.inner.granted(&s, id, key);
         Ok(SharedHold {
             client: self.inner.clone(),
             key: key.to_owned(),

@@ -5,6 +5,7 @@
 
 use crate::connect::{Config, Stamp};
 use crate::error::LockError;
+use crate::metrics::{ClientMetrics, Recorder};
 use crate::proto::lock_client::LockClient as Rpc;
 use crate::session::Session;
 use lock_config::FencingToken;
@@ -25,6 +26,9 @@ pub(crate) type Running = (Arc<Session>, mpsc::Sender<()>);
 /// The outermost hold of a key in this client; nested acquires only count.
 pub(crate) struct Reentry {
     pub count: usize,
+    /// The id of the hold the service's grant was made for (the outermost acquire's): the
+    /// session knows the grant by it, whichever nested hold releases last.
+    pub grant: u64,
     pub token: FencingToken,
     pub session: Arc<Session>,
     /// The hold's open `Hold` stream, which carries its release (None: unary).
@@ -51,10 +55,13 @@ pub(crate) struct Inner {
     pub(crate) next_hold: AtomicU64,
     /// Open hold streams and their bound (`hold_stream`).
     pub(crate) hold_streams: crate::hold_stream::Budget,
+    /// The metrics this client records into, if the application gave it some
+    /// (`LockClient::with_metrics`).
+    pub(crate) metrics: Option<Recorder>,
 }
 
 impl Inner {
-    pub(crate) fn new(config: Config) -> Result<Self, LockError> {
+    pub(crate) fn new(config: Config, metrics: Option<ClientMetrics>) -> Result<Self, LockError> {
         let rpc = Rpc::new(config.channel()?);
         let stamp = config.stamp();
         let instance = config
@@ -71,7 +78,28 @@ impl Inner {
             holds: Mutex::new(HashMap::new()),
             next_hold: AtomicU64::new(1),
             hold_streams: crate::hold_stream::Budget::default(),
+            metrics: metrics.map(Recorder::new),
         })
+    }
+
+    /// The service named `class` for `key` (kept for the metrics' `class` label only).
+    pub(crate) fn learn_class(&self, key: &str, class: &str) {
+        if let Some(rec) = &self.metrics {
+            rec.learn(key, class);
+        }
+    }
+
+    /// A hold was granted on `session` for hold `id` (of `key`'s class): the session
+    /// records its end. Nothing without metrics.
+    pub(crate) fn granted(&self, session: &Session, id: u64, key: &str) {
+        if let Some(rec) = &self.metrics {
+            session.granted(id, rec.class_of(key));
+        }
+    }
+
+    /// The client's metrics, for a session it opens.
+    pub(crate) fn session_metrics(&self) -> Option<ClientMetrics> {
+        self.metrics.as_ref().map(|r| r.metrics.clone())
     }
 
     /// The RPC client, rebuilt when the credentials changed (a rotated SVID).

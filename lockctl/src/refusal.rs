@@ -38,6 +38,10 @@ pub fn of_status(status: tonic::Status) -> Failure {
 /// A refusal lock-client reported; `waited`: the caller asked to wait, so contention at
 /// the end is the wait's deadline (DEADLINE_EXCEEDED), as the service answers it.
 pub fn of_lock_error(e: LockError, waited: bool) -> Failure {
+    // A key the service cannot take is the caller's input to fix, as a bad argument is.
+    if let LockError::InvalidKey(_) = e {
+        return Failure::input(e.to_string());
+    }
     let Some(reason) = e.reason() else {
         return match e {
             LockError::Unavailable(_) => Failure::unreachable(e.to_string()),
