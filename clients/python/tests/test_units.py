@@ -221,3 +221,16 @@ def test_an_acquire_without_on_fence_is_refused_before_anything_is_sent(kwargs):
                 pass
     finally:
         c.shutdown()
+
+
+@pytest.mark.parametrize("code,details,expected", [
+    # A received RST_STREAM (an arbiter killed under the stream) arrives as INTERNAL.
+    (grpc.StatusCode.INTERNAL, None, errors.Unavailable),
+    (grpc.StatusCode.UNAVAILABLE, None, errors.Unavailable),
+    # The service's own INTERNAL, and every refusal, stay as they are.
+    (grpc.StatusCode.INTERNAL, _details("INTERNAL"), errors.OtherError),
+    (grpc.StatusCode.ABORTED, _details("HELD"), errors.Held),
+    (grpc.StatusCode.UNIMPLEMENTED, None, errors.OtherError),
+])
+def test_a_reset_on_a_stream_is_the_stream_breaking(code, details, expected):
+    assert type(errors.on_stream(errors.from_parts(code, "m", details))) is expected

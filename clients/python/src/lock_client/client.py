@@ -23,6 +23,7 @@ from . import errors
 from ._proto.lock.v1 import lock_pb2, lock_pb2_grpc
 from .keys import INSTANCE_METADATA, keyed, process_instance
 from .liveness import Lapse, Liveness
+from . import metrics as _metrics
 from . import observe as _observe
 from .observe import Leadership, Observed
 
@@ -34,7 +35,7 @@ FenceFn = Callable[[], None]
 
 # Attempts of one acquire (transient errors, session changes), within its deadline.
 MAX_TRIES = 32
-# Keys whose cluster the client remembers (past it the memory starts over).
+# Keys whose cluster (and class) the client remembers (past it the memory starts over).
 MAX_PLACES = 4096
 # Bound on one unary call beyond the wait the service was asked for: a dead path shows as
 # an error instead of a hang (the HTTP/2 PINGs below usually find it sooner).
@@ -166,7 +167,8 @@ class _Session:
         self.id = session_id
         self._live = Liveness(ttl, opened_at)
         self._lock = threading.Lock()
-        self._fences: Dict[int, FenceFn] = {}
+        # By hold id: the caller's on_fence; by HoldClock: its metrics (ended by a fence).
+        self._fences: Dict[object, FenceFn] = {}
         self._stub = stub
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -196,21 +198,25 @@ class _Session:
     def ttl(self) -> float:
         return self._live.ttl
 
-    def attach(self, hold: int, on_fence: Optional[FenceFn]) -> None:
+    def attach(self, hold: object, on_fence: Optional[FenceFn]) -> None:
         with self._lock:
             if on_fence is not None:
                 self._fences[hold] = on_fence
 
-    def detach(self, hold: int) -> None:
+    def detach(self, hold: object) -> None:
         with self._lock:
             self._fences.pop(hold, None)
 
     def close(self) -> None:
-        """Closed by its owner: dead from now on, and no on_fence runs."""
+        """Closed by its owner (shutdown): dead from now on, and no on_fence runs; the
+        holds still on it end as `shutdown` in the metrics."""
         with self._lock:
             self._live.expire()
+            clocks = [h for h in self._fences if isinstance(h, _metrics.HoldClock)]
             self._fences.clear()
         self._stop.set()
+        for c in clocks:
+            c.end("shutdown")
 
     def _fence_all(self, due: Callable[[Liveness], bool]) -> None:
         with self._lock:
@@ -326,6 +332,8 @@ class _Reentry:
     count: int
     token: int
     session: _Session
+    # The grant's hold time (metrics), ended by the last release, the fence or shutdown.
+    clock: _metrics.HoldClock
     # The hold's open Hold stream, which carries its release (None: unary).
     link: Optional["_HoldLink"] = None
 
@@ -361,7 +369,10 @@ class _HoldLink:
         except StopIteration:
             return None
         except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+            # A reset is the stream breaking (found by the conformance suite's
+            # observe-resume: a release after restart_arbiters failed INTERNAL instead of
+            # going as the unary call).
+            raise errors.on_stream(errors.from_rpc_error(e)) from None
         finally:
             timer.cancel()
 
@@ -375,13 +386,15 @@ class Hold:
     unit of work; `release()` when done (or use `LockClient.hold` as a context manager)."""
 
     def __init__(self, client: "LockClient", key: str, hold_id: int, token: int,
-                 session: _Session):
+                 session: _Session, nested: bool = False):
         self._client = client
         self.key = key
         self._id = hold_id
         self.token = token
         self._session = session
         self._done = False
+        # Counted locally inside another hold of the key (re-entrancy): no call was made.
+        self._nested = nested
 
     def can_start(self) -> bool:
         """False from the first failed renewal on: finish in-flight work, start nothing new."""
@@ -421,19 +434,26 @@ class Hold:
 class _Ended:
     """What a set or a shared hold shares with a Hold: liveness, and a release once."""
 
-    def __init__(self, client: "LockClient", hold_id: int, token: int, session: _Session):
+    def __init__(self, client: "LockClient", hold_id: int, token: int, session: _Session,
+                 clock: _metrics.HoldClock):
         self._client = client
         self._id = hold_id
         self.token = token
         self._session = session
+        self._clock = clock
         self._done = False
 
     def can_start(self) -> bool:
         """False from the first failed renewal on: finish in-flight work, start nothing new."""
         return self._session.can_start()
 
+    def remaining_ttl(self) -> float:
+        """Seconds left before the local deadline at which the hold is fenced (0 once it is)."""
+        return self._session.remaining()
+
     @property
     def fenced(self) -> bool:
+        """The hold was fenced (its on_fence ran): it is dead."""
         return self._session.fenced
 
     def was_continuous(self) -> bool:
@@ -445,12 +465,15 @@ class _Ended:
             return
         self._done = True
         self._session.detach(self._id)
+        self._session.detach(self._clock)
         if self._session.fenced:
             raise errors.Fenced("the hold was fenced before its release")
         try:
             self._release()
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+        finally:
+            self._clock.end("released")
 
     def _release(self) -> None:
         raise NotImplementedError
@@ -467,8 +490,8 @@ class HeldSet(_Ended):
     them in one transaction."""
 
     def __init__(self, client: "LockClient", keys: List[str], hold_id: int, token: int,
-                 session: _Session):
-        super().__init__(client, hold_id, token, session)
+                 session: _Session, clock: _metrics.HoldClock):
+        super().__init__(client, hold_id, token, session, clock)
         self.keys = keys
 
     def _release(self) -> None:
@@ -486,8 +509,8 @@ class SharedHold(_Ended):
     token at least that one."""
 
     def __init__(self, client: "LockClient", key: str, hold_id: int, token: int,
-                 session: _Session):
-        super().__init__(client, hold_id, token, session)
+                 session: _Session, clock: _metrics.HoldClock):
+        super().__init__(client, hold_id, token, session, clock)
         self.key = key
 
     def _release(self) -> None:
@@ -512,16 +535,22 @@ class LockClient:
     - Refusals are `errors.LockError` subclasses; waits, transient errors (with jittered
       backoff) and rate limits (honouring retry-after) are handled inside the deadline.
     - Each keyed call sends its key as `lock-key` metadata, the edge's fast path.
+    - Metrics (opt-in, `registry`): wait and hold times, lost holds (`lock_client.metrics`).
     """
 
     def __init__(self, endpoint: str, credentials: Credentials,
-                 instance: Optional[str] = None):
+                 instance: Optional[str] = None, *, registry: Optional[object] = None):
         """`instance`: this client among the replicas of its identity (sent with every
         OpenSession as `lock-instance`), used as it is; default `process_instance()`:
         `<LOCK_INSTANCE (the pod UID), else random once per process>:<pid>:<n>`, `n`
-        counting this process's client objects from 1."""
+        counting this process's client objects from 1.
+
+        `registry`: a `prometheus_client.CollectorRegistry` to record the client's metrics
+        in (`lock_client.metrics`; needs the `metrics` extra); None, the default, records
+        nothing. Client objects given one registry share its metric families."""
         # Validates the endpoint against the mode before anything is sent.
         check_endpoint(endpoint, isinstance(credentials, MeshSidecar))
+        self._metrics = _metrics.for_registry(registry)
         self._instance = instance if instance is not None else process_instance()
         self._endpoint = endpoint
         self._credentials = credentials
@@ -537,12 +566,21 @@ class LockClient:
         # named (learned from the session opened for it): bounded, a miss costs one call.
         self._places: Dict[str, int] = {}
         self._cluster_tags: Dict[str, int] = {}
+        # The lock class the service last named for a key (AcquireResponse, or the
+        # OpenSessionResponse of a session opened for it): the metrics' `class` label of
+        # answers that name none (refusals, sets). Bounded like `_places`.
+        self._classes: Dict[str, str] = {}
         self._holds: Dict[str, _Reentry] = {}
         self._next_hold = 1
         self._open_streams = 0
         self._max_hold_streams = DEFAULT_MAX_HOLD_STREAMS
 
     # -- public API --------------------------------------------------------------------
+    @property
+    def instance(self) -> str:
+        """The `lock-instance` this client sends with every OpenSession."""
+        return self._instance
+
     def limit_hold_streams(self, max_streams: int) -> None:
         """At most `max_streams` holds keep their Hold stream open (default
         DEFAULT_MAX_HOLD_STREAMS); past it acquires use the unary calls. 0: unary calls only
@@ -563,6 +601,10 @@ class LockClient:
             # Refused before anything is sent.
             raise TypeError("acquire: on_fence is required (ADR-12): the function that stops "
                             "your work if the hold is fenced")
+        return self._acquire(key, wait, on_fence, True)
+
+    def _acquire(self, key: str, wait: float, on_fence: FenceFn, metered: bool) -> Hold:
+        """`acquire`; `metered`: records its wait (a campaign records its own instead)."""
         with self._lock:
             hold_id = self._next_hold
             self._next_hold += 1
@@ -575,15 +617,25 @@ class LockClient:
             if entry is not None:
                 entry.count += 1
                 entry.session.attach(hold_id, on_fence)
-                return Hold(self, key, hold_id, entry.token, entry.session)
-        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
+                return Hold(self, key, hold_id, entry.token, entry.session, nested=True)
+        started = time.monotonic()
+        deadline = started + min(max(wait, 0.0), MAX_WAIT)
 
-        def grant(s: _Session, left: float) -> Tuple[int, Optional[_HoldLink]]:
+        def grant(s: _Session, left: float) -> Tuple[lock_pb2.AcquireResponse,
+                                                     Optional[_HoldLink]]:
             req = lock_pb2.AcquireRequest(key=key, session_id=s.id, wait_millis=int(left * 1000))
             return self._grant(key, req, left + CALL_SLACK)
 
-        (token, link), s = self._on_session(key, deadline, grant)
-        return self._held(key, hold_id, token, s, on_fence, link)
+        try:
+            (r, link), s = self._on_session(key, deadline, grant)
+        except BaseException as e:
+            if metered:
+                self._waited([key], None, started, e)
+            raise
+        class_name = self._granted_class(key, r.class_name)
+        if metered:
+            self._waited([key], class_name, started, None)
+        return self._held(key, hold_id, r.token, s, on_fence, class_name, link)
 
     def acquire_all(self, keys: List[str], wait: float = 0.0, *, on_fence: FenceFn) -> "HeldSet":
         """Takes every key of `keys` together (AcquireAll): all or nothing, in one
@@ -595,7 +647,8 @@ class LockClient:
         if not keys:
             raise errors.InvalidRequest("a key set has 1..=16 keys")
         first = min(keys)
-        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
+        started = time.monotonic()
+        deadline = started + min(max(wait, 0.0), MAX_WAIT)
 
         def grant(s: _Session, left: float) -> lock_pb2.AcquireAllResponse:
             req = lock_pb2.AcquireAllRequest(keys=list(keys), session_id=s.id,
@@ -606,12 +659,20 @@ class LockClient:
             except grpc.RpcError as e:
                 raise errors.from_rpc_error(e) from None
 
-        r, s = self._on_session(first, deadline, grant)
+        try:
+            r, s = self._on_session(first, deadline, grant)
+        except BaseException as e:
+            self._waited(keys, None, started, e)
+            raise
+        class_name = self._class_of(keys)
+        self._waited(keys, class_name, started, None)
         with self._lock:
             hold_id = self._next_hold
             self._next_hold += 1
+        clock = _metrics.HoldClock(self._metrics, class_name)
         s.attach(hold_id, on_fence)
-        return HeldSet(self, list(r.keys), hold_id, r.token, s)
+        s.attach(clock, clock.fenced)
+        return HeldSet(self, list(r.keys), hold_id, r.token, s, clock)
 
     def acquire_shared(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> "SharedHold":
         """Takes `key` shared (a `shared: true` class): many sessions hold it at once; an
@@ -619,23 +680,31 @@ class LockClient:
         wait behind it."""
         if not callable(on_fence):
             raise TypeError("acquire_shared: on_fence is required (ADR-12)")
-        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
+        started = time.monotonic()
+        deadline = started + min(max(wait, 0.0), MAX_WAIT)
 
-        def grant(s: _Session, left: float) -> int:
+        def grant(s: _Session, left: float) -> lock_pb2.AcquireResponse:
             req = lock_pb2.AcquireRequest(key=key, session_id=s.id, wait_millis=int(left * 1000),
                                           mode=lock_pb2.HOLD_MODE_SHARED)
             try:
-                return self._stub().Acquire(req, metadata=keyed(key),
-                                            timeout=left + CALL_SLACK).token
+                return self._stub().Acquire(req, metadata=keyed(key), timeout=left + CALL_SLACK)
             except grpc.RpcError as e:
                 raise errors.from_rpc_error(e) from None
 
-        token, s = self._on_session(key, deadline, grant)
+        try:
+            r, s = self._on_session(key, deadline, grant)
+        except BaseException as e:
+            self._waited([key], None, started, e)
+            raise
+        class_name = self._granted_class(key, r.class_name)
+        self._waited([key], class_name, started, None)
         with self._lock:
             hold_id = self._next_hold
             self._next_hold += 1
+        clock = _metrics.HoldClock(self._metrics, class_name)
         s.attach(hold_id, on_fence)
-        return SharedHold(self, key, hold_id, token, s)
+        s.attach(clock, clock.fenced)
+        return SharedHold(self, key, hold_id, r.token, s, clock)
 
     def _on_session(self, key: str, deadline: float,
                     call: Callable[[_Session, float], T]) -> Tuple[T, _Session]:
@@ -698,14 +767,29 @@ class LockClient:
         return _observe.observe(self._stub, self._own_session, key, after_revision,
                                 after_store_epoch)
 
-    def campaign(self, key: str, *, on_deposed: FenceFn) -> "Leadership":
+    def campaign(self, key: str, *, on_deposed: FenceFn,
+                 wait: Optional[float] = None) -> "Leadership":
         """Leader election: waits in `key`'s queue until this process leads. Leadership
         is the hold; `Leadership.term` is its fencing token. `on_deposed` (required, like
-        `on_fence`) runs if the leadership is lost without `resign()`."""
+        `on_fence`) runs if the leadership is lost without `resign()`. `wait`: seconds to
+        stay a candidate before giving up with `Held` (None, the default: for as long as
+        it takes; 0: lead now or not at all)."""
         if not callable(on_deposed):
             raise TypeError("campaign: on_deposed is required: the function that stops "
                             "your work as leader if the leadership is lost")
-        return _observe.campaign(self.acquire, key, on_deposed)
+        started = time.monotonic()
+
+        def acquire(k: str, w: float, *, on_fence: FenceFn) -> Hold:
+            return self._acquire(k, w, on_fence, False)
+
+        try:
+            leadership = _observe.campaign(acquire, key, on_deposed, wait)
+        except BaseException as e:
+            self._waited([key], None, started, e)
+            raise
+        if not leadership._hold._nested:
+            self._waited([key], self._class_of([key]), started, None)
+        return leadership
 
     @contextlib.contextmanager
     def hold(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> Iterator[Hold]:
@@ -774,7 +858,7 @@ class LockClient:
             return lock_pb2_grpc.LockStub(self._channel)
 
     def _grant(self, key: str, req: lock_pb2.AcquireRequest,
-               timeout: float) -> Tuple[int, Optional[_HoldLink]]:
+               timeout: float) -> Tuple[lock_pb2.AcquireResponse, Optional[_HoldLink]]:
         """The acquire on a Hold stream when the budget allows (kept for the release),
         else the unary call."""
         with self._lock:
@@ -786,13 +870,13 @@ class LockClient:
                 r = self._stub().Acquire(req, metadata=keyed(key), timeout=timeout)
             except grpc.RpcError as e:
                 raise errors.from_rpc_error(e) from None
-            return r.token, None
+            return r, None
         link = _HoldLink(self._stub(), key)
         try:
             answer = link.ask(lock_pb2.HoldRequest(acquire=req), timeout)
             if answer is None or answer.WhichOneof("step") != "acquired":
                 raise errors.Unavailable("the hold stream ended without answering the acquire")
-            return answer.acquired.token, link
+            return answer.acquired, link
         except BaseException:
             self._close_link(link)
             raise
@@ -806,11 +890,44 @@ class LockClient:
         self._open_streams -= 1
 
     def _held(self, key: str, hold_id: int, token: int, s: _Session,
-              on_fence: Optional[FenceFn], link: Optional[_HoldLink] = None) -> Hold:
+              on_fence: Optional[FenceFn], class_name: str,
+              link: Optional[_HoldLink] = None) -> Hold:
+        clock = _metrics.HoldClock(self._metrics, class_name)
         s.attach(hold_id, on_fence)
+        s.attach(clock, clock.fenced)
         with self._lock:
-            self._holds[key] = _Reentry(count=1, token=token, session=s, link=link)
+            self._holds[key] = _Reentry(count=1, token=token, session=s, clock=clock, link=link)
         return Hold(self, key, hold_id, token, s)
+
+    def _waited(self, keys: List[str], class_name: Optional[str], started: float,
+                err: Optional[BaseException]) -> None:
+        """Records an acquire call's wait: granted (`err` None) or its outcome."""
+        if err is None:
+            outcome = "granted"
+        else:
+            outcome = _metrics.outcome_of(err)
+            class_name = self._class_of(keys)
+        self._metrics.waited(class_name or _metrics.UNKNOWN_CLASS, outcome,
+                             time.monotonic() - started)
+
+    def _learn_class(self, key: str, class_name: str) -> None:
+        if not class_name:
+            return
+        with self._lock:
+            if len(self._classes) >= MAX_PLACES and key not in self._classes:
+                self._classes.clear()
+            self._classes[key] = class_name
+
+    def _granted_class(self, key: str, class_name: str) -> str:
+        """The class a grant's answer named (remembered for the key's later refusals)."""
+        self._learn_class(key, class_name)
+        return class_name or self._class_of([key])
+
+    def _class_of(self, keys: List[str]) -> str:
+        """The class last named for `keys`: a set counts under its first key's (in sort
+        order, the key its session is opened for)."""
+        with self._lock:
+            return self._classes.get(min(keys)) or _metrics.UNKNOWN_CLASS
 
     def _own_session(self, key: str) -> int:
         """The session this client holds `key` on, else its session for the key's
@@ -890,6 +1007,7 @@ class LockClient:
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
         s = _Session(r.session_id, float(r.ttl_seconds), sent, stub)
+        self._learn_class(key, r.class_name)
         with self._lock:
             slot = (r.ttl_seconds, _tag_of(r.session_id))
             old = self._sessions.get(slot)
@@ -901,9 +1019,12 @@ class LockClient:
     def _finish(self, key: str, hold_id: int, token: int, s: _Session) -> None:
         s.detach(hold_id)
         link: Optional[_HoldLink] = None
+        clock: Optional[_metrics.HoldClock] = None
         with self._lock:
             entry = self._holds.get(key)
-            if entry is None:
+            if entry is None or entry.session is not s:
+                # Ended by shutdown, or the entry is a later grant's (this hold was fenced
+                # and the key taken again): not this hold's to count down.
                 last = False
             elif entry.count > 1:
                 entry.count -= 1
@@ -912,8 +1033,11 @@ class LockClient:
                 del self._holds[key]
                 last = True
                 link = entry.link
+                clock = entry.clock
         if not last:
             return
+        if clock is not None:
+            s.detach(clock)
         try:
             if s.fenced:
                 raise errors.Fenced("the hold was fenced before its release")
@@ -930,5 +1054,7 @@ class LockClient:
             except grpc.RpcError as e:
                 raise errors.from_rpc_error(e) from None
         finally:
+            if clock is not None:
+                clock.end("released")
             if link is not None:
                 self._close_link(link)

@@ -220,6 +220,15 @@ def from_parts(code: grpc.StatusCode, message: str, details: Optional[bytes]) ->
     return cls(message, code=code, reason=reason, metadata=metadata)
 
 
+def on_stream(err: LockError) -> LockError:
+    """`err` as a stream's failure: a reset without a lock.v1 reason (gRPC reports a
+    received RST_STREAM, as from an arbiter killed under the stream, as INTERNAL) is the
+    stream breaking, `Unavailable`, not a refusal. Unary calls keep `from_parts`' answer."""
+    if err.reason is None and err.code == grpc.StatusCode.INTERNAL:
+        return Unavailable(err.message, code=err.code)
+    return err
+
+
 def _details(metadata: Optional[Sequence[Tuple[str, object]]]) -> Optional[bytes]:
     for key, value in metadata or ():
         if key == DETAILS_TRAILER and isinstance(value, bytes):

@@ -109,7 +109,8 @@ def observe(stub: Callable[[], lock_pb2_grpc.LockStub], own_session: Callable[[s
                 yield o
             continue  # the stream ended cleanly: resume
         except grpc.RpcError as e:
-            err = errors.from_rpc_error(e)
+            # A reset (an arbiter killed under the stream) is resumed like any break.
+            err = errors.on_stream(errors.from_rpc_error(e))
         if isinstance(err, errors.HistoryCompacted):
             after, store_epoch, gap = 0, 0, True
             continue
@@ -146,6 +147,15 @@ class Leadership:
         """False from the first failed renewal: start nothing new as leader."""
         return self._hold.can_start()
 
+    @property
+    def deposed(self) -> bool:
+        """The leadership was lost (its hold fenced; `on_deposed` ran): it is over."""
+        return self._hold.fenced
+
+    def remaining_ttl(self) -> float:
+        """Seconds left before the local deadline at which the leadership is lost."""
+        return self._hold.remaining_ttl()
+
     def was_continuous(self) -> bool:
         return self._hold.was_continuous()
 
@@ -157,13 +167,23 @@ class Leadership:
         return f"Leadership(key={self.key!r})"
 
 
-def campaign(acquire: Callable[..., Any], key: str, on_deposed: Callable[[], None]) -> Leadership:
-    """`acquire`: the client's `acquire`."""
+def campaign(acquire: Callable[..., Any], key: str, on_deposed: Callable[[], None],
+             wait: Optional[float] = None) -> Leadership:
+    """`acquire`: the client's `acquire`; `wait`: seconds to stay a candidate (None: no
+    end), after which the last round's `Held` is raised."""
+    deadline = None if wait is None else time.monotonic() + max(wait, 0.0)
     while True:
         started = time.monotonic()
+        round_ = CAMPAIGN_ROUND if deadline is None else min(CAMPAIGN_ROUND,
+                                                             max(deadline - started, 0.0))
         try:
-            return Leadership(acquire(key, CAMPAIGN_ROUND, on_fence=on_deposed))
+            return Leadership(acquire(key, round_, on_fence=on_deposed))
         except errors.Held:
-            # The round ended with the key still held: still a candidate.
-            if time.monotonic() - started < MIN_ROUND:
-                time.sleep(MIN_ROUND)
+            # The round ended with the key still held: still a candidate, unless the
+            # caller's wait is over.
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise
+            if now - started < MIN_ROUND:
+                pause = MIN_ROUND if deadline is None else min(MIN_ROUND, deadline - now)
+                time.sleep(pause)
