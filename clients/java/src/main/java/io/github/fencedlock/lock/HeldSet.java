@@ -16,14 +16,20 @@ public final class HeldSet implements AutoCloseable {
     final long id;
     private final long token;
     final Session session;
+    /** The hold time of the grant, and the id of the session's fence callback that records it. */
+    final Metrics.HoldTimer timer;
+    final long hook;
     private final AtomicBoolean released = new AtomicBoolean();
 
-    HeldSet(LockClient client, List<String> keys, long id, long token, Session session) {
+    HeldSet(LockClient client, List<String> keys, long id, long token, Session session,
+            Metrics.HoldTimer timer, long hook) {
         this.client = client;
         this.keys = List.copyOf(keys);
         this.id = id;
         this.token = token;
         this.session = session;
+        this.timer = timer;
+        this.hook = hook;
     }
 
     /** The keys held, sorted (as the service answered them). */

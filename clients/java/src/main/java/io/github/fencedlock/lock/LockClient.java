@@ -8,6 +8,7 @@ import io.grpc.netty.shaded.io.grpc.netty.NegotiationType;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import io.grpc.netty.shaded.io.netty.handler.ssl.SslContext;
 import io.grpc.stub.MetadataUtils;
+import io.opentelemetry.api.metrics.MeterProvider;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -93,9 +94,13 @@ public final class LockClient implements AutoCloseable {
     private long nextHold;
     private final int maxStreams;
     private int openStreams;
+    /** The class the service last named for each key: the metrics' class attribute. */
+    private final Map<String, String> classes = new HashMap<>();
+    private final Metrics metrics;
 
-    LockClient(ManagedChannel channel, String instance, int maxStreams) {
+    LockClient(ManagedChannel channel, String instance, int maxStreams, Metrics metrics) {
         this.channel = channel;
+        this.metrics = metrics;
         this.blocking = LockGrpc.newBlockingStub(channel);
         this.async = LockGrpc.newStub(channel);
         this.instance = instance;
@@ -151,13 +156,17 @@ public final class LockClient implements AutoCloseable {
      * @throws LockException {@link Reason#ON_FENCE_REQUIRED} without onFence, before anything is sent
      */
     public Hold acquire(String key, AcquireOptions opts) {
-        return acquireInternal(key, true, opts);
+        return measured(key, w -> acquireInternal(key, true, opts, w));
     }
 
-    /** {@link #acquire} without waiting: empty at once when another session holds key (HELD). */
+    /**
+     * {@link #acquire} without waiting: empty at once when another session holds key (HELD).
+     * One attempt: a transient refusal (NO_QUORUM, RATE_LIMITED, UNAVAILABLE, ...) is thrown
+     * at once, not retried; the options' timeout bounds the calls.
+     */
     public Optional<Hold> tryAcquire(String key, AcquireOptions opts) {
         try {
-            return Optional.of(acquireInternal(key, false, opts));
+            return Optional.of(measured(key, w -> acquireInternal(key, false, opts, w)));
         } catch (LockException e) {
             if (e.reason() == Reason.HELD) {
                 return Optional.empty();
@@ -230,6 +239,23 @@ public final class LockClient implements AutoCloseable {
     }
 
     /**
+     * Runs one acquire call and records how long it waited for its answer, with the class the
+     * service named for classKey (a set: its first key) and the outcome.
+     */
+    private <T> T measured(String classKey, java.util.function.Function<Metrics.Wait, T> call) {
+        Metrics.Wait w = metrics.startWait();
+        T v;
+        try {
+            v = call.apply(w);
+        } catch (RuntimeException e) {
+            w.failed(classOf(classKey), e);
+            throw e;
+        }
+        w.granted(classOf(classKey));
+        return v;
+    }
+
+    /**
      * The wait one Acquire asks the service for, in nanoseconds: 0 without waiting; else the
      * time the caller leaves, less a tenth (at most 1 s) so the service answers before the
      * caller's deadline, capped at what the service grants.
@@ -246,7 +272,7 @@ public final class LockClient implements AutoCloseable {
         return Math.max(Math.min(left, max), 0);
     }
 
-    private Hold acquireInternal(String key, boolean wait, AcquireOptions opts) {
+    private Hold acquireInternal(String key, boolean wait, AcquireOptions opts, Metrics.Wait w) {
         if (opts == null || opts.onFenceCallback() == null) {
             throw onFenceRequired();
         }
@@ -264,11 +290,12 @@ public final class LockClient implements AutoCloseable {
         if (h != null) {
             return h;
         }
+        w.called();
         try {
             while (true) {
                 long[] asked = {0};
                 try {
-                    Placed<Grant> p = onSession(dl, key, s -> {
+                    Placed<Grant> p = onSession(dl, key, wait, s -> {
                         asked[0] = waitFor(wait, !dl.isNone(), dl.remaining());
                         AcquireRequest req = AcquireRequest.newBuilder()
                                 .setKey(key)
@@ -306,6 +333,7 @@ public final class LockClient implements AutoCloseable {
                 if (e.link != null) {
                     dropLinkLocked(e.link);
                 }
+                e.timer.end(Metrics.End.FENCED); // its fence hook has recorded it, or is about to
                 return null;
             }
             e.count++;
@@ -315,11 +343,46 @@ public final class LockClient implements AutoCloseable {
     }
 
     private Hold held(String key, long id, Grant g, Session s, Runnable onFence) {
+        Metrics.HoldTimer timer = metrics.granted(classOf(key));
+        long hook = fenceHook(s, timer);
         s.attach(id, onFence);
         synchronized (mu) {
-            holds.put(key, new Reentry(g.token, s, g.link));
+            holds.put(key, new Reentry(g.token, s, g.link, timer, hook));
         }
         return new Hold(this, key, id, g.token, s);
+    }
+
+    /**
+     * Attaches to s, beside the holds' own onFence, the callback that records timer's grant
+     * as fenced (and lost) when s is fenced; its id, to detach it when the grant ends.
+     */
+    private long fenceHook(Session s, Metrics.HoldTimer timer) {
+        long hook;
+        synchronized (mu) {
+            hook = ++nextHold;
+        }
+        s.attach(hook, () -> timer.end(Metrics.End.FENCED));
+        return hook;
+    }
+
+    /** The class the service last named for key ({@link Metrics#UNKNOWN_CLASS} if none did). */
+    private String classOf(String key) {
+        synchronized (mu) {
+            return classes.getOrDefault(key, Metrics.UNKNOWN_CLASS);
+        }
+    }
+
+    /** Remembers the class an answer named for key (bounded as {@link #learnPlace}). */
+    private void learnClass(String key, String cls) {
+        if (cls == null || cls.isEmpty()) {
+            return;
+        }
+        synchronized (mu) {
+            if (!classes.containsKey(key) && classes.size() >= MAX_PLACES) {
+                classes.clear();
+            }
+            classes.put(key, cls);
+        }
     }
 
     /** The gRPC deadline of one call: timeout, within the caller's deadline. */
@@ -351,6 +414,7 @@ public final class LockClient implements AutoCloseable {
                         .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(req.getKey())))
                         .withDeadlineAfter(Math.max(callDeadline - System.nanoTime(), 1), TimeUnit.NANOSECONDS)
                         .acquire(req);
+                learnClass(req.getKey(), r.getClassName());
                 return new Grant(r.getToken(), null);
             } catch (StatusRuntimeException e) {
                 if (Thread.currentThread().isInterrupted() || dl.expired()) {
@@ -370,6 +434,7 @@ public final class LockClient implements AutoCloseable {
         try {
             HoldResponse a = link.ask(HoldRequest.newBuilder().setAcquire(req).build(), callDeadline);
             if (a.hasAcquired()) {
+                learnClass(req.getKey(), a.getAcquired().getClassName());
                 return new Grant(a.getAcquired().getToken(), link);
             }
             err = LockException.client(Reason.UNAVAILABLE, "the hold stream ended without answering the acquire");
@@ -507,6 +572,11 @@ public final class LockClient implements AutoCloseable {
         if (opts == null || opts.onFenceCallback() == null) {
             throw onFenceRequired();
         }
+        // One wait for the whole campaign, however many rounds it takes.
+        return measured(key, w -> campaignRounds(key, opts, w));
+    }
+
+    private Leadership campaignRounds(String key, CampaignOptions opts, Metrics.Wait w) {
         Deadline dl = Deadline.after(opts.timeout());
         while (true) {
             long started = System.nanoTime();
@@ -515,7 +585,7 @@ public final class LockClient implements AutoCloseable {
                     .timeout(dl.isNone() ? null : Duration.ofNanos(dl.remaining()))
                     .build();
             try {
-                return new Leadership(acquire(key, round));
+                return new Leadership(acquireInternal(key, true, round, w));
             } catch (LockException e) {
                 if (e.reason() != Reason.HELD || dl.expired()) {
                     throw e;
@@ -577,6 +647,25 @@ public final class LockClient implements AutoCloseable {
      *     {@link Reason#MALFORMED_REQUEST} for no or too many keys, before anything is sent
      */
     public HeldSet acquireAll(List<String> keys, AcquireOptions opts) {
+        return acquireAllMeasured(keys, true, opts);
+    }
+
+    /**
+     * {@link #acquireAll} without waiting: empty at once when a key of the set is held (HELD).
+     * One attempt, as {@link #tryAcquire}: a transient refusal is thrown at once.
+     */
+    public Optional<HeldSet> tryAcquireAll(List<String> keys, AcquireOptions opts) {
+        try {
+            return Optional.of(acquireAllMeasured(keys, false, opts));
+        } catch (LockException e) {
+            if (e.reason() == Reason.HELD) {
+                return Optional.empty();
+            }
+            throw e;
+        }
+    }
+
+    private HeldSet acquireAllMeasured(List<String> keys, boolean wait, AcquireOptions opts) {
         if (opts == null || opts.onFenceCallback() == null) {
             throw onFenceRequired();
         }
@@ -584,15 +673,22 @@ public final class LockClient implements AutoCloseable {
             throw LockException.client(Reason.MALFORMED_REQUEST, "a key set has 1..=" + MAX_SET_KEYS + " keys");
         }
         List<String> ks = List.copyOf(keys);
+        // The set's class: its first key's, the key its session is opened for.
         String first = java.util.Collections.min(ks);
+        return measured(first, w -> acquireAllInternal(ks, first, wait, opts, w));
+    }
+
+    private HeldSet acquireAllInternal(List<String> ks, String first, boolean wait, AcquireOptions opts,
+                                       Metrics.Wait w) {
         Deadline dl = Deadline.after(opts.timeout());
         long id = newHoldId();
+        w.called();
         try {
             while (true) {
                 long[] asked = {0};
                 try {
-                    Placed<AcquireAllResponse> p = onSession(dl, first, s -> {
-                        asked[0] = waitFor(true, !dl.isNone(), dl.remaining());
+                    Placed<AcquireAllResponse> p = onSession(dl, first, wait, s -> {
+                        asked[0] = waitFor(wait, !dl.isNone(), dl.remaining());
                         if (dl.expired()) {
                             throw LockException.client(Reason.TIMED_OUT, "");
                         }
@@ -612,10 +708,12 @@ public final class LockClient implements AutoCloseable {
                     for (String k : p.value.getKeysList()) {
                         learnPlace(k, Session.tagOf(p.session.id));
                     }
+                    Metrics.HoldTimer timer = metrics.granted(classOf(first));
+                    long hook = fenceHook(p.session, timer);
                     p.session.attach(id, opts.onFenceCallback());
-                    return new HeldSet(this, p.value.getKeysList(), id, p.value.getToken(), p.session);
+                    return new HeldSet(this, p.value.getKeysList(), id, p.value.getToken(), p.session, timer, hook);
                 } catch (LockException e) {
-                    if (asked[0] > 0 && e.reason() == Reason.HELD
+                    if (wait && asked[0] > 0 && e.reason() == Reason.HELD
                             && (dl.isNone() || dl.remaining() > TimeUnit.SECONDS.toNanos(1))) {
                         continue; // the service's wait ended before the caller's did
                     }
@@ -630,7 +728,9 @@ public final class LockClient implements AutoCloseable {
 
     void releaseAll(HeldSet h) {
         h.session.detach(h.id);
+        h.session.detach(h.hook);
         if (h.session.fenced()) {
+            h.timer.end(Metrics.End.FENCED);
             if (isClosed()) {
                 return;
             }
@@ -642,6 +742,8 @@ public final class LockClient implements AutoCloseable {
                             .addAllKeys(h.keys()).setToken(h.token()).setSessionId(h.session.id).build());
         } catch (StatusRuntimeException x) {
             throw wrap(Deadline.NONE, x);
+        } finally {
+            h.timer.end(Metrics.End.RELEASED);
         }
     }
 
@@ -656,18 +758,43 @@ public final class LockClient implements AutoCloseable {
      * @throws LockException {@link Reason#ON_FENCE_REQUIRED} without onFence, before anything is sent
      */
     public SharedHold acquireShared(String key, AcquireOptions opts) {
+        return acquireSharedMeasured(key, true, opts);
+    }
+
+    /**
+     * {@link #acquireShared} without waiting: empty at once when the key is held exclusively,
+     * or an exclusive waiter is queued (HELD). One attempt, as {@link #tryAcquire}: a
+     * transient refusal is thrown at once.
+     */
+    public Optional<SharedHold> tryAcquireShared(String key, AcquireOptions opts) {
+        try {
+            return Optional.of(acquireSharedMeasured(key, false, opts));
+        } catch (LockException e) {
+            if (e.reason() == Reason.HELD) {
+                return Optional.empty();
+            }
+            throw e;
+        }
+    }
+
+    private SharedHold acquireSharedMeasured(String key, boolean wait, AcquireOptions opts) {
         if (opts == null || opts.onFenceCallback() == null) {
             throw onFenceRequired();
         }
         Objects.requireNonNull(key, "key");
+        return measured(key, w -> acquireSharedInternal(key, wait, opts, w));
+    }
+
+    private SharedHold acquireSharedInternal(String key, boolean wait, AcquireOptions opts, Metrics.Wait w) {
         Deadline dl = Deadline.after(opts.timeout());
         long id = newHoldId();
+        w.called();
         try {
             while (true) {
                 long[] asked = {0};
                 try {
-                    Placed<AcquireResponse> p = onSession(dl, key, s -> {
-                        asked[0] = waitFor(true, !dl.isNone(), dl.remaining());
+                    Placed<AcquireResponse> p = onSession(dl, key, wait, s -> {
+                        asked[0] = waitFor(wait, !dl.isNone(), dl.remaining());
                         if (dl.expired()) {
                             throw LockException.client(Reason.TIMED_OUT, "");
                         }
@@ -686,10 +813,13 @@ public final class LockClient implements AutoCloseable {
                             throw wrap(dl, e);
                         }
                     });
+                    learnClass(key, p.value.getClassName());
+                    Metrics.HoldTimer timer = metrics.granted(classOf(key));
+                    long hook = fenceHook(p.session, timer);
                     p.session.attach(id, opts.onFenceCallback());
-                    return new SharedHold(this, key, id, p.value.getToken(), p.session);
+                    return new SharedHold(this, key, id, p.value.getToken(), p.session, timer, hook);
                 } catch (LockException e) {
-                    if (asked[0] > 0 && e.reason() == Reason.HELD
+                    if (wait && asked[0] > 0 && e.reason() == Reason.HELD
                             && (dl.isNone() || dl.remaining() > TimeUnit.SECONDS.toNanos(1))) {
                         continue;
                     }
@@ -704,7 +834,9 @@ public final class LockClient implements AutoCloseable {
 
     void releaseShared(SharedHold h) {
         h.session.detach(h.id);
+        h.session.detach(h.hook);
         if (h.session.fenced()) {
+            h.timer.end(Metrics.End.FENCED);
             if (isClosed()) {
                 return;
             }
@@ -717,6 +849,8 @@ public final class LockClient implements AutoCloseable {
                             .setSessionId(h.session.id).setMode(HoldMode.HOLD_MODE_SHARED).build());
         } catch (StatusRuntimeException x) {
             throw wrap(Deadline.NONE, x);
+        } finally {
+            h.timer.end(Metrics.End.RELEASED);
         }
     }
 
@@ -741,9 +875,11 @@ public final class LockClient implements AutoCloseable {
             }
             holds.remove(h.key);
         }
+        h.session.detach(e.hook);
         HoldLink link = e.link;
         try {
             if (h.session.fenced()) {
+                e.timer.end(Metrics.End.FENCED);
                 throw LockException.client(Reason.FENCED, "the hold was fenced before its release");
             }
             ReleaseRequest req = ReleaseRequest.newBuilder()
@@ -756,7 +892,12 @@ public final class LockClient implements AutoCloseable {
                         return;
                     }
                 } catch (LockException x) {
-                    if (!x.is(Reason.UNAVAILABLE)) {
+                    // A refusal the service gave on the stream (STALE_TOKEN, ...) is the
+                    // answer. A stream that broke or had ended could not carry the release:
+                    // UNAVAILABLE, or a reset without a lock.v1 reason (the RST_STREAM
+                    // INTERNAL_ERROR a proxy sends when the arbiter behind it restarts,
+                    // found by the conformance suite's observe-resume).
+                    if (!x.wireReason().isEmpty() && !x.is(Reason.UNAVAILABLE)) {
                         throw x;
                     }
                 } catch (InterruptedException x) {
@@ -773,6 +914,7 @@ public final class LockClient implements AutoCloseable {
                 throw wrap(Deadline.NONE, x);
             }
         } finally {
+            e.timer.end(Metrics.End.RELEASED); // nothing when it was fenced first
             if (link != null) {
                 dropLink(link);
             }
@@ -873,6 +1015,7 @@ public final class LockClient implements AutoCloseable {
         } catch (StatusRuntimeException e) {
             throw wrap(dl, e);
         }
+        learnClass(key, r.getClassName());
         Session s = new Session(r.getSessionId(), Duration.ofSeconds(r.getTtlSeconds()), sent);
         Session old;
         synchronized (mu) {
@@ -903,9 +1046,13 @@ public final class LockClient implements AutoCloseable {
      * Runs call(session) for key until it answers, the deadline ends or a refusal no retry
      * cures: a session opened for the key's class when there is none, one of the TTL or on
      * the cluster the service asks for (WRONG_SESSION_TTL, WRONG_SESSION_PLACE), a new one
-     * when it expired, and transient refusals waited out inside the deadline.
+     * when it expired, and, when the caller waits, transient refusals waited out inside the
+     * deadline. A call without a wait (the try forms) answers the first transient refusal as
+     * it is (NO_QUORUM, RATE_LIMITED, UNAVAILABLE at once, as the Rust and Go clients do with
+     * no wait), not after retrying for as long as the deadline allows.
      */
-    private <T> Placed<T> onSession(Deadline dl, String key, SessionCall<T> call) throws InterruptedException {
+    private <T> Placed<T> onSession(Deadline dl, String key, boolean wait, SessionCall<T> call)
+            throws InterruptedException {
         Session s = sessionForKey(key);
         Supplier<Session> wanted = null;
         Consumer<Session> opened = null;
@@ -921,7 +1068,7 @@ public final class LockClient implements AutoCloseable {
                 try {
                     s = sessionOrOpen(dl, key, wanted, opened);
                 } catch (LockException e) {
-                    if (!e.isTransient()) {
+                    if (!wait || !e.isTransient()) {
                         throw e;
                     }
                     last = e;
@@ -945,6 +1092,7 @@ public final class LockClient implements AutoCloseable {
             long pause;
             switch (e.reason()) {
                 case WRONG_SESSION_TTL: {
+                    learnClass(key, e.metadata().get("class"));
                     long ttl = ttlSeconds(e);
                     wanted = () -> sessionForTtl(ttl);
                     s = wanted.get();
@@ -975,7 +1123,7 @@ public final class LockClient implements AutoCloseable {
                     backoff = Math.min(backoff * 2, TimeUnit.SECONDS.toNanos(1));
                     pause = jitter(backoff);
             }
-            if (dl.remaining() < pause) {
+            if (!wait || dl.remaining() < pause) {
                 throw e;
             }
             TimeUnit.NANOSECONDS.sleep(pause);
@@ -1037,6 +1185,8 @@ public final class LockClient implements AutoCloseable {
             holds.clear();
             openStreams = 0;
         }
+        // Every hold still live ends here (outcome shutdown), before the CloseSession calls.
+        metrics.shutdown();
         LockException first = null;
         for (Session s : toClose) {
             boolean wasFenced = s.fenced();
@@ -1095,11 +1245,17 @@ public final class LockClient implements AutoCloseable {
         final long token;
         final Session session;
         final HoldLink link;
+        /** The grant's hold time, ended by the last release, the fence or close. */
+        final Metrics.HoldTimer timer;
+        /** The id of the session's fence callback that records the grant as fenced. */
+        final long hook;
 
-        Reentry(long token, Session session, HoldLink link) {
+        Reentry(long token, Session session, HoldLink link, Metrics.HoldTimer timer, long hook) {
             this.token = token;
             this.session = session;
             this.link = link;
+            this.timer = timer;
+            this.hook = hook;
         }
     }
 
@@ -1135,6 +1291,7 @@ public final class LockClient implements AutoCloseable {
         private boolean meshSidecar;
         private String instance;
         private int maxHoldStreams = DEFAULT_MAX_HOLD_STREAMS;
+        private MeterProvider meterProvider;
 
         private Builder(String endpoint) {
             this.endpoint = Objects.requireNonNull(endpoint, "endpoint");
@@ -1188,6 +1345,19 @@ public final class LockClient implements AutoCloseable {
         }
 
         /**
+         * Records the client's metrics ({@code lock.client.wait.duration},
+         * {@code lock.client.hold.duration}, {@code lock.client.holds.lost}) with this
+         * provider's meter {@code io.github.fencedlock.lock}: {@code openTelemetry.getMeterProvider()},
+         * or {@link MeterProvider#noop()} for none. Default (null): the global provider
+         * ({@code GlobalOpenTelemetry}) once the application has set one, and nothing before;
+         * the client never sets the global itself.
+         */
+        public Builder meterProvider(MeterProvider provider) {
+            this.meterProvider = provider;
+            return this;
+        }
+
+        /**
          * The client. It connects lazily.
          *
          * @throws IllegalArgumentException a bad endpoint, instance or server ID, or missing credentials
@@ -1230,7 +1400,7 @@ public final class LockClient implements AutoCloseable {
                 }
                 b.negotiationType(NegotiationType.TLS).sslContext(ssl);
             }
-            return new LockClient(b.build(), inst, maxHoldStreams);
+            return new LockClient(b.build(), inst, maxHoldStreams, new Metrics(meterProvider));
         }
     }
 }

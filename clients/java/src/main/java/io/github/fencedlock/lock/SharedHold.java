@@ -17,14 +17,20 @@ public final class SharedHold implements AutoCloseable {
     final long id;
     final long token;
     final Session session;
+    /** The hold time of the grant, and the id of the session's fence callback that records it. */
+    final Metrics.HoldTimer timer;
+    final long hook;
     private final AtomicBoolean released = new AtomicBoolean();
 
-    SharedHold(LockClient client, String key, long id, long token, Session session) {
+    SharedHold(LockClient client, String key, long id, long token, Session session,
+            Metrics.HoldTimer timer, long hook) {
         this.client = client;
         this.key = key;
         this.id = id;
         this.token = token;
         this.session = session;
+        this.timer = timer;
+        this.hook = hook;
     }
 
     /** The held key. */

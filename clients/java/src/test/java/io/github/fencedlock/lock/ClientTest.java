@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
+import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -140,6 +141,51 @@ class ClientTest {
             LockException e = assertThrows(LockException.class, () -> c.acquire("bad/x", opts()));
             assertEquals(Reason.INVALID_KEY, e.reason());
             assertEquals("refused: invalid_key", e.statusMessage());
+        }
+    }
+
+    /**
+     * A try is one attempt: a transient refusal is its answer at once (NO_QUORUM promptly,
+     * RATE_LIMITED to a burst), while an acquire with a timeout retries it within the timeout.
+     */
+    @Test
+    void aTryAnswersATransientRefusalAtOnce() {
+        try (LockClient c = client()) {
+            c.acquire("pay/warm", opts()).release(); // the session is open
+            server.refuseAcquires = "NO_QUORUM";
+            int before = server.calls.size();
+            long started = System.nanoTime();
+            LockException e = assertThrows(LockException.class, () -> c.tryAcquire("pay/nq", opts()));
+            assertEquals(Reason.NO_QUORUM, e.reason());
+            assertTrue(System.nanoTime() - started < TimeUnit.SECONDS.toNanos(2), "the try retried");
+            assertEquals(List.of("Hold"), server.calls.subList(before, server.calls.size()));
+            assertEquals(Reason.NO_QUORUM, assertThrows(LockException.class,
+                    () -> c.tryAcquireShared("pay/nq", opts())).reason());
+
+            before = server.calls.size();
+            LockException waited = assertThrows(LockException.class, () -> c.acquire("pay/nq",
+                    AcquireOptions.builder().onFence(() -> { }).timeout(Duration.ofMillis(1500)).build()));
+            assertEquals(Reason.NO_QUORUM, waited.reason());
+            assertTrue(server.calls.size() - before > 1, "an acquire with a timeout did not retry");
+            server.refuseAcquires = null;
+        }
+    }
+
+    /**
+     * A hold whose stream was reset (no lock.v1 reason: a proxy's RST_STREAM when its arbiter
+     * restarted) is released with the unary call, not refused.
+     */
+    @Test
+    void aReleaseOnABrokenHoldStreamFallsBackToTheUnaryCall() throws Exception {
+        try (LockClient c = client()) {
+            Hold h = c.acquire("pay/reset", opts());
+            assertEquals(1, c.openHoldStreams());
+            server.breakHoldStreams();
+            Thread.sleep(200); // the reset reaches the client before the release
+            h.release();
+            assertFalse(server.held("pay/reset"));
+            assertTrue(server.calls.contains("Release"), server.calls.toString());
+            assertEquals(0, c.openHoldStreams());
         }
     }
 

@@ -48,7 +48,8 @@ import lock.v1.LockOuterClass.ReleaseResponse;
 
 /**
  * A lock.v1 server in the test JVM (plaintext on loopback, the mesh-sidecar path): sessions
- * with the TTL of the key's "class" (keys under "slow/" 6 s, others 3 s), exclusive holds,
+ * with the TTL of the key's class (keys under "slow/": class "slow", 6 s; others: "fast", 3 s;
+ * named in OpenSession and Acquire answers), exclusive holds,
  * waits, refusals with ErrorInfo details, and a log of what each call carried. Observe
  * answers from a script per call; AcquireAll grants a set under one token when every key is
  * free; SHARED acquires are granted at once, each with its own token.
@@ -62,6 +63,8 @@ final class FakeServer implements AutoCloseable {
     final Map<Long, Long> sessionTtl = new ConcurrentHashMap<>();
     final AtomicLong keepalives = new AtomicLong();
     volatile boolean keepAliveFails;
+    /** A reason every Acquire is refused with (UNAVAILABLE), while set: a transient refusal. */
+    volatile String refuseAcquires;
     private final Map<String, long[]> holders = new HashMap<>(); // key -> {session, token}
 
     /** What one Observe call answers before it ends: cleanly when error is null. */
@@ -82,6 +85,8 @@ final class FakeServer implements AutoCloseable {
     final List<ReleaseAllRequest> releaseAllReqs = new CopyOnWriteArrayList<>();
     /** The mode of every unary Acquire and Release, in order. */
     final List<HoldMode> modes = new CopyOnWriteArrayList<>();
+    /** Every Hold stream's answers, to break them (breakHoldStreams). */
+    private final List<StreamObserver<HoldResponse>> holdStreams = new CopyOnWriteArrayList<>();
     private final AtomicLong nextSession = new AtomicLong(100);
     private final AtomicLong revision = new AtomicLong(1000);
     private final Server server;
@@ -116,6 +121,11 @@ final class FakeServer implements AutoCloseable {
         return key.startsWith("slow/") ? 6 : 3;
     }
 
+    /** The class covering key, as OpenSession, Acquire and WRONG_SESSION_TTL name it. */
+    static String classOf(String key) {
+        return key.startsWith("slow/") ? "slow" : "fast";
+    }
+
     static RuntimeException refusal(Status.Code code, String reason, Map<String, String> md) {
         return StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
                 .setCode(code.value())
@@ -126,6 +136,10 @@ final class FakeServer implements AutoCloseable {
 
     /** Grants key to session, waiting up to waitMillis; the token, or a refusal. */
     long take(AcquireRequest r) throws InterruptedException {
+        String refuse = refuseAcquires;
+        if (refuse != null) {
+            throw refusal(Status.Code.UNAVAILABLE, refuse, Map.of());
+        }
         if (!r.getKey().contains("/") || r.getKey().startsWith("bad/")) {
             throw refusal(Status.Code.INVALID_ARGUMENT, "INVALID_KEY", Map.of());
         }
@@ -138,7 +152,7 @@ final class FakeServer implements AutoCloseable {
         }
         if (ttl != ttlOf(r.getKey())) {
             throw refusal(Status.Code.FAILED_PRECONDITION, "WRONG_SESSION_TTL",
-                    Map.of("class", "c", "ttl_seconds", Long.toString(ttlOf(r.getKey()))));
+                    Map.of("class", classOf(r.getKey()), "ttl_seconds", Long.toString(ttlOf(r.getKey()))));
         }
         if (r.getMode() == HoldMode.HOLD_MODE_SHARED) {
             return (1L << 48) | revision.incrementAndGet();
@@ -204,6 +218,21 @@ final class FakeServer implements AutoCloseable {
         }
     }
 
+    /**
+     * Ends every open Hold stream with INTERNAL and no lock.v1 reason, as Envoy resets a
+     * stream (RST_STREAM INTERNAL_ERROR) whose arbiter restarted. The holds stay.
+     */
+    void breakHoldStreams() {
+        for (StreamObserver<HoldResponse> out : holdStreams) {
+            try {
+                out.onError(Status.INTERNAL.withDescription("RST_STREAM closed stream").asRuntimeException());
+            } catch (RuntimeException e) {
+                // ended already
+            }
+        }
+        holdStreams.clear();
+    }
+
     boolean held(String key) {
         synchronized (holders) {
             return holders.containsKey(key);
@@ -217,7 +246,7 @@ final class FakeServer implements AutoCloseable {
             long id = nextSession.incrementAndGet();
             long ttl = ttlOf(r.getKey());
             sessionTtl.put(id, ttl);
-            out.onNext(OpenSessionResponse.newBuilder().setSessionId(id).setTtlSeconds((int) ttl).setClassName("c").build());
+            out.onNext(OpenSessionResponse.newBuilder().setSessionId(id).setTtlSeconds((int) ttl).setClassName(classOf(r.getKey())).build());
             out.onCompleted();
         }
 
@@ -265,7 +294,7 @@ final class FakeServer implements AutoCloseable {
             calls.add("Acquire");
             modes.add(r.getMode());
             try {
-                out.onNext(AcquireResponse.newBuilder().setToken(take(r)).build());
+                out.onNext(AcquireResponse.newBuilder().setToken(take(r)).setClassName(classOf(r.getKey())).build());
                 out.onCompleted();
             } catch (RuntimeException e) {
                 out.onError(e);
@@ -347,6 +376,7 @@ final class FakeServer implements AutoCloseable {
         @Override
         public StreamObserver<HoldRequest> hold(StreamObserver<HoldResponse> out) {
             calls.add("Hold");
+            holdStreams.add(out);
             return new StreamObserver<>() {
                 @Override
                 public void onNext(HoldRequest r) {
@@ -354,7 +384,8 @@ final class FakeServer implements AutoCloseable {
                         if (r.hasAcquire()) {
                             long token = take(r.getAcquire());
                             out.onNext(HoldResponse.newBuilder()
-                                    .setAcquired(AcquireResponse.newBuilder().setToken(token)).build());
+                                    .setAcquired(AcquireResponse.newBuilder().setToken(token)
+                                            .setClassName(classOf(r.getAcquire().getKey()))).build());
                         } else {
                             drop(r.getRelease());
                             out.onNext(HoldResponse.newBuilder()

@@ -105,6 +105,23 @@ class MoreCallsTest {
         }
     }
 
+    /**
+     * A stream reset without a lock.v1 reason (Envoy's RST_STREAM INTERNAL_ERROR when the
+     * arbiter behind it restarts) is a break, resumed after the last revision: not a refusal.
+     */
+    @Test
+    void observeResumesAfterAResetWithoutAReason() {
+        server.observeScript = (call, r) -> call == 0
+                ? new FakeServer.Script(List.of(answer(ObserveEvent.OBSERVE_EVENT_CURRENT, 10, 3, false)),
+                        Status.INTERNAL.withDescription("RST_STREAM closed stream").asRuntimeException())
+                : new FakeServer.Script(List.of(answer(ObserveEvent.OBSERVE_EVENT_GRANTED, 11, 3, true)), null);
+        try (LockClient c = client(); Observation obs = c.observe("pay/x", null)) {
+            assertEquals(Change.CURRENT, next(obs).change());
+            assertEquals(Change.GRANTED, next(obs).change());
+            assertEquals(10, server.observeReqs.get(1).getAfterRevision());
+        }
+    }
+
     /** HISTORY_COMPACTED: observe from now, and the next CURRENT says changes were missed. */
     @Test
     void observeAfterCompactionRestartsWithAGap() {
@@ -227,6 +244,27 @@ class MoreCallsTest {
             HeldSet set = f.get(5, TimeUnit.SECONDS);
             assertTrue(Long.compareUnsigned(set.token(), h.token()) > 0);
             set.release();
+        }
+    }
+
+    /** The try forms send a wait of 0: a set with a held key is empty at once, not queued. */
+    @Test
+    void tryAcquireAllAndTryAcquireSharedDoNotWait() {
+        try (LockClient c = client(); LockClient other = client()) {
+            Hold h = other.acquire("pay/b", opts());
+            long started = System.nanoTime();
+            assertTrue(c.tryAcquireAll(List.of("pay/a", "pay/b"), opts()).isEmpty());
+            assertTrue(System.nanoTime() - started < TimeUnit.SECONDS.toNanos(2), "the try waited");
+            assertEquals(0, server.acquireAllReqs.get(0).getWaitMillis());
+            assertFalse(server.held("pay/a"));
+            h.release();
+            try (HeldSet set = c.tryAcquireAll(List.of("pay/a", "pay/b"), opts()).orElseThrow();
+                 SharedHold r = c.tryAcquireShared("pay/r", opts()).orElseThrow()) {
+                assertEquals(List.of("pay/a", "pay/b"), set.keys());
+                assertNotEquals(0, r.token());
+            }
+            assertEquals(Reason.ON_FENCE_REQUIRED,
+                    assertThrows(LockException.class, () -> c.tryAcquireShared("pay/r", null)).reason());
         }
     }
 
