@@ -152,7 +152,7 @@ impl From<ArbiterError> for Status {
     fn from(e: ArbiterError) -> Status {
         let reason = e.reason();
         // Every refusal passes here once: the count by reason (never the key or caller).
-        crate::metrics::METRICS.refused(reason);
+        crate::ops::metrics::METRICS.refused(reason);
         if reason == Reason::Internal {
             // Not a refusal the contract names: the operator needs its words (which never
             // carry a token: see the messages above).
@@ -213,6 +213,25 @@ impl From<etcd_client::Error> for ArbiterError {
                 tracing::warn!(error = %e, "store error");
                 ArbiterError::Store(e.to_string())
             }
+        }
+    }
+}
+
+/// Why a wait ended without the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The caller's wait deadline passed.
+    Deadline,
+    /// The arbiter started draining (SIGTERM): the caller retries at the key's next owner.
+    Draining,
+}
+
+impl Ended {
+    /// The refusal the waiter is answered with.
+    pub fn refusal(self) -> ArbiterError {
+        match self {
+            Self::Deadline => ArbiterError::HeldDeadline,
+            Self::Draining => ArbiterError::Draining,
         }
     }
 }

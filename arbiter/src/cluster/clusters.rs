@@ -3,7 +3,7 @@
 //! One cluster (the default): everything is on it, as before. Sharded (`--shards`): the
 //! `--etcd` cluster is the coord cluster — classes of `tier: coord`, the epoch allocator
 //! and the shard map — and `tier: entity` keys live on the entity shard the map homes them
-//! on. The arbiter holds one client (one [`Store`]: its own seal, epoch cache, group commit
+//! on. The arbiter holds one client (one `Store`: its own seal, epoch cache, group commit
 //! and watch stream) per cluster; shard clients are connected from the map's endpoints on
 //! first use, so a shard added by `lockctl shards add` needs no restart.
 //!
@@ -12,11 +12,11 @@
 //! session is on another cluster than the key is answered WRONG_SESSION_PLACE naming the
 //! key's cluster; clients open a session for that key and retry, as for WRONG_SESSION_TTL.
 
-use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
-use crate::etcd::Etcd;
-use crate::etcd_tls::EtcdTlsFiles;
-use crate::shard_map::DocCache;
+use crate::ops::bugs::{Bug, Bugs};
+use crate::store::etcd::Etcd;
+use crate::store::etcd_tls::EtcdTlsFiles;
+use crate::store::shard_map::DocCache;
 use crate::store::{ShardRole, Store};
 use dashmap::DashMap;
 use lock_config::LockKey;
@@ -190,7 +190,7 @@ impl Sharded {
             .ok_or_else(|| {
                 ArbiterError::Store(format!("shard {name} has no endpoints in the map"))
             })?;
-        let tls = crate::etcd_tls::load(&endpoints, &self.tls)?;
+        let tls = crate::store::etcd_tls::load(&endpoints, &self.tls)?;
         let etcd = Etcd::connect(&endpoints, self.timeout, tls.as_ref()).await?;
         tracing::info!(shard = name, ?endpoints, "connected to entity shard");
         let store = Arc::new(Store::for_cluster(

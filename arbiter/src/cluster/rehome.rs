@@ -16,12 +16,12 @@
 //! one's) and no two clusters hold it at once (its old shard has no hold and grants none
 //! from step 2; its new shard grants none before step 5).
 
-use crate::epoch;
 use crate::error::ArbiterError;
-use crate::etcd::Etcd;
-use crate::layout::AdvancedBy;
-use crate::layout::HOLDER_PREFIX;
-use crate::shard_map::{
+use crate::store::epoch;
+use crate::store::etcd::Etcd;
+use crate::store::layout::AdvancedBy;
+use crate::store::layout::HOLDER_PREFIX;
+use crate::store::shard_map::{
     allocate_epoch, may_write_epoch, read_doc, read_epoch, read_fence, write_doc, write_fence,
 };
 use etcd_client::GetOptions;

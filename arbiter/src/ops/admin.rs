@@ -3,7 +3,7 @@
 //! identity and no key, only the counts in `metrics.rs`. Expose it to the cluster's
 //! Prometheus by address (a pod IP) and a NetworkPolicy, never through the edge.
 
-use crate::metrics::METRICS;
+use crate::ops::metrics::METRICS;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::server::conn::http1;

@@ -36,12 +36,12 @@ pub fn init_with_traces(trace_file: Option<&std::path::Path>) -> std::io::Result
         tracing_subscriber::registry().with(logs).init();
         return Ok(Traces(None));
     };
-    let provider = crate::traces::provider(path, std::time::Duration::from_millis(500))?;
+    let provider = crate::ops::traces::provider(path, std::time::Duration::from_millis(500))?;
     let spans = tracing_opentelemetry::layer()
-        .with_tracer(crate::traces::tracer(&provider))
+        .with_tracer(crate::ops::traces::tracer(&provider))
         .with_filter(
             tracing_subscriber::filter::Targets::new()
-                .with_target(crate::traces::TARGET, tracing::Level::DEBUG),
+                .with_target(crate::ops::traces::TARGET, tracing::Level::DEBUG),
         );
     tracing_subscriber::registry().with(logs).with(spans).init();
     Ok(Traces(Some(provider)))

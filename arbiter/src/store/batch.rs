@@ -15,9 +15,9 @@
 //! own read-back path. A batch refused as a whole for any other reason is retried member
 //! by member, so one malformed member cannot fail the others.
 
-use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
-use crate::etcd::Etcd;
+use crate::ops::bugs::{Bug, Bugs};
+use crate::store::etcd::Etcd;
 use etcd_client::{ResponseHeader, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use std::collections::{HashSet, VecDeque};
 use tokio::sync::{mpsc, oneshot};
@@ -141,7 +141,7 @@ async fn run(etcd: Etcd, mut rx: mpsc::UnboundedReceiver<Member>, bugs: Bugs) {
 
 async fn send(etcd: &Etcd, mut batch: Vec<Member>, bugs: &Bugs) {
     if !batch.is_empty() {
-        crate::metrics::METRICS
+        crate::ops::metrics::METRICS
             .batch_size
             .observe(batch.len() as f64);
     }

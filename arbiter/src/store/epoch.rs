@@ -4,10 +4,10 @@
 //! and every response header's cluster ID is compared with the one the epoch was minted for:
 //! a restored cluster has a new cluster ID, so it is sealed until `lockctl epoch advance`.
 
-use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
-use crate::etcd::Etcd;
-use crate::layout::{AdvancedBy, EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode, encode};
+use crate::ops::bugs::{Bug, Bugs};
+use crate::store::etcd::Etcd;
+use crate::store::layout::{AdvancedBy, EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode, encode};
 use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, Txn, TxnOp};
 use lock_config::shards::ShardFence;
 use std::sync::{Arc, RwLock};

@@ -7,9 +7,9 @@
 //! a sealed store (`lockctl epoch advance`, `lockctl stats`).
 
 use crate::error::ArbiterError;
-use crate::etcd_tls::EtcdTls;
-use crate::metrics::METRICS;
-use crate::renewals::Renewals;
+use crate::ops::metrics::METRICS;
+use crate::store::etcd_tls::EtcdTls;
+use crate::store::renewals::Renewals;
 use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KvClient, LeaseClient, LeaseGrantOptions,
     LeaseGrantResponse, LeaseRevokeResponse, Txn, TxnResponse, WatchClient,
@@ -167,7 +167,7 @@ async fn timed<T>(
     fut: impl Future<Output = Result<T, ArbiterError>>,
 ) -> Result<T, ArbiterError> {
     let start = std::time::Instant::now();
-    let r = tracing::Instrument::instrument(fut, crate::traces::etcd(operation)).await;
+    let r = tracing::Instrument::instrument(fut, crate::ops::traces::etcd(operation)).await;
     METRICS.etcd(operation, r.is_ok(), start.elapsed());
     r
 }

@@ -12,9 +12,9 @@
 //! answered from another cluster). A broken stream is reopened by the next Observe that
 //! asks; the ended ones resume from their last revision, through the client.
 
-use crate::epoch::Epoch;
 use crate::error::ArbiterError;
-use crate::watch_hub::StreamSource;
+use crate::store::epoch::Epoch;
+use crate::store::watch_hub::StreamSource;
 use etcd_client::{Event, WatchOptions, WatchResponse};
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -59,7 +59,7 @@ impl Renewals {
     pub fn start(
         endpoints: &[String],
         timeout: Duration,
-        tls: Option<&crate::etcd_tls::EtcdTls>,
+        tls: Option<&crate::store::etcd_tls::EtcdTls>,
     ) -> Result<Self, ArbiterError> {
         let mut list = Vec::new();
         for e in endpoints {

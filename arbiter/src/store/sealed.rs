@@ -7,14 +7,14 @@
 //! come through here. A failed check is SEALED and makes the next call re-read the epoch
 //! record.
 
-use crate::batch::{Answer, Batcher};
-use crate::bugs::{Bug, Bugs};
-use crate::epoch::{Epoch, EpochCache};
 use crate::error::ArbiterError;
-use crate::etcd::{Etcd, LeaseGrant};
-use crate::observe_hub::ObserveHub;
-use crate::shard_map::DocCache;
-use crate::watch_hub::{StreamSource, WatchHub};
+use crate::ops::bugs::{Bug, Bugs};
+use crate::store::batch::{Answer, Batcher};
+use crate::store::epoch::{Epoch, EpochCache};
+use crate::store::etcd::{Etcd, LeaseGrant};
+use crate::store::observe_hub::ObserveHub;
+use crate::store::shard_map::DocCache;
+use crate::store::watch_hub::{StreamSource, WatchHub};
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, LeaseKeepAliveResponse, ResponseHeader, Txn,
     TxnOp, TxnResponse, WatchOptions, WatchStream,

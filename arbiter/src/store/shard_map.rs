@@ -4,8 +4,8 @@
 //! `lock_config::shards` ([`placement`](lock_config::shards::placement)).
 
 use crate::error::ArbiterError;
-use crate::etcd::Etcd;
-use crate::layout::{
+use crate::store::etcd::Etcd;
+use crate::store::layout::{
     EPOCH_ALLOCATOR_KEY, EPOCH_KEY, EpochAllocator, EpochRecord, SHARD_FENCE_KEY, SHARDS_KEY,
     decode, encode,
 };

@@ -12,9 +12,9 @@
 //! answered from another cluster; the head then runs its grant transaction, which decides.
 //! A broken stream is reopened by the next head that asks.
 
-use crate::epoch::Epoch;
 use crate::error::ArbiterError;
-use crate::wait_end::Ended;
+use crate::error::Ended;
+use crate::store::epoch::Epoch;
 use etcd_client::{WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub enum Wake {
 }
 
 /// Where the hub opens its stream: on the current epoch's cluster, with the epoch to check
-/// every response against. The store is the source (`store.rs`); the hub does not know it.
+/// every response against. The store is the source (`sealed.rs`); the hub does not know it.
 pub trait StreamSource: Send + Sync + 'static {
     fn open(
         &self,

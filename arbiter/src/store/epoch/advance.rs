@@ -4,8 +4,8 @@
 //! approved request runs once.
 
 use crate::error::ArbiterError;
-use crate::etcd::Etcd;
-use crate::layout::{
+use crate::store::etcd::Etcd;
+use crate::store::layout::{
     AdvancedBy, EPOCH_KEY, EpochRecord, HOLDER_PREFIX, QUEUE_PREFIX, SHARED_PREFIX, decode, encode,
 };
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};

@@ -2,10 +2,10 @@
 //! (`service.rs`) and the messages of a Hold stream (`hold.rs`) run the same functions, so
 //! a stream can do nothing a unary call could not.
 
-use crate::edge::EdgeContext;
-use crate::engine::Engine;
 use crate::error::ArbiterError;
-use crate::metrics::METRICS;
+use crate::ops::metrics::METRICS;
+use crate::serve::edge::EdgeContext;
+use crate::serve::engine::Engine;
 use lock_config::proto::v1::*;
 use lock_config::status_details::refusal_of;
 use lock_config::{FencingToken, Reason};
@@ -21,7 +21,7 @@ pub async fn acquire(
 ) -> Result<AcquireResponse, ArbiterError> {
     let who = edge.identity()?;
     let key = edge.keyed(&m.key)?;
-    crate::traces::namespace(key.namespace());
+    crate::ops::traces::namespace(key.namespace());
     let wait = std::time::Duration::from_millis(m.wait_millis);
     let result = engine
         .acquire(&who, &key, m.session_id, wait, mode_of(m.mode)?)
@@ -31,8 +31,8 @@ pub async fn acquire(
         Err(e) => tracing::debug!(namespace = key.namespace(), error = %e, "refused"),
     }
     let g = result?;
-    crate::traces::class(&g.class);
-    if engine.bugs().has(crate::bugs::Bug::TokenInSpan) {
+    crate::ops::traces::class(&g.class);
+    if engine.bugs().has(crate::ops::bugs::Bug::TokenInSpan) {
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         let token = i64::try_from(g.token.as_u64()).unwrap_or(i64::MAX);
         tracing::Span::current().set_attribute("lock.token", token);
@@ -56,7 +56,7 @@ pub async fn release(
 ) -> Result<ReleaseResponse, ArbiterError> {
     let who = edge.identity()?;
     let key = edge.keyed(&m.key)?;
-    crate::traces::namespace(key.namespace());
+    crate::ops::traces::namespace(key.namespace());
     let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
     let lease = Some(m.session_id).filter(|s| *s != 0);
     let released_at_revision = engine
@@ -71,10 +71,10 @@ pub async fn release(
 /// The wire's hold mode: SHARED, or exclusive (unspecified or EXCLUSIVE). A number this
 /// arbiter does not know is refused (MALFORMED_REQUEST), as every unknown enum value is: a
 /// client that asked for a mode it believes exists must not be granted another.
-fn mode_of(mode: i32) -> Result<crate::shared::Mode, ArbiterError> {
+fn mode_of(mode: i32) -> Result<crate::lock::shared::Mode, ArbiterError> {
     match HoldMode::try_from(mode) {
-        Ok(HoldMode::Shared) => Ok(crate::shared::Mode::Shared),
-        Ok(HoldMode::Exclusive | HoldMode::Unspecified) => Ok(crate::shared::Mode::Exclusive),
+        Ok(HoldMode::Shared) => Ok(crate::lock::shared::Mode::Shared),
+        Ok(HoldMode::Exclusive | HoldMode::Unspecified) => Ok(crate::lock::shared::Mode::Exclusive),
         Err(_) => Err(ArbiterError::UnknownMode(mode)),
     }
 }
@@ -87,7 +87,7 @@ pub async fn acquire_all(
 ) -> Result<AcquireAllResponse, ArbiterError> {
     let who = edge.identity()?;
     let set = edge.keyed_set(&m.keys)?;
-    crate::traces::namespace(set.first().namespace());
+    crate::ops::traces::namespace(set.first().namespace());
     let wait = std::time::Duration::from_millis(m.wait_millis);
     let g = engine.acquire_all(&who, &set, m.session_id, wait).await?;
     tracing::debug!(
@@ -114,7 +114,7 @@ pub async fn release_all(
 ) -> Result<ReleaseAllResponse, ArbiterError> {
     let who = edge.identity()?;
     let set = edge.keyed_set(&m.keys)?;
-    crate::traces::namespace(set.first().namespace());
+    crate::ops::traces::namespace(set.first().namespace());
     let token = FencingToken::from_u64(m.token).map_err(|_| ArbiterError::MalformedToken)?;
     let lease = Some(m.session_id).filter(|s| *s != 0);
     let released = engine.release_all(&who, &set, token, lease).await?;
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn hold_modes_the_wire_may_carry() {
-        use crate::shared::Mode;
+        use crate::lock::shared::Mode;
         for (wire, want) in [
             (0, Some(Mode::Exclusive)),
             (1, Some(Mode::Exclusive)),

@@ -13,9 +13,9 @@
 //! Acquire on them for a class whose TTL changed is answered WRONG_SESSION_TTL (with the
 //! new TTL), so clients open a session with the new TTL for their next grant.
 
-use crate::engine::Engine;
-use crate::metrics::METRICS;
-use crate::registry_files;
+use crate::ops::metrics::METRICS;
+use crate::ops::registry_files;
+use crate::serve::engine::Engine;
 use lock_config::registry::{Registry, sources_version};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -2,9 +2,9 @@
 //! delete events only, on the arbiter's one watch stream (`watch_hub.rs`). The watch is a
 //! hint (ADR-15): what it reports is acted on only by running a full grant transaction.
 
+use crate::lock::wait::wait_end::WaitEnd;
 use crate::store::Store;
-use crate::wait_end::WaitEnd;
-pub use crate::watch_hub::Wake;
+pub use crate::store::watch_hub::Wake;
 use std::time::{Duration, SystemTime};
 
 /// Waits until the key at `holder_key` is deleted at or after `from_revision`, on the

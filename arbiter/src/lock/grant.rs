@@ -21,13 +21,13 @@
 //! and the wait answers nothing definite after it (`waiter.rs`). A durable waiter's grant
 //! needs no fence: it consumes its queue entry, which its leaving deletes.
 
-use crate::bugs::{Bug, Bugs};
-use crate::epoch::Epoch;
 use crate::error::ArbiterError;
-use crate::layout::{
+use crate::lock::sessions::{Session, Sessions};
+use crate::ops::bugs::{Bug, Bugs};
+use crate::store::epoch::Epoch;
+use crate::store::layout::{
     EPOCH_KEY, Holder, attempt_fence_key, decode, encode, holder_key, lease_hex, session_key,
 };
-use crate::sessions::{Session, Sessions};
 use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_config::registry::ResolvedClass;
@@ -432,7 +432,6 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 mod settle;
-pub use settle::{SettleSeen, settled};
 
 #[cfg(test)]
 mod tests;

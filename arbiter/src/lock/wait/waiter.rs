@@ -42,11 +42,11 @@
 //!   the definite one (HELD_DEADLINE was answered, the handoff committed 1.4 s later).
 
 use crate::error::ArbiterError;
-use crate::grant::Grant;
-use crate::wait_end::Ended;
+use crate::lock::grant::Grant;
+use crate::lock::wait::wait_end::Ended;
 
 mod effects;
-pub use effects::{Effect, Effects, Seen};
+pub use effects::{Effect, Effects};
 
 /// Where a waiter is.
 #[derive(Debug)]

@@ -4,12 +4,12 @@
 //! verified peer certificate, read from the request's initial headers only (`edge`), on a
 //! connection whose peer is an allow-listed edge identity (`peer_tls`).
 
-use crate::calls;
-use crate::edge::EdgeContext;
-use crate::engine::Engine;
-use crate::keepalive;
-use crate::proto::lock_server::Lock;
-use crate::traces;
+use crate::ops::traces;
+use crate::serve::calls;
+use crate::serve::edge::EdgeContext;
+use crate::serve::engine::Engine;
+use crate::serve::keepalive;
+use crate::serve::proto::lock_server::Lock;
 use lock_config::FencingToken;
 use lock_config::edge_headers::ARBITER_HEADER;
 use lock_config::proto::v1::*;
@@ -60,8 +60,12 @@ impl LockService {
         let key = edge.keyed(&req.get_ref().key)?;
         let instance = edge.instance()?;
         // Debug-only bug: sessions forget their instance, so the leak rule is by identity.
-        let instance =
-            instance.filter(|_| !self.engine.bugs().has(crate::bugs::Bug::LeakByIdentity));
+        let instance = instance.filter(|_| {
+            !self
+                .engine
+                .bugs()
+                .has(crate::ops::bugs::Bug::LeakByIdentity)
+        });
         let (session, class) = self.engine.open_session(&who, instance, &key).await?;
         tracing::debug!(namespace = key.namespace(), class, "session opened");
         Ok(self.reply(OpenSessionResponse {
@@ -266,7 +270,7 @@ impl Lock for LockService {
         req: Request<ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
         let edge = self.edge(&req);
-        let stream = crate::observe::serve(self.engine.clone(), &edge, req.get_ref())?;
+        let stream = crate::serve::observe::serve(self.engine.clone(), &edge, req.get_ref())?;
         Ok(self.reply(Box::pin(stream) as ObserveStream))
     }
 
@@ -276,7 +280,7 @@ impl Lock for LockService {
     ) -> Result<Response<Self::HoldStream>, Status> {
         let edge = self.edge(&req);
         edge.identity()?;
-        let stream = crate::hold::serve(self.engine.clone(), edge, req.into_inner());
+        let stream = crate::serve::hold::serve(self.engine.clone(), edge, req.into_inner());
         Ok(self.reply(Box::pin(stream) as HoldStream))
     }
 
@@ -297,6 +301,6 @@ fn observed<T>(
     start: Instant,
     result: Result<Response<T>, Status>,
 ) -> Result<Response<T>, Status> {
-    crate::calls::record(operation, start, &result);
+    crate::serve::calls::record(operation, start, &result);
     result
 }

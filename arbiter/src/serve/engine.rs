@@ -7,21 +7,21 @@
 //! - a grant is `grant.rs` (one transaction and its verdict), reached through `fifo.rs`
 //!   (in-memory queues, the default) or `durable.rs` (queues in etcd);
 //! - a release is `release.rs`; sessions and their renewals are `sessions.rs`;
-//! - every etcd response on these paths has passed the seal in `store.rs`.
+//! - every etcd response on these paths has passed the seal in `store/sealed.rs`.
 
-use crate::bugs::Bugs;
-use crate::clusters::{Clusters, Route};
-use crate::drain::Drain;
+use crate::cluster::clusters::{Clusters, Route};
 use crate::error::ArbiterError;
-use crate::etcd::Etcd;
-use crate::grant::{Grant, Granter, MAX_ATTEMPTS, reseal_once};
-use crate::layout::{EPOCH_KEY, Holder, decode, holder_key};
-use crate::metrics::METRICS;
-use crate::observers::Observers;
-use crate::queue::Queues;
-use crate::release::{Heads, Releaser};
-use crate::sessions::{Keepers, Session, Sessions};
-use crate::shared::Mode;
+use crate::lock::grant::{Grant, Granter, MAX_ATTEMPTS, reseal_once};
+use crate::lock::release::{Heads, Releaser};
+use crate::lock::sessions::{Keepers, Session, Sessions};
+use crate::lock::shared::Mode;
+use crate::lock::wait::queue::Queues;
+use crate::ops::bugs::Bugs;
+use crate::ops::drain::Drain;
+use crate::ops::metrics::METRICS;
+use crate::serve::observers::Observers;
+use crate::store::etcd::Etcd;
+use crate::store::layout::{EPOCH_KEY, Holder, decode, holder_key};
 use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use lock_config::registry::Fairness;
 use lock_config::{FencingToken, KeySet, LockKey, Registry};
@@ -80,7 +80,7 @@ impl Engine {
             queues: Arc::new(Queues::default()),
             bugs,
             drain: Drain::default(),
-            observers: Observers::new(crate::observers::DEFAULT_MAX_OBSERVERS),
+            observers: Observers::new(crate::serve::observers::DEFAULT_MAX_OBSERVERS),
         }
     }
 
@@ -215,7 +215,7 @@ impl Engine {
         let acquire = async {
             if class.spec.shared {
                 // Both modes of a shared class: `shared.rs` (validation keeps these memory).
-                return Box::pin(crate::shared::acquire(
+                return Box::pin(crate::lock::shared::acquire(
                     &granter,
                     &session,
                     key,
@@ -228,7 +228,7 @@ impl Engine {
             }
             match class.spec.fairness {
                 Fairness::Durable => {
-                    Box::pin(crate::durable::acquire(
+                    Box::pin(crate::lock::wait::durable::acquire(
                         &granter,
                         &session,
                         key,
@@ -239,7 +239,7 @@ impl Engine {
                     .await
                 }
                 Fairness::Memory => {
-                    let fifo = crate::fifo::acquire(
+                    let fifo = crate::lock::wait::fifo::acquire(
                         &granter,
                         &self.queues,
                         &session,
@@ -284,7 +284,8 @@ impl Engine {
             // Released by its own record, whatever the class says now (a reload may have
             // taken `shared` away under a hold).
             let revision =
-                crate::shared::release(&self.granter(&route), identity, key, token, lease).await?;
+                crate::lock::shared::release(&self.granter(&route), identity, key, token, lease)
+                    .await?;
             if let Some(c) = &class {
                 METRICS.with_class(c.name, |m| {
                     m.releases.inc();
@@ -321,7 +322,7 @@ impl Engine {
     }
 
     /// AcquireAll: grants every key of `set` to the session in one transaction, waiting up
-    /// to `wait` (capped at [`MAX_WAIT`]) until all are free at once (`set_grant.rs`).
+    /// to `wait` (capped at [`MAX_WAIT`]) until all are free at once (`lock/set.rs`).
     /// Refused before etcd when the set cannot be one transaction's: a key of a durable
     /// class, keys on more than one store, or a class whose TTL is not the session's.
     pub async fn acquire_all(
@@ -391,7 +392,7 @@ impl Engine {
         let wait = wait.min(MAX_WAIT);
         let started = std::time::Instant::now();
         let granter = self.granter(route);
-        let granted = Box::pin(crate::set_grant::acquire(
+        let granted = Box::pin(crate::lock::set::acquire(
             &granter,
             &session,
             set,
@@ -413,17 +414,17 @@ impl Engine {
     }
 
     /// ReleaseAll: ends the set grant `token` names on every key of `set` still that grant
-    /// (`set_grant.rs`), and wakes each released key's FIFO waiters here.
+    /// (`lock/set.rs`), and wakes each released key's FIFO waiters here.
     pub async fn release_all(
         &self,
         identity: &str,
         set: &KeySet,
         token: FencingToken,
         lease: Option<i64>,
-    ) -> Result<crate::set_grant::SetReleased, ArbiterError> {
+    ) -> Result<crate::lock::set::SetReleased, ArbiterError> {
         let route = self.route(set.first()).await?;
         let granter = self.granter(&route);
-        let released = crate::set_grant::release(&granter, identity, set, token, lease).await?;
+        let released = crate::lock::set::release(&granter, identity, set, token, lease).await?;
         let registry = self.registry();
         for key in set
             .keys()
@@ -479,7 +480,7 @@ impl Engine {
             // A shared hold's token names its own record (a class that is shared now, or
             // was: the records say, not the registry).
             return match revision {
-                Some(r) => crate::shared::is_current(&sealed, key, r).await,
+                Some(r) => crate::lock::shared::is_current(&sealed, key, r).await,
                 None => Ok(false),
             };
         }
@@ -495,12 +496,12 @@ impl Engine {
             .class_for(key)
             .is_some_and(|c| c.spec.fairness == Fairness::Durable);
         let waiters = if durable {
-            crate::durable::waiters(&sealed, key).await?
+            crate::lock::wait::durable::waiters(&sealed, key).await?
         } else {
             self.queues.len(key.as_str())
         };
         let shared_holders = match self.registry().class_for(key) {
-            Some(c) if c.spec.shared => crate::shared::count(&sealed, key).await?,
+            Some(c) if c.spec.shared => crate::lock::shared::count(&sealed, key).await?,
             _ => 0,
         };
         Ok(Inspection {

@@ -1,5 +1,6 @@
 //! The grant verdict, case by case.
 
+use super::settle::{SettleSeen, settled};
 use super::*;
 
 const ME: &str = "spiffe://example.org/ns/pay/sa/a";

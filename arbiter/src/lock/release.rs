@@ -10,14 +10,14 @@
 //! overwrites the holder record with the head's (and deletes a durable head's entry): one
 //! consensus write ends one grant and makes the next.
 
-use crate::bugs::{Bug, Bugs};
-use crate::durable::FirstWaiter;
 use crate::error::ArbiterError;
-use crate::grant::QueuePlace;
-use crate::grant::{MAX_ATTEMPTS, now_ms, reseal_once};
-use crate::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
-use crate::queue::{Handed, Offer, Queues};
-use crate::sessions::Sessions;
+use crate::lock::grant::QueuePlace;
+use crate::lock::grant::{MAX_ATTEMPTS, now_ms, reseal_once};
+use crate::lock::sessions::Sessions;
+use crate::lock::wait::durable::FirstWaiter;
+use crate::lock::wait::queue::{Handed, Offer, Queues};
+use crate::ops::bugs::{Bug, Bugs};
+use crate::store::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
 use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_config::{FencingToken, LockKey};
@@ -268,9 +268,11 @@ impl Releaser<'_> {
                     _ if !self.store.admits(sealed, key) => None,
                     Heads::None => None,
                     Heads::Fifo(queues) => queues.take_offer(key.as_str()).map(Head::from_offer),
-                    Heads::Durable { class } => crate::durable::first_waiter(sealed, key)
-                        .await?
-                        .map(|first| Head::durable(first, class)),
+                    Heads::Durable { class } => {
+                        crate::lock::wait::durable::first_waiter(sealed, key)
+                            .await?
+                            .map(|first| Head::durable(first, class))
+                    }
                 };
                 if let Some(head) = head {
                     return self.try_handoff(sealed, hkey, revision, lease, head).await;

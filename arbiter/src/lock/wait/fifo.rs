@@ -7,15 +7,15 @@
 //! What a waiter does next is decided by one pure function (`waiter::step`); this module is
 //! its driver: it performs each `Then` and reports what happened as the next event.
 
-use crate::bugs::Bug;
 use crate::error::ArbiterError;
-use crate::grant::{Attempt, Grant, Granter, holder_record, mint};
-use crate::layout::holder_key;
-use crate::queue::{Handed, Offer, Queues, Ticket};
-use crate::release_watch::{self, Wake};
-use crate::sessions::Session;
-use crate::wait_end::WaitEnd;
-use crate::waiter::{self, Effect, Event, Then, Transition};
+use crate::lock::grant::{Attempt, Grant, Granter, holder_record, mint};
+use crate::lock::sessions::Session;
+use crate::lock::wait::queue::{Handed, Offer, Queues, Ticket};
+use crate::lock::wait::release_watch::{self, Wake};
+use crate::lock::wait::wait_end::WaitEnd;
+use crate::lock::wait::waiter::{self, Effect, Event, Then, Transition};
+use crate::ops::bugs::Bug;
+use crate::store::layout::holder_key;
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::future::Future;
@@ -33,7 +33,7 @@ pub async fn acquire(
     key: &LockKey,
     class: &ResolvedClass<'_>,
     wait: Duration,
-    drain: &crate::drain::Drain,
+    drain: &crate::ops::drain::Drain,
 ) -> Result<Grant, ArbiterError> {
     // The calls below that talk to etcd are boxed: a queued waiter's future then holds only
     // its ticket, not room for the largest etcd call it might make (measured by `make
@@ -55,7 +55,7 @@ pub async fn acquire(
     let end = WaitEnd::after_with(wait, drain, granter.bugs);
     let ticket = queues.join(key.as_str());
     let length = ticket.length_on_join as f64;
-    crate::metrics::METRICS.with_class(class.name, |m| m.queue_length_on_join.observe(length));
+    crate::ops::metrics::METRICS.with_class(class.name, |m| m.queue_length_on_join.observe(length));
     let waiter = Waiter {
         granter,
         ticket: &ticket,

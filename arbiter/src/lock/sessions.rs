@@ -2,8 +2,8 @@
 //! The binding never changes while the lease lives, so it is cached after the first read.
 
 use crate::error::ArbiterError;
-use crate::layout::{SessionRecord, decode, encode, session_key};
-use crate::metrics::METRICS;
+use crate::ops::metrics::METRICS;
+use crate::store::layout::{SessionRecord, decode, encode, session_key};
 use crate::store::{Sealed, Store};
 use dashmap::DashMap;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -208,7 +208,11 @@ impl Sessions {
         if keepers.0.insert(lease) {
             METRICS.sessions_kept.inc();
         }
-        if resp.ttl() <= 0 && store.bugs().has(crate::bugs::Bug::RenewalIgnoresExpiry) {
+        if resp.ttl() <= 0
+            && store
+                .bugs()
+                .has(crate::ops::bugs::Bug::RenewalIgnoresExpiry)
+        {
             return Ok(1);
         }
         if resp.ttl() <= 0 {

@@ -10,31 +10,15 @@
 //! The deadline is monotonic (`tokio::time::Instant`): a wall clock stepped by NTP or an
 //! operator moves no wait (issue 34's clock test jumps it ten minutes each way).
 
-use crate::bugs::{Bug, Bugs};
-use crate::drain::Drain;
-use crate::error::ArbiterError;
+use crate::ops::bugs::{Bug, Bugs};
+use crate::ops::drain::Drain;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Why a wait ended without the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The caller's wait deadline passed.
-    Deadline,
-    /// The arbiter started draining (SIGTERM): the caller retries at the key's next owner.
-    Draining,
-}
-
-impl Ended {
-    /// The refusal the waiter is answered with.
-    pub fn refusal(self) -> ArbiterError {
-        match self {
-            Self::Deadline => ArbiterError::HeldDeadline,
-            Self::Draining => ArbiterError::Draining,
-        }
-    }
-}
+/// Why a wait ended: beside the refusals it becomes (`error.rs`), so the store's watch
+/// hub (`watch_hub.rs`) can carry it without importing the wait.
+pub use crate::error::Ended;
 
 pub struct WaitEnd {
     deadline: Instant,
@@ -44,11 +28,13 @@ pub struct WaitEnd {
 }
 
 impl WaitEnd {
+    /// Tests only: the arbiter always passes its bugs ([`WaitEnd::after_with`]).
+    #[cfg(test)]
     pub fn after(wait: Duration, drain: &Drain) -> Self {
         Self::after_with(wait, drain, &Bugs::default())
     }
 
-    /// [`WaitEnd::after`] in a process that may carry debug-only bugs.
+    /// The wait's end (`WaitEnd::after` in tests) in a process that may carry debug-only bugs.
     pub fn after_with(wait: Duration, drain: &Drain, bugs: &Bugs) -> Self {
         Self {
             deadline: Instant::now() + wait,
@@ -74,6 +60,7 @@ impl WaitEnd {
         }
     }
 
+    #[expect(dead_code, reason = "called by nothing in the crate (issue 51 item 4)")]
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
@@ -113,6 +100,7 @@ impl WaitEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ArbiterError;
 
     #[tokio::test]
     async fn the_first_of_deadline_and_drain_ends_the_wait() {

@@ -6,8 +6,8 @@
 //! dropping it (granted, deadline, error, or the request future dropped because the caller
 //! cancelled) leaves the queue and wakes the next waiter. No I/O here.
 
-use crate::epoch::Epoch;
-use crate::layout::Holder;
+use crate::store::epoch::Epoch;
+use crate::store::layout::Holder;
 use dashmap::DashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,9 @@ impl Queues {
             id,
             wake,
             length_on_join,
-            _counted: crate::metrics::GaugeGuard::new(&crate::metrics::METRICS.queue_depth),
+            _counted: crate::ops::metrics::GaugeGuard::new(
+                &crate::ops::metrics::METRICS.queue_depth,
+            ),
         }
     }
 
@@ -119,7 +121,8 @@ impl Queues {
         q.waiters.front_mut()?.offer.take()
     }
 
-    /// Waiters across all keys.
+    /// Waiters across all keys (tests only).
+    #[cfg(test)]
     pub fn total(&self) -> usize {
         self.keys
             .iter()
@@ -159,7 +162,7 @@ pub struct Ticket {
     /// The queue's length just after this waiter joined (itself included).
     pub length_on_join: usize,
     /// `lock_arbiter_queue_depth` counts this waiter while the ticket lives.
-    _counted: crate::metrics::GaugeGuard,
+    _counted: crate::ops::metrics::GaugeGuard,
 }
 
 impl Ticket {

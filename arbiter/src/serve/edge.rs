@@ -16,8 +16,8 @@
 //! headers. It is not the edge's and not trusted as a claim: it only decides whether a
 //! hold of the caller's own identity is this process's leak or a sibling replica's hold.
 
-use crate::bugs::{Bug, Bugs};
 use crate::error::ArbiterError;
+use crate::ops::bugs::{Bug, Bugs};
 use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER, decode_key};
 use lock_config::instance::{INSTANCE_HEADER, parse_instance};
 use lock_config::key_set::KEYS_HEADER;
@@ -128,7 +128,7 @@ impl EdgeContext {
 /// from the metadata so nothing downstream can read a later copy by mistake.
 pub fn intercept(
     bugs: Bugs,
-    drain: crate::drain::Drain,
+    drain: crate::ops::drain::Drain,
 ) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |mut req: Request<()>| {
         // Draining: nothing new starts here; the request is answered before it is read.
@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn later_metadata_does_not_change_what_the_edge_set() {
-        let req = intercept(Bugs::default(), crate::drain::Drain::default())(request(
+        let req = intercept(Bugs::default(), crate::ops::drain::Drain::default())(request(
             "spiffe://td/a",
             "pay/%C3%BC",
         ))
@@ -182,7 +182,7 @@ mod tests {
     fn missing_or_undecodable_headers_are_refused() {
         let ctx = EdgeContext::of(&Request::new(()), &Bugs::default());
         assert!(matches!(ctx.identity(), Err(ArbiterError::NoIdentity)));
-        let req = intercept(Bugs::default(), crate::drain::Drain::default())(request(
+        let req = intercept(Bugs::default(), crate::ops::drain::Drain::default())(request(
             "spiffe://td/a",
             "pay/%c3%bc",
         ))
@@ -201,7 +201,7 @@ mod tests {
         let mut r = Request::new(());
         r.metadata_mut()
             .insert(KEYS_HEADER, "pay/a pay/b".parse().unwrap());
-        let req = intercept(Bugs::default(), crate::drain::Drain::default())(r).unwrap();
+        let req = intercept(Bugs::default(), crate::ops::drain::Drain::default())(r).unwrap();
         let ctx = EdgeContext::of(&req, &Bugs::default());
         let set = |keys: &[&str]| {
             ctx.keyed_set(&keys.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>())

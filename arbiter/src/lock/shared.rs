@@ -28,19 +28,19 @@
 //! writer's mark) for its delete, from the revision it was seen at; every grant is a
 //! transaction (ADR-15).
 
-use crate::bugs::Bug;
 use crate::error::ArbiterError;
-use crate::grant::{
+use crate::lock::grant::{
     Claimant, Grant, Granter, HolderSeen, claimant, holder_record, holder_seen, mint,
 };
-use crate::grant::{MAX_ATTEMPTS, Verdict, reseal_once};
-use crate::layout::{EPOCH_KEY, Holder, attempt_fence_key, decode, encode, holder_key};
-use crate::layout::{lease_hex, session_key, shared_hold_key, shared_holds_prefix};
-use crate::layout::{writer_waiting_key, writers_waiting_prefix};
-use crate::release_watch::{self, Wake};
-use crate::sessions::Session;
+use crate::lock::grant::{MAX_ATTEMPTS, Verdict, reseal_once};
+use crate::lock::sessions::Session;
+use crate::lock::wait::release_watch::{self, Wake};
+use crate::lock::wait::wait_end::WaitEnd;
+use crate::ops::bugs::Bug;
 use crate::store::Sealed;
-use crate::wait_end::WaitEnd;
+use crate::store::layout::{EPOCH_KEY, Holder, attempt_fence_key, decode, encode, holder_key};
+use crate::store::layout::{lease_hex, session_key, shared_hold_key, shared_holds_prefix};
+use crate::store::layout::{writer_waiting_key, writers_waiting_prefix};
 use etcd_client::TxnOpResponse;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 use lock_config::registry::ResolvedClass;
@@ -173,7 +173,7 @@ fn same_process(claimant: &Claimant<'_>, h: &HolderSeen) -> bool {
 fn exclusive_holder(claimant: &Claimant<'_>, seen: &Seen) -> Option<SharedVerdict> {
     let h = seen.holder.as_ref()?;
     Some(
-        match crate::grant::holder_verdict(claimant, h, seen.read_at) {
+        match crate::lock::grant::holder_verdict(claimant, h, seen.read_at) {
             Verdict::Granted { revision } => SharedVerdict::Granted { revision },
             Verdict::LeakedHold => SharedVerdict::LeakedHold,
             _ => SharedVerdict::Wait {
@@ -194,7 +194,7 @@ pub async fn acquire(
     class: &ResolvedClass<'_>,
     mode: Mode,
     wait: Duration,
-    drain: &crate::drain::Drain,
+    drain: &crate::ops::drain::Drain,
 ) -> Result<Grant, ArbiterError> {
     let end = WaitEnd::after_with(wait, drain, granter.bugs);
     let result = Box::pin(wait_loop(granter, session, key, class, mode, wait, &end)).await;

@@ -5,12 +5,12 @@
 //! initial HEADERS frame. With [`Transport::MutualTls`] (the default and the only one for
 //! production) a connection exists only once its peer proved an allow-listed edge identity.
 
-use crate::edge;
-use crate::engine::Engine;
-use crate::health;
-use crate::peer_tls::PeerTls;
-use crate::proto::lock_server::LockServer;
-use crate::service::LockService;
+use crate::serve::edge;
+use crate::serve::engine::Engine;
+use crate::serve::health;
+use crate::serve::peer_tls::PeerTls;
+use crate::serve::proto::lock_server::LockServer;
+use crate::serve::service::LockService;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! KeepAlive streams: each request renews one session's lease through an etcd
 //! LeaseKeepAlive stream kept open for the life of the client's stream (`sessions.rs`).
 
-use crate::engine::Engine;
-use crate::sessions::Keepers;
+use crate::lock::sessions::Keepers;
+use crate::serve::engine::Engine;
 use lock_config::proto::v1::{KeepAliveRequest, KeepAliveResponse};
 use std::sync::Arc;
 use tokio::sync::mpsc;

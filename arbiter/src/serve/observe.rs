@@ -20,17 +20,17 @@
 //! timeouts from ending it. A drain ends every stream
 //! DRAINING; the client resumes at the key's next owner.
 
-use crate::bugs::Bug;
-use crate::edge::EdgeContext;
-use crate::engine::Engine;
 use crate::error::ArbiterError;
-use crate::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
-use crate::layout::{
+use crate::ops::bugs::Bug;
+use crate::ops::metrics::{GaugeGuard, METRICS};
+use crate::serve::edge::EdgeContext;
+use crate::serve::engine::Engine;
+use crate::store::Sealed;
+use crate::store::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
+use crate::store::layout::{
     EPOCH_KEY, FORCE_PREFIX, Holder, SESSION_PREFIX, SessionRecord, decode, holder_key, lease_hex,
 };
-use crate::metrics::{GaugeGuard, METRICS};
-use crate::observe_hub::Note;
-use crate::store::Sealed;
+use crate::store::observe_hub::Note;
 use etcd_client::{Event, EventType, GetOptions};
 use futures_util::stream::{self, Stream};
 use lock_config::FencingToken;
@@ -384,7 +384,7 @@ async fn epoch_at(sealed: &Sealed, revision: i64) -> Result<u16, ArbiterError> {
         .await?;
     resp.kvs()
         .first()
-        .and_then(|kv| decode::<crate::layout::EpochRecord>(kv.value()))
+        .and_then(|kv| decode::<crate::store::layout::EpochRecord>(kv.value()))
         .map(|r| r.epoch)
         .ok_or_else(|| ArbiterError::Store(format!("no epoch record at revision {revision}")))
 }
@@ -439,7 +439,7 @@ async fn facts_at(
     let store_epoch = epoch
         .kvs()
         .first()
-        .and_then(|kv| decode::<crate::layout::EpochRecord>(kv.value()))
+        .and_then(|kv| decode::<crate::store::layout::EpochRecord>(kv.value()))
         .map_or(0, |r| r.epoch);
     let force = force.kvs().iter().any(|kv| kv.mod_revision() == revision);
     // The session record is deleted with every hold on its lease, at one revision: gone at

@@ -1,6 +1,7 @@
 //! The waiter's transition table: every pair a driver can produce, and the closure check
 //! that no reachable (state, event) pair falls through to "no transition".
 
+use super::effects::Seen;
 use super::*;
 use lock_config::FencingToken;
 
@@ -164,7 +165,7 @@ impl Ev {
         Ev::ReleaseSeen,
         Ev::WatchBroken,
         Ev::Paused,
-        Ev::Ended(crate::wait_end::Ended::Deadline),
+        Ev::Ended(crate::lock::wait::wait_end::Ended::Deadline),
         Ev::Withdrawn,
         Ev::OfferTaken,
         Ev::Fenced,
@@ -194,21 +195,25 @@ fn produces(then: &str) -> Vec<Ev> {
         "until-head" => vec![
             BecameHead(None),
             BecameHead(Some(5)),
-            Ended(crate::wait_end::Ended::Deadline),
+            Ended(crate::lock::wait::wait_end::Ended::Deadline),
         ],
         "check-answer" => [&handed[..], &[NoAnswer]].concat(),
-        "attempt" => [&txn[..], &[Ended(crate::wait_end::Ended::Draining)]].concat(),
+        "attempt" => [
+            &txn[..],
+            &[Ended(crate::lock::wait::wait_end::Ended::Draining)],
+        ]
+        .concat(),
         "await-attempt" => txn.to_vec(),
         "watch" => [
             &handed[..],
             &[
                 ReleaseSeen,
                 WatchBroken,
-                Ended(crate::wait_end::Ended::Deadline),
+                Ended(crate::lock::wait::wait_end::Ended::Deadline),
             ],
         ]
         .concat(),
-        "pause" => vec![Paused, Ended(crate::wait_end::Ended::Deadline)],
+        "pause" => vec![Paused, Ended(crate::lock::wait::wait_end::Ended::Deadline)],
         "withdraw" => vec![Withdrawn, OfferTaken, Fenced, Refused("NO_QUORUM")],
         "await-answer" => handed.to_vec(),
         "read-back" => vec![ReadBack(Some(9)), ReadBack(None), Refused("NO_QUORUM")],

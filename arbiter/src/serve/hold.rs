@@ -14,10 +14,10 @@
 //! channel: a spawned task would add a wake-up per message, and at low load a lock's cost
 //! is its wake-ups (`make profile`, concurrency 1).
 
-use crate::calls::{acquire, record, release};
-use crate::edge::EdgeContext;
-use crate::engine::Engine;
 use crate::error::ArbiterError;
+use crate::serve::calls::{acquire, record, release};
+use crate::serve::edge::EdgeContext;
+use crate::serve::engine::Engine;
 use futures_util::stream::{self, Stream};
 use lock_config::proto::v1::hold_request::Step as Ask;
 use lock_config::proto::v1::hold_response::Step as Answer;
@@ -38,7 +38,11 @@ impl Open {
     /// bug makes it the message's own key, for the boundary test to catch).
     /// Borrowed: the stream's own context, with no copy per message.
     fn edge_for(&self, message_key: &str) -> Cow<'_, EdgeContext> {
-        if self.engine.bugs().has(crate::bugs::Bug::HoldKeyFromMessage) {
+        if self
+            .engine
+            .bugs()
+            .has(crate::ops::bugs::Bug::HoldKeyFromMessage)
+        {
             return Cow::Owned(self.edge.with_key_of(message_key));
         }
         Cow::Borrowed(&self.edge)

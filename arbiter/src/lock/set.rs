@@ -27,14 +27,14 @@
 //! the session ends; a set none of whose keys is still that grant is STALE_TOKEN.
 
 use crate::error::ArbiterError;
-use crate::grant::{Claimant, HolderSeen, claimant, holder_record, holder_seen, reseal_once};
-use crate::grant::{Granter, MAX_ATTEMPTS};
-use crate::layout::{EPOCH_KEY, attempt_fence_key, encode, holder_key};
-use crate::layout::{lease_hex, session_key};
-use crate::release_watch::{self, Wake};
-use crate::sessions::Session;
+use crate::lock::grant::{Claimant, HolderSeen, claimant, holder_record, holder_seen, reseal_once};
+use crate::lock::grant::{Granter, MAX_ATTEMPTS};
+use crate::lock::sessions::Session;
+use crate::lock::wait::release_watch::{self, Wake};
+use crate::lock::wait::wait_end::WaitEnd;
 use crate::store::Sealed;
-use crate::wait_end::WaitEnd;
+use crate::store::layout::{EPOCH_KEY, attempt_fence_key, encode, holder_key};
+use crate::store::layout::{lease_hex, session_key};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_config::registry::ResolvedClass;
 use lock_config::{FencingToken, KeySet};
@@ -168,6 +168,7 @@ pub fn releasable(
 #[derive(Debug, Clone, Copy)]
 pub struct SetGrant {
     pub token: FencingToken,
+    #[expect(dead_code, reason = "read by nothing in the crate (issue 51 item 4)")]
     pub revision: i64,
 }
 
@@ -185,7 +186,7 @@ pub async fn acquire(
     set: &KeySet,
     classes: &[ResolvedClass<'_>],
     wait: Duration,
-    drain: &crate::drain::Drain,
+    drain: &crate::ops::drain::Drain,
 ) -> Result<SetGrant, ArbiterError> {
     let end = WaitEnd::after_with(wait, drain, granter.bugs);
     loop {
@@ -235,7 +236,7 @@ async fn attempt(
         let claimant = claimant(&sealed, session, &lease);
         match try_grant(granter, &sealed, session, &claimant, set, classes).await {
             Ok(SetVerdict::Granted { revision }) => {
-                let grant = crate::grant::mint(sealed.epoch(), revision, class)?;
+                let grant = crate::lock::grant::mint(sealed.epoch(), revision, class)?;
                 return Ok(Tried::Granted(SetGrant {
                     token: grant.token,
                     revision,
@@ -281,7 +282,7 @@ async fn try_grant(
     compares.extend(epoch.fence_compare());
     let skip = granter
         .bugs
-        .has(crate::bugs::Bug::SetWithoutOneCompare)
+        .has(crate::ops::bugs::Bug::SetWithoutOneCompare)
         .then(|| hkeys.len() - 1);
     for (i, h) in hkeys.iter().enumerate() {
         if Some(i) != skip {
@@ -358,8 +359,8 @@ async fn settle(
         .settle(sealed, session, claimant, &hkeys[0], fence)
         .await?
     {
-        crate::grant::Verdict::Granted { .. } => {}
-        crate::grant::Verdict::SessionGone => return Ok(SetVerdict::SessionGone),
+        crate::lock::grant::Verdict::Granted { .. } => {}
+        crate::lock::grant::Verdict::SessionGone => return Ok(SetVerdict::SessionGone),
         _ => return Err(ArbiterError::NoQuorum),
     }
     let txn = Txn::new().and_then(

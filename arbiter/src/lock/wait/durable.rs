@@ -13,15 +13,17 @@
 //! whatever arbiter the waiter waits (`release.rs`). The first waiter therefore watches
 //! the holder record for overwrites as well as deletes, and finds the record its own.
 
-use crate::bugs::Bug;
 use crate::error::ArbiterError;
-use crate::grant::{Attempt, Grant, Granter, QueuePlace};
-use crate::layout::{QUEUE_PREFIX, SessionRecord, decode, holder_key, lease_hex, session_key};
-use crate::release_watch::{self, Wake};
-use crate::sessions::Session;
+use crate::lock::grant::{Attempt, Grant, Granter, QueuePlace};
+use crate::lock::sessions::Session;
+use crate::lock::wait::release_watch::{self, Wake};
+use crate::lock::wait::wait_end::WaitEnd;
+use crate::lock::wait::waiter::{self, Event, Then, Transition};
+use crate::ops::bugs::Bug;
+use crate::store::layout::{
+    QUEUE_PREFIX, SessionRecord, decode, holder_key, lease_hex, session_key,
+};
 use crate::store::{Sealed, Store};
-use crate::wait_end::WaitEnd;
-use crate::waiter::{self, Event, Then, Transition};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
@@ -53,7 +55,7 @@ pub async fn acquire(
     key: &LockKey,
     class: &ResolvedClass<'_>,
     wait: Duration,
-    drain: &crate::drain::Drain,
+    drain: &crate::ops::drain::Drain,
 ) -> Result<Grant, ArbiterError> {
     let store = granter.store;
     let prefix = queue_prefix(key);
@@ -82,14 +84,14 @@ pub async fn acquire(
     // be as large as the largest of them (found by `make heap-profile`).
     let (mut entry, length) = Box::pin(enqueue(store, session, &prefix)).await?;
     if let Some(length) = length {
-        crate::metrics::METRICS.with_class(class.name, |m| {
+        crate::ops::metrics::METRICS.with_class(class.name, |m| {
             m.queue_length_on_join.observe(length as f64)
         });
     }
     let _leave = LeaveOnDrop {
         store: store.clone(),
         key: entry.key.clone(),
-        _counted: crate::metrics::GaugeGuard::new(&crate::metrics::METRICS.queue_depth),
+        _counted: crate::ops::metrics::GaugeGuard::new(&crate::ops::metrics::METRICS.queue_depth),
     };
     let line = InLine {
         granter,
@@ -387,7 +389,7 @@ struct LeaveOnDrop {
     store: Store,
     key: String,
     /// `lock_arbiter_queue_depth` counts this waiter while it waits.
-    _counted: crate::metrics::GaugeGuard,
+    _counted: crate::ops::metrics::GaugeGuard,
 }
 
 impl Drop for LeaveOnDrop {

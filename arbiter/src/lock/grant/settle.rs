@@ -6,9 +6,9 @@
 
 use super::{Claimant, Granter, HolderSeen, Verdict, holder_seen};
 use crate::error::ArbiterError;
-use crate::layout::session_key;
-use crate::sessions::Session;
+use crate::lock::sessions::Session;
 use crate::store::Sealed;
+use crate::store::layout::session_key;
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 /// Settlements tried for one attempt whose answer was lost, each bounded by the store
@@ -114,14 +114,14 @@ impl Granter<'_> {
                 }
             };
             let verdict = settled(claimant, &seen);
-            crate::metrics::METRICS.settled(match &verdict {
+            crate::ops::metrics::METRICS.settled(match &verdict {
                 Ok(Verdict::Granted { .. }) => "committed",
                 Ok(Verdict::SessionGone) => "session_gone",
                 _ => "not_committed",
             });
             return verdict;
         }
-        crate::metrics::METRICS.settled("in_doubt");
+        crate::ops::metrics::METRICS.settled("in_doubt");
         // No key, identity or session in the log, as in the spans (ADR-22); the counter
         // says how often, the caller's answer says to whom.
         tracing::warn!(
