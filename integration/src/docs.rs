@@ -364,7 +364,7 @@ pub fn metrics_page() -> String {
     }
     let mut s = format!(
         "{GENERATED}\n\n# Metrics\n\n\
-         The arbiter's series, as its registry declares them (`arbiter/src/metrics.rs`), served\n\
+         The arbiter's series, as its registry declares them (`arbiter/src/ops/metrics.rs`), served\n\
          on `GET /metrics` of its `--admin-listen` address in the OpenMetrics text format.\n\
          Labels are bounded: class names from the registry, reasons from the errors table;\n\
          never a key, an identity or a token. Counters get `_total` when exposed.\n\n\

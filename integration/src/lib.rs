@@ -10,6 +10,7 @@ pub mod admin;
 pub mod arbiter;
 pub mod audit;
 pub mod docs;
+pub mod docs_drift;
 pub mod envoy;
 pub mod etcd;
 pub mod h2raw;

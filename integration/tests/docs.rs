@@ -253,3 +253,51 @@ async fn the_runnable_snippets_run_against_a_stack() {
     }
     assert!(ran >= 1, "no runnable snippet found");
 }
+
+/// The user pages: every page but the "Project" part's, which tells the project's history.
+fn user_pages() -> Vec<PathBuf> {
+    let src = book_src();
+    pages()
+        .into_iter()
+        .filter(|p| {
+            let rel = p.strip_prefix(&src).unwrap_or(p);
+            !lock_integration::docs_drift::PROJECT_PAGES
+                .iter()
+                .any(|x| rel == std::path::Path::new(x))
+        })
+        .collect()
+}
+
+/// A reader has neither the files beside the repository nor the tracker: no user page
+/// sends them there.
+#[test]
+fn no_user_page_cites_a_file_outside_the_repository_or_an_issue_number() {
+    use lock_integration::docs_drift::{issue_numbers, outside_references};
+    let mut found = Vec::new();
+    for p in user_pages() {
+        let text = std::fs::read_to_string(&p).unwrap();
+        for r in outside_references(&text).into_iter().chain(issue_numbers(&text)) {
+            found.push(format!("{}: {r}", p.display()));
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// Every repository path a page names in backticks exists (a moved file moves its
+/// mentions with it).
+#[test]
+fn every_repository_path_the_book_names_exists() {
+    let mut found = Vec::new();
+    for p in pages() {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let spans: Vec<String> = code_of(&text)
+            .into_iter()
+            .filter(|(kind, _)| kind == "inline")
+            .map(|(_, c)| c)
+            .collect();
+        for path in lock_integration::docs_drift::unresolved_paths(&spans, &workspace_root()) {
+            found.push(format!("{}: {path}", p.display()));
+        }
+    }
+    assert!(found.is_empty(), "paths that do not exist:\n{}", found.join("\n"));
+}

@@ -202,7 +202,8 @@ enum Cmd {
     Register(register::RegisterArgs),
     /// Restore an etcd member from a snapshot with `etcdutl snapshot restore`, always with a
     /// fresh --initial-cluster-token so the restored cluster gets a new cluster ID and the
-    /// arbiters seal until an epoch advance (`lockctl epoch advance request`) (DESIGN 8: identical flags keep the ID).
+    /// arbiters seal until an epoch advance (`lockctl epoch advance request`). A restore
+    /// with the original flags would keep the old ID.
     Restore(store::RestoreArgs),
     /// The edge filter's configuration compiled from a registry.
     Grants {

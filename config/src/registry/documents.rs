@@ -157,7 +157,7 @@ pub struct LockClassSpec {
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(range(min = 5, max = 300)))]
     pub ttl_seconds: Option<u32>,
-    /// The longest a hold of this class is expected to last (issue 36): a hold older than
+    /// The longest a hold of this class is expected to last: a hold older than
     /// this is flagged `held-long` by the explorer and raises `LockHeldOverBound`. Unset:
     /// no bound (an election's leader may hold for days), only the six-hour `LockHeldLong`.
     /// At least the class's TTL.
@@ -179,7 +179,7 @@ pub struct LockClassSpec {
     pub on_quorum_loss: QuorumPosture,
     #[serde(default)]
     pub fairness: Fairness,
-    /// Reader–writer holds (issue 35): keys of this class may be held `SHARED` by many
+    /// Reader–writer holds: keys of this class may be held `SHARED` by many
     /// sessions at once, or `EXCLUSIVE` by one, excluding every shared hold. A queued
     /// exclusive waiter stops new shared grants, so writers are not starved. Needs
     /// `fairness: memory`.
