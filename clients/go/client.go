@@ -39,6 +39,7 @@ type Client struct {
 	rpc      lockv1.LockClient
 	instance string
 	closeSrc func() error
+	metrics  *metrics
 
 	ctx    context.Context // the Client's life: keepalives and hold streams
 	cancel context.CancelFunc
@@ -48,8 +49,9 @@ type Client struct {
 	mu          sync.Mutex
 	closed      bool
 	sessions    map[slot]*session
-	places      map[string]uint8 // key -> cluster tag, as last learned
-	clusterTags map[string]uint8 // cluster name -> tag, learned on WRONG_SESSION_PLACE
+	places      map[string]uint8  // key -> cluster tag, as last learned
+	classes     map[string]string // key -> lock class, as the service last named it (metrics)
+	clusterTags map[string]uint8  // cluster name -> tag, learned on WRONG_SESSION_PLACE
 	holds       map[string]*reentry
 	nextHold    uint64
 	maxStreams  int
@@ -68,6 +70,7 @@ type reentry struct {
 	token   uint64
 	session *session
 	link    *holdLink // the hold's open Hold stream (nil: unary release)
+	tenure  *tenure   // the grant's hold time, shared by its nested holds
 }
 
 // Dial returns a Client of the lock service at endpoint (`https://lock-edge:8443`, or
@@ -105,11 +108,13 @@ func Dial(ctx context.Context, endpoint string, opts ...DialOption) (*Client, er
 		rpc:         lockv1.NewLockClient(conn),
 		instance:    instance,
 		closeSrc:    closeSrc,
+		metrics:     newMetrics(cfg.meterProvider),
 		ctx:         life,
 		cancel:      cancel,
 		opening:     make(chan struct{}, 1),
 		sessions:    map[slot]*session{},
 		places:      map[string]uint8{},
+		classes:     map[string]string{},
 		clusterTags: map[string]uint8{},
 		holds:       map[string]*reentry{},
 		maxStreams:  cfg.maxHoldStreams,
@@ -294,6 +299,7 @@ func (c *Client) openSession(ctx context.Context, key string) (*session, error) 
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
+	c.learnClass(key, r.GetClassName())
 	s := newSession(r.GetSessionId(), time.Duration(r.GetTtlSeconds())*time.Second, sent)
 	c.mu.Lock()
 	if c.closed {
@@ -320,8 +326,11 @@ func jitter(d time.Duration) time.Duration {
 // onSession runs call(session) for key until it answers, ctx ends or a refusal no retry
 // cures: a session opened for the key's class when there is none, one of the TTL or on
 // the cluster the service asks for (WRONG_SESSION_TTL, WRONG_SESSION_PLACE), a new one
-// when it expired, and transient refusals waited out inside ctx.
-func onSession[T any](ctx context.Context, c *Client, key string, call func(*session) (T, error)) (T, *session, error) {
+// when it expired, and, when the caller waits, transient refusals waited out inside ctx.
+// A call without a wait (TryAcquire...) answers the first transient refusal as it is, as
+// lock-client does with a zero wait: NO_QUORUM or RATE_LIMITED at once, not after
+// retrying for as long as ctx allows.
+func onSession[T any](ctx context.Context, c *Client, key string, wait bool, call func(*session) (T, error)) (T, *session, error) {
 	var zero T
 	s := c.sessionForKey(key)
 	var wanted func() *session
@@ -335,7 +344,7 @@ func onSession[T any](ctx context.Context, c *Client, key string, call func(*ses
 		if s == nil {
 			var err error
 			if s, err = c.sessionOrOpen(ctx, key, wanted, opened); err != nil {
-				if !retryable(err) {
+				if !wait || !retryable(err) {
 					return zero, nil, err
 				}
 				last = err
@@ -382,6 +391,9 @@ func onSession[T any](ctx context.Context, c *Client, key string, call func(*ses
 			backoff = min(backoff*2, time.Second)
 			pause = jitter(backoff)
 		default:
+			return zero, nil, err
+		}
+		if !wait {
 			return zero, nil, err
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Now().Add(pause).After(dl) {

@@ -2,7 +2,9 @@ package lock
 
 import (
 	"context"
+	"crypto"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
@@ -16,6 +18,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -44,6 +47,7 @@ type dialConfig struct {
 	instance        string
 	maxHoldStreams  int
 	grpcOptions     []grpc.DialOption
+	meterProvider   metric.MeterProvider
 }
 
 type svidFiles struct{ cert, key, bundle string }
@@ -51,7 +55,8 @@ type svidFiles struct{ cert, key, bundle string }
 // WithSVIDFiles presents the workload's X.509-SVID from PEM files (written by the SPIRE
 // agent or spiffe-helper): the certificate chain, its PKCS#8 key and the trust bundle
 // that verifies the edge. The files are read again when they change (a rotation), at the
-// next TLS handshake.
+// next TLS handshake. A certificate that names no SPIFFE ID is presented as it is, and the
+// edge refuses its calls (ErrUnauthenticated), as it does for every client.
 func WithSVIDFiles(cert, key, bundle string) DialOption {
 	return func(c *dialConfig) { c.svidFiles = &svidFiles{cert, key, bundle} }
 }
@@ -195,7 +200,10 @@ func (s *fileSource) refresh() error {
 	}
 	svid, err := x509svid.Load(s.files.cert, s.files.key)
 	if err != nil {
-		return clientError(ErrUnauthenticated, fmt.Sprintf("SVID %s: %v", s.files.cert, err))
+		var ok bool
+		if svid, ok = loadWithoutID(s.files.cert, s.files.key); !ok {
+			return clientError(ErrUnauthenticated, fmt.Sprintf("SVID %s: %v", s.files.cert, err))
+		}
 	}
 	b, err := x509bundle.Load(svid.ID.TrustDomain(), s.files.bundle)
 	if err != nil {
@@ -203,6 +211,30 @@ func (s *fileSource) refresh() error {
 	}
 	s.svid, s.set, s.stamp = svid, b, stamp
 	return nil
+}
+
+// loadWithoutID loads a certificate that names no SPIFFE ID (no URI SAN) with its key, to
+// be presented as it is: the edge, not the client, refuses it (UNAUTHENTICATED, the typed
+// refusal every client gets for it). False for any other certificate, whose error
+// x509svid.Load said.
+func loadWithoutID(certFile, keyFile string) (*x509svid.SVID, bool) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil || pair.Leaf == nil || len(pair.Leaf.URIs) > 0 {
+		return nil, false
+	}
+	key, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, false
+	}
+	chain := make([]*x509.Certificate, 0, len(pair.Certificate))
+	for _, der := range pair.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, false
+		}
+		chain = append(chain, c)
+	}
+	return &x509svid.SVID{Certificates: chain, PrivateKey: key}, true
 }
 
 // GetX509SVID implements x509svid.Source.

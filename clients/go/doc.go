@@ -23,6 +23,9 @@
 //     and store epoch seen; Campaign is leader election (the term is the token);
 //     AcquireAll takes a set of keys with one token; AcquireShared takes a shared hold.
 //     Package leaderelection wraps Campaign for Kubernetes controllers.
+//   - Metrics: wait and hold times and lost holds as OpenTelemetry instruments
+//     (MetricWaitDuration, MetricHoldDuration, MetricHoldsLost) by lock class and outcome,
+//     on WithMeterProvider's provider or the global one (a no-op until an SDK is set).
 //
 // Example:
 //

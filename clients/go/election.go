@@ -22,18 +22,37 @@ const minRound = time.Second
 // carries the older term. Replicas of one identity campaign like any candidates (each
 // Client is its own instance). Followers learn who leads with Observe.
 func (c *Client) Campaign(ctx context.Context, key string, opts ...AcquireOption) (*Leadership, error) {
+	cfg, id, err := c.newAcquire(opts)
+	if err != nil {
+		return nil, err
+	}
+	// The wait is the whole campaign's, recorded once, from its first call to the service
+	// (a key this Client holds already is re-entered: no call, nothing recorded).
+	var start time.Time
+	answer := func(l *Leadership, err error) (*Leadership, error) {
+		if !start.IsZero() {
+			c.metrics.waited(ctx, start, c.classOf(key), err)
+		}
+		return l, err
+	}
 	for {
+		if h := c.reenter(key, id, cfg.onFence); h != nil {
+			return answer(&Leadership{hold: h}, nil)
+		}
 		started := time.Now()
-		h, err := c.Acquire(ctx, key, opts...)
+		if start.IsZero() {
+			start = started
+		}
+		h, err := c.acquire(ctx, key, id, true, cfg)
 		if err == nil {
-			return &Leadership{hold: h}, nil
+			return answer(&Leadership{hold: h}, nil)
 		}
 		if !errors.Is(err, ErrHeld) || ctx.Err() != nil {
-			return nil, err
+			return answer(nil, err)
 		}
 		// The round ended with the key still held: still a candidate, not in a spin.
 		if time.Since(started) < minRound && !sleep(ctx, minRound) {
-			return nil, fmt.Errorf("lock: %w", ctx.Err())
+			return answer(nil, fmt.Errorf("lock: %w", ctx.Err()))
 		}
 	}
 }

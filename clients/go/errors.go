@@ -116,6 +116,28 @@ var byReason = map[string]error{
 // reason this client does not know.
 func SentinelOf(reason string) error { return byReason[reason] }
 
+// ReasonOf is the lock.v1 reason err stands for: its *Error's Reason, or, for an *Error
+// the client raised itself without asking the service, its sentinel's reason
+// (MALFORMED_REQUEST for a key set of no keys, UNAUTHENTICATED for unreadable SVID files,
+// SESSION_EXPIRED for a lease the keepalive found gone). Empty when err stands for none:
+// ErrUnavailable (a transport failure), ErrFenced, ErrClosed, ErrOnFenceRequired, a
+// context's error.
+func ReasonOf(err error) string {
+	var e *Error
+	if !errors.As(err, &e) {
+		return ""
+	}
+	if e.Reason != "" {
+		return e.Reason
+	}
+	for reason, sentinel := range byReason {
+		if e.kind == sentinel {
+			return reason
+		}
+	}
+	return ""
+}
+
 // Error is a refusal or failure of the lock service: use errors.As to read its reason
 // and metadata, errors.Is with a sentinel (ErrHeld, ...) to test for one. Its message
 // never carries a token.

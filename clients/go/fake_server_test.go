@@ -38,6 +38,7 @@ type fakeLock struct {
 	acquireAllReqs []*lockv1.AcquireAllRequest
 	releaseAllReqs []*lockv1.ReleaseAllRequest
 	modes          []lockv1.HoldMode
+	waits          []uint64 // wait_millis of each unary Acquire
 }
 
 func refusal(code codes.Code, reason, msg string, md map[string]string) *status.Status {
@@ -95,7 +96,7 @@ func (f *fakeLock) grantLocked(r *lockv1.AcquireRequest) (*lockv1.AcquireRespons
 	}
 	f.token++
 	f.holders[r.Key] = r.SessionId
-	return &lockv1.AcquireResponse{Token: f.token, TtlSeconds: f.ttl}, nil
+	return &lockv1.AcquireResponse{Token: f.token, TtlSeconds: f.ttl, ClassName: "fake"}, nil
 }
 
 func (f *fakeLock) Acquire(ctx context.Context, r *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
@@ -103,9 +104,10 @@ func (f *fakeLock) Acquire(ctx context.Context, r *lockv1.AcquireRequest) (*lock
 	defer f.mu.Unlock()
 	f.count("Acquire", ctx)
 	f.modes = append(f.modes, r.GetMode())
+	f.waits = append(f.waits, r.GetWaitMillis())
 	if r.GetMode() == lockv1.HoldMode_HOLD_MODE_SHARED {
 		f.token++
-		return &lockv1.AcquireResponse{Token: f.token, TtlSeconds: f.ttl}, nil
+		return &lockv1.AcquireResponse{Token: f.token, TtlSeconds: f.ttl, ClassName: "fake"}, nil
 	}
 	return f.grantLocked(r)
 }

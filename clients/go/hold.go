@@ -35,12 +35,43 @@ func WithOnFence(f func()) AcquireOption {
 // the returned Hold shares the grant (and token), nothing is sent, and the key stays held
 // until every Hold of it is released.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Hold, error) {
-	return c.acquire(ctx, key, true, opts)
+	return c.acquireTimed(ctx, key, true, opts)
 }
 
-// TryAcquire is Acquire without waiting: ErrHeld at once when another session holds key.
+// TryAcquire is Acquire without waiting: ErrHeld at once when another session holds key,
+// and a transient refusal (ErrNoQuorum, ErrRateLimited, ErrUnavailable...) is its answer
+// as well, not retried: waiting it out is Acquire's.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Hold, error) {
-	return c.acquire(ctx, key, false, opts)
+	return c.acquireTimed(ctx, key, false, opts)
+}
+
+// acquireTimed is Acquire or TryAcquire, its wait recorded when it called the service.
+func (c *Client) acquireTimed(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Hold, error) {
+	cfg, id, err := c.newAcquire(opts)
+	if err != nil {
+		return nil, err
+	}
+	if h := c.reenter(key, id, cfg.onFence); h != nil {
+		return h, nil
+	}
+	start := time.Now()
+	h, err := c.acquire(ctx, key, id, wait, cfg)
+	c.metrics.waited(ctx, start, c.classOf(key), err)
+	return h, err
+}
+
+// newAcquire checks an acquire's options and numbers its hold; nothing is sent (and
+// nothing recorded) when it fails.
+func (c *Client) newAcquire(opts []AcquireOption) (acquireConfig, uint64, error) {
+	var cfg acquireConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.onFence == nil {
+		return cfg, 0, ErrOnFenceRequired
+	}
+	id, err := c.newHoldID()
+	return cfg, id, err
 }
 
 // waitFor is the wait one Acquire asks the service for: 0 without waiting; else the time
@@ -61,31 +92,15 @@ func waitFor(ctx context.Context, wait bool, now time.Time) time.Duration {
 
 type grant struct {
 	token uint64
+	class string // the lock class the service named (empty: none)
 	link  *holdLink
 }
 
-func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Hold, error) {
-	var cfg acquireConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.onFence == nil {
-		return nil, ErrOnFenceRequired
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, clientError(ErrClosed, "")
-	}
-	c.nextHold++
-	id := c.nextHold
-	c.mu.Unlock()
-	if h := c.reenter(key, id, cfg.onFence); h != nil {
-		return h, nil
-	}
+// acquire asks the service for key (not held by this Client) until it answers.
+func (c *Client) acquire(ctx context.Context, key string, id uint64, wait bool, cfg acquireConfig) (*Hold, error) {
 	for {
 		var asked time.Duration
-		g, s, err := onSession(ctx, c, key, func(s *session) (grant, error) {
+		g, s, err := onSession(ctx, c, key, wait, func(s *session) (grant, error) {
 			asked = waitFor(ctx, wait, time.Now())
 			return c.grant(ctx, s, &lockv1.AcquireRequest{
 				Key:        key,
@@ -94,6 +109,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 			})
 		})
 		if err == nil {
+			c.learnClass(key, g.class)
 			return c.held(key, id, g, s, cfg.onFence), nil
 		}
 		// The service's wait ended before ctx did (a context longer than 300 s, or
@@ -123,16 +139,17 @@ func (c *Client) reenter(key string, id uint64, onFence func()) *Hold {
 		return nil
 	}
 	e.count++
-	e.session.attach(id, onFence)
-	return &Hold{c: c, key: key, id: id, token: e.token, s: e.session}
+	e.session.attach(id, onFence, e.tenure)
+	return &Hold{c: c, key: key, id: id, token: e.token, s: e.session, tenure: e.tenure}
 }
 
 func (c *Client) held(key string, id uint64, g grant, s *session, onFence func()) *Hold {
-	s.attach(id, onFence)
+	t := c.metrics.granted(c.classOf(key))
+	s.attach(id, onFence, t)
 	c.mu.Lock()
-	c.holds[key] = &reentry{count: 1, token: g.token, session: s, link: g.link}
+	c.holds[key] = &reentry{count: 1, token: g.token, session: s, link: g.link, tenure: t}
 	c.mu.Unlock()
-	return &Hold{c: c, key: key, id: id, token: g.token, s: s}
+	return &Hold{c: c, key: key, id: id, token: g.token, s: s, tenure: t}
 }
 
 // grant is one acquire on session s: on a Hold stream when the budget allows (the stream
@@ -157,7 +174,7 @@ func (c *Client) grant(ctx context.Context, s *session, req *lockv1.AcquireReque
 			}
 			return grant{}, wrap(ctx, err)
 		}
-		return grant{token: r.GetToken()}, nil
+		return grant{token: r.GetToken(), class: r.GetClassName()}, nil
 	}
 	link, err := c.openLink(req.Key)
 	if err != nil {
@@ -167,7 +184,7 @@ func (c *Client) grant(ctx context.Context, s *session, req *lockv1.AcquireReque
 	a, err := link.ask(ctx, &lockv1.HoldRequest{Step: &lockv1.HoldRequest_Acquire{Acquire: req}}, timeout)
 	if err == nil {
 		if acq := a.GetAcquired(); acq != nil {
-			return grant{token: acq.GetToken(), link: link}, nil
+			return grant{token: acq.GetToken(), class: acq.GetClassName(), link: link}, nil
 		}
 		err = clientError(ErrUnavailable, "the hold stream ended without answering the acquire")
 	}
@@ -223,6 +240,7 @@ type Hold struct {
 	id       uint64
 	token    uint64
 	s        *session
+	tenure   *tenure
 	released atomic.Bool
 }
 
@@ -292,8 +310,11 @@ func (h *Hold) Release(ctx context.Context) error {
 		defer c.dropLink(link)
 	}
 	if h.s.fenced() {
+		h.tenure.end(outFenced) // if the fence did not record it first
 		return clientError(ErrFenced, "the hold was fenced before its release")
 	}
+	// The hold ends for its owner now, whatever the release's answer.
+	h.tenure.end(outReleased)
 	req := &lockv1.ReleaseRequest{Key: h.key, Token: h.token, SessionId: h.s.id}
 	if link != nil {
 		a, err := link.ask(ctx, &lockv1.HoldRequest{Step: &lockv1.HoldRequest_Release{Release: req}}, callSlack)
@@ -302,7 +323,7 @@ func (h *Hold) Release(ctx context.Context) error {
 			return nil
 		case err != nil && ctx.Err() != nil:
 			return err
-		case err != nil && !errors.Is(err, ErrUnavailable):
+		case err != nil && !errors.Is(err, ErrUnavailable) && !brokenStream(err):
 			return err
 		}
 		// The stream ended or broke without releasing: the unary call.
@@ -389,4 +410,13 @@ func (l *holdLink) close() bool {
 		l.cancel()
 	})
 	return first
+}
+
+// brokenStream reports a stream that failed without a lock.v1 refusal: Envoy resets the
+// stream of an arbiter that was killed (RST_STREAM INTERNAL_ERROR), which is no answer of
+// the service. The hold lives on the session, not on the stream, so its release still
+// goes, as the unary call (conformance observe-resume restarts every arbiter under a hold).
+func brokenStream(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Reason == ""
 }

@@ -268,7 +268,9 @@ func (o *Observation) Next() (Observed, error) {
 			continue
 		case errors.Is(e, ErrRateLimited):
 			pause = e.RetryAfter()
-		case e.transient():
+		// A stream that broke without a lock.v1 refusal (Envoy's reset of a killed
+		// arbiter's stream) is a broken connection, resumed like any other.
+		case e.transient() || brokenStream(e):
 			backoff = min(backoff*2, 2*time.Second)
 			pause = backoff
 		default:

@@ -225,8 +225,21 @@ func TestAcquireAllAndReleaseAll(t *testing.T) {
 	if err := set.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	now, err := c.TryAcquireAll(ctx, []string{"pay/c"}, WithOnFence(func() {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := now.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if w := f.acquireAllReqs[0].WaitMillis; w == 0 {
+		t.Fatal("AcquireAll waits")
+	}
+	if w := f.acquireAllReqs[1].WaitMillis; w != 0 {
+		t.Fatalf("TryAcquireAll waits %d ms", w)
+	}
 	r := f.releaseAllReqs[0]
 	if r.Token != set.Token() || r.SessionId != f.acquireAllReqs[0].SessionId || len(r.Keys) != 2 {
 		t.Fatalf("ReleaseAll %v", r)
@@ -257,15 +270,21 @@ func TestSharedHoldsUseModeShared(t *testing.T) {
 	if a.Token() == b.Token() || c.HoldCount("pay/s") != 0 {
 		t.Fatal("shared holds are separate grants, not re-entries")
 	}
-	if err := a.Release(ctx); err != nil {
+	now, err := c.TryAcquireShared(ctx, "pay/s", WithOnFence(func() {}))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Release(ctx); err != nil {
-		t.Fatal(err)
+	for _, h := range []*SharedHold{a, b, now} {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	want := []lockv1.HoldMode{lockv1.HoldMode_HOLD_MODE_SHARED, lockv1.HoldMode_HOLD_MODE_SHARED, lockv1.HoldMode_HOLD_MODE_SHARED, lockv1.HoldMode_HOLD_MODE_SHARED}
+	if len(f.waits) != 3 || f.waits[0] == 0 || f.waits[1] == 0 || f.waits[2] != 0 {
+		t.Fatalf("waits asked %v: TryAcquireShared waits 0", f.waits)
+	}
+	want := slices.Repeat([]lockv1.HoldMode{lockv1.HoldMode_HOLD_MODE_SHARED}, 6)
 	if !slices.Equal(f.modes, want) {
 		t.Fatalf("modes %v", f.modes)
 	}

@@ -20,7 +20,7 @@ type session struct {
 
 	mu     sync.Mutex
 	live   liveness
-	fences map[uint64]func()
+	fences map[uint64]attachment
 
 	stop chan struct{}
 	once sync.Once
@@ -32,7 +32,7 @@ func newSession(id int64, ttl time.Duration, openedAt time.Time) *session {
 		id:     id,
 		ttl:    ttl,
 		live:   newLiveness(ttl, openedAt),
-		fences: map[uint64]func(){},
+		fences: map[uint64]attachment{},
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -65,10 +65,16 @@ func (s *session) fenced() bool {
 	return s.live.fenced
 }
 
-func (s *session) attach(hold uint64, onFence func()) {
+// attachment is a hold on the session: its OnFence, and its grant's hold time.
+type attachment struct {
+	onFence func()
+	tenure  *tenure
+}
+
+func (s *session) attach(hold uint64, onFence func(), t *tenure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fences[hold] = onFence
+	s.fences[hold] = attachment{onFence, t}
 }
 
 func (s *session) detach(hold uint64) {
@@ -78,28 +84,37 @@ func (s *session) detach(hold uint64) {
 }
 
 // close ends the session by its owner: dead from now on, and no OnFence runs (nothing was
-// lost that the owner did not end). Stops the keepalive goroutine.
+// lost that the owner did not end: the holds still attached end as `shutdown`). Stops the
+// keepalive goroutine.
 func (s *session) close() {
 	s.mu.Lock()
 	s.live.expire()
+	ended := make([]attachment, 0, len(s.fences))
+	for _, a := range s.fences {
+		ended = append(ended, a)
+	}
 	clear(s.fences)
 	s.mu.Unlock()
+	for _, a := range ended {
+		a.tenure.end(outShutdown)
+	}
 	s.once.Do(func() { close(s.stop) })
 }
 
 // fenceAll runs every hold's OnFence once, outside the lock, if due says so.
 func (s *session) fenceAll(due func(*liveness) bool) {
 	s.mu.Lock()
-	var callbacks []func()
+	var fenced []attachment
 	if due(&s.live) {
-		for id, f := range s.fences {
-			callbacks = append(callbacks, f)
-			delete(s.fences, id)
+		for _, a := range s.fences {
+			fenced = append(fenced, a)
 		}
+		clear(s.fences)
 	}
 	s.mu.Unlock()
-	for _, f := range callbacks {
-		f()
+	for _, a := range fenced {
+		a.tenure.end(outFenced)
+		a.onFence()
 	}
 }
 

@@ -23,6 +23,16 @@ const MaxSetKeys = 16
 // of a `fairness: durable` or shared class, and not held by this Client already:
 // ErrKeySetRefused otherwise (its metadata `why` says which). Sets are not re-entrant.
 func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOption) (*HeldSet, error) {
+	return c.acquireAll(ctx, keys, true, opts)
+}
+
+// TryAcquireAll is AcquireAll without waiting: ErrHeld at once when a key of the set is
+// not free; a transient refusal is the answer, as for TryAcquire.
+func (c *Client) TryAcquireAll(ctx context.Context, keys []string, opts ...AcquireOption) (*HeldSet, error) {
+	return c.acquireAll(ctx, keys, false, opts)
+}
+
+func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts []AcquireOption) (*HeldSet, error) {
 	var cfg acquireConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -33,15 +43,24 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...AcquireO
 	if len(keys) == 0 || len(keys) > MaxSetKeys {
 		return nil, clientError(ErrMalformedRequest, fmt.Sprintf("a key set has 1..=%d keys", MaxSetKeys))
 	}
-	first := slices.Min(keys)
 	id, err := c.newHoldID()
 	if err != nil {
 		return nil, err
 	}
+	// AcquireAllResponse names no class: a set is recorded under its first key's, as the
+	// session opened for that key learned it.
+	first := slices.Min(keys)
+	start := time.Now()
+	h, err := c.askAll(ctx, keys, first, id, wait, cfg)
+	c.metrics.waited(ctx, start, c.classOf(first), err)
+	return h, err
+}
+
+func (c *Client) askAll(ctx context.Context, keys []string, first string, id uint64, wait bool, cfg acquireConfig) (*HeldSet, error) {
 	for {
 		var asked time.Duration
-		r, s, err := onSession(ctx, c, first, func(s *session) (*lockv1.AcquireAllResponse, error) {
-			asked = waitFor(ctx, true, time.Now())
+		r, s, err := onSession(ctx, c, first, wait, func(s *session) (*lockv1.AcquireAllResponse, error) {
+			asked = waitFor(ctx, wait, time.Now())
 			// No `lock-key` metadata: the edge decides a set on every key of its body.
 			cctx, cancel := context.WithTimeout(ctx, asked+callSlack)
 			defer cancel()
@@ -56,8 +75,9 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...AcquireO
 			for _, k := range r.GetKeys() {
 				c.learnPlace(k, tagOf(s.id))
 			}
-			s.attach(id, cfg.onFence)
-			return &HeldSet{c: c, keys: r.GetKeys(), id: id, token: r.GetToken(), s: s}, nil
+			t := c.metrics.granted(c.classOf(first))
+			s.attach(id, cfg.onFence, t)
+			return &HeldSet{c: c, keys: r.GetKeys(), id: id, token: r.GetToken(), s: s, tenure: t}, nil
 		}
 		// The service's wait ended before ctx did: ask again.
 		if asked > 0 && errors.Is(err, ErrHeld) && ctx.Err() == nil {
@@ -88,6 +108,7 @@ type HeldSet struct {
 	id       uint64
 	token    uint64
 	s        *session
+	tenure   *tenure
 	released atomic.Bool
 }
 
@@ -129,8 +150,10 @@ func (h *HeldSet) Release(ctx context.Context) error {
 		if h.c.isClosed() {
 			return nil
 		}
+		h.tenure.end(outFenced) // if the fence did not record it first
 		return clientError(ErrFenced, "the set was fenced before its release")
 	}
+	h.tenure.end(outReleased)
 	cctx, cancel := context.WithTimeout(ctx, callSlack)
 	defer cancel()
 	_, err := h.c.rpc.ReleaseAll(cctx, &lockv1.ReleaseAllRequest{Keys: h.keys, Token: h.token, SessionId: h.s.id})

@@ -16,21 +16,31 @@ import (
 // behind it. The key's class must be `shared: true` (ErrMalformedRequest otherwise).
 // WithOnFence is required. Shared holds are not re-entrant: each is its own grant.
 func (c *Client) AcquireShared(ctx context.Context, key string, opts ...AcquireOption) (*SharedHold, error) {
-	var cfg acquireConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.onFence == nil {
-		return nil, ErrOnFenceRequired
-	}
-	id, err := c.newHoldID()
+	return c.acquireShared(ctx, key, true, opts)
+}
+
+// TryAcquireShared is AcquireShared without waiting: ErrHeld at once when the key is held
+// exclusive or a writer waits for it; a transient refusal is the answer, as for TryAcquire.
+func (c *Client) TryAcquireShared(ctx context.Context, key string, opts ...AcquireOption) (*SharedHold, error) {
+	return c.acquireShared(ctx, key, false, opts)
+}
+
+func (c *Client) acquireShared(ctx context.Context, key string, wait bool, opts []AcquireOption) (*SharedHold, error) {
+	cfg, id, err := c.newAcquire(opts)
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	h, err := c.askShared(ctx, key, id, wait, cfg)
+	c.metrics.waited(ctx, start, c.classOf(key), err)
+	return h, err
+}
+
+func (c *Client) askShared(ctx context.Context, key string, id uint64, wait bool, cfg acquireConfig) (*SharedHold, error) {
 	for {
 		var asked time.Duration
-		token, s, err := onSession(ctx, c, key, func(s *session) (uint64, error) {
-			asked = waitFor(ctx, true, time.Now())
+		r, s, err := onSession(ctx, c, key, wait, func(s *session) (*lockv1.AcquireResponse, error) {
+			asked = waitFor(ctx, wait, time.Now())
 			cctx, cancel := context.WithTimeout(keyed(ctx, key), asked+callSlack)
 			defer cancel()
 			r, err := c.rpc.Acquire(cctx, &lockv1.AcquireRequest{
@@ -39,11 +49,13 @@ func (c *Client) AcquireShared(ctx context.Context, key string, opts ...AcquireO
 				WaitMillis: uint64(asked / time.Millisecond),
 				Mode:       lockv1.HoldMode_HOLD_MODE_SHARED,
 			})
-			return r.GetToken(), wrap(ctx, err)
+			return r, wrap(ctx, err)
 		})
 		if err == nil {
-			s.attach(id, cfg.onFence)
-			return &SharedHold{c: c, key: key, id: id, token: token, s: s}, nil
+			c.learnClass(key, r.GetClassName())
+			t := c.metrics.granted(c.classOf(key))
+			s.attach(id, cfg.onFence, t)
+			return &SharedHold{c: c, key: key, id: id, token: r.GetToken(), s: s, tenure: t}, nil
 		}
 		if asked > 0 && errors.Is(err, ErrHeld) && ctx.Err() == nil {
 			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > time.Second {
@@ -64,6 +76,7 @@ type SharedHold struct {
 	id       uint64
 	token    uint64
 	s        *session
+	tenure   *tenure
 	released atomic.Bool
 }
 
@@ -104,8 +117,10 @@ func (h *SharedHold) Release(ctx context.Context) error {
 		if h.c.isClosed() {
 			return nil
 		}
+		h.tenure.end(outFenced) // if the fence did not record it first
 		return clientError(ErrFenced, "the shared hold was fenced before its release")
 	}
+	h.tenure.end(outReleased)
 	cctx, cancel := context.WithTimeout(keyed(ctx, h.key), callSlack)
 	defer cancel()
 	_, err := h.c.rpc.Release(cctx, &lockv1.ReleaseRequest{

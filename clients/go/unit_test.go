@@ -205,6 +205,19 @@ func TestEveryReasonMapsToItsSentinel(t *testing.T) {
 		if c.want != ErrUnavailable && SentinelOf(c.reason) != c.want {
 			t.Errorf("SentinelOf(%s)", c.reason)
 		}
+		if got := ReasonOf(fmt.Errorf("wrapped: %w", err)); got != c.reason {
+			t.Errorf("ReasonOf: %q, want %q", got, c.reason)
+		}
+		// An error the client raises itself stands for its sentinel's reason.
+		if c.want != ErrUnavailable && ReasonOf(clientError(c.want, "")) != c.reason {
+			t.Errorf("ReasonOf(clientError(%v))", c.want)
+		}
+	}
+	for _, err := range []error{clientError(ErrUnavailable, ""), clientError(ErrFenced, ""), clientError(ErrClosed, ""),
+		ErrOnFenceRequired, context.Canceled, FromStatus(status.New(codes.Unavailable, "broken"))} {
+		if got := ReasonOf(err); got != "" {
+			t.Errorf("ReasonOf(%v) = %q: no lock.v1 reason", err, got)
+		}
 	}
 	// Every reason of the table is distinct from every other's sentinel.
 	if errors.Is(FromStatus(refusal(codes.Aborted, "HELD", "", nil)), ErrLeakedHold) {
@@ -435,11 +448,22 @@ func TestHeldByAnotherClientAndTransientRetries(t *testing.T) {
 	if !errors.Is(err, ErrHeld) {
 		t.Fatalf("%v", err)
 	}
-	f.mu.Lock()
-	f.refuse = refusal(codes.Unavailable, "NO_QUORUM", "store unavailable or without quorum", nil)
-	f.mu.Unlock()
-	if _, err := b.TryAcquire(ctx, "pay/other", WithOnFence(func() {})); err != nil {
-		t.Fatalf("NO_QUORUM is retried: %v", err)
+	noQuorum := func() {
+		f.mu.Lock()
+		f.refuse = refusal(codes.Unavailable, "NO_QUORUM", "store unavailable or without quorum", nil)
+		f.mu.Unlock()
+	}
+	// Without a wait, a transient refusal is the answer (as lock-client's zero wait);
+	// a caller that waits has it retried inside its context.
+	noQuorum()
+	if _, err := b.TryAcquire(ctx, "pay/other", WithOnFence(func() {})); !errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("TryAcquire answers NO_QUORUM: %v", err)
+	}
+	noQuorum()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := b.Acquire(wctx, "pay/other", WithOnFence(func() {})); err != nil {
+		t.Fatalf("NO_QUORUM is retried within the wait: %v", err)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
