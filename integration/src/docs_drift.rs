@@ -21,14 +21,32 @@ pub const PROJECT_PAGES: &[&str] = &[
 
 /// The repository's top-level folders and files a backticked path may start with.
 const REPO_ROOTS: &[&str] = &[
-    "arbiter/", "audit/", "client/", "clients/", "config/", "deploy/", "docs/", "envoy/",
-    "explorer/", "filter/", "force/", "integration/", "kube/", "lockctl/", "spire/",
+    "arbiter/",
+    "audit/",
+    "client/",
+    "clients/",
+    "config/",
+    "deploy/",
+    "docs/",
+    "envoy/",
+    "explorer/",
+    "filter/",
+    "force/",
+    "integration/",
+    "kube/",
+    "lockctl/",
+    "spire/",
 ];
 
 /// Every mention of a file outside the repository, as the text that names it.
 pub fn outside_references(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for needle in ["../shared", "DESIGN.md", "design-records.txt", "CONVENTIONS.md"] {
+    for needle in [
+        "../shared",
+        "DESIGN.md",
+        "design-records.txt",
+        "CONVENTIONS.md",
+    ] {
         if text.contains(needle) {
             out.push(needle.to_owned());
         }
@@ -126,7 +144,10 @@ mod tests {
 
     #[test]
     fn repository_paths_are_recognised() {
-        assert_eq!(repo_path("arbiter/src/grant.rs:12"), Some("arbiter/src/grant.rs"));
+        assert_eq!(
+            repo_path("arbiter/src/grant.rs:12"),
+            Some("arbiter/src/grant.rs")
+        );
         assert_eq!(repo_path("clients/go/"), Some("clients/go/"));
         assert_eq!(repo_path("clients/*/README.md"), None);
         assert_eq!(repo_path("lockctl acquire"), None);

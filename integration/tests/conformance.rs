@@ -235,6 +235,101 @@ async fn conformance_java() {
     conform(Lang::Java).await;
 }
 
+/// One rule of the Python client broken on purpose (`clients/conformance/mutants.yaml`).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Mutant {
+    scenario: String,
+    rule: String,
+    /// The file under `clients/python/src/lock_client/`.
+    file: String,
+    old: String,
+    new: String,
+    /// Where the scenario is expected to fail (for people; not checked).
+    #[allow(dead_code)]
+    fails_at: Option<String>,
+}
+
+fn mutants() -> Vec<Mutant> {
+    let text = std::fs::read_to_string(scenarios_dir().join("mutants.yaml")).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let name = e.file_name();
+        if name == "__pycache__" {
+            continue;
+        }
+        if e.file_type()?.is_dir() {
+            copy_tree(&e.path(), &to.join(&name))?;
+        } else {
+            std::fs::copy(e.path(), to.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// The suite's own evidence: for each scenario, a copy of the Python client with the rule
+/// that scenario guards broken must fail it. A mutant that passes is a scenario that
+/// proves nothing about that rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_client_fails_its_scenario() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let all = scenario::load_all(&scenarios_dir()).unwrap();
+    let mutants = mutants();
+    for (_, s) in &all {
+        assert!(
+            mutants.iter().any(|m| m.scenario == s.name),
+            "no mutant for scenario {}",
+            s.name
+        );
+    }
+    let only = std::env::var("CONFORMANCE_SCENARIO").ok();
+    let mut w = world(&all).await;
+    let mut survivors = Vec::new();
+    for (i, m) in mutants.iter().enumerate() {
+        if only.as_ref().is_some_and(|o| *o != m.scenario) {
+            continue;
+        }
+        let s = &all
+            .iter()
+            .find(|(_, s)| s.name == m.scenario)
+            .unwrap_or_else(|| panic!("mutant of unknown scenario {}", m.scenario))
+            .1;
+        let src = w.scratch.path().join(format!("mutant-{i}"));
+        copy_tree(&workspace_root().join("clients/python/src"), &src).unwrap();
+        let file = src.join("lock_client").join(&m.file);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            text.matches(&m.old).count(),
+            1,
+            "mutant {} ({}): `old` must occur once in {}",
+            m.scenario,
+            m.rule,
+            m.file
+        );
+        std::fs::write(&file, text.replacen(&m.old, &m.new, 1)).unwrap();
+        let launcher = drivers::python(&src).unwrap();
+        match run_scenario(&mut w, &launcher, s, &format!("mutant{i}")).await {
+            Ok(()) => survivors.push(format!("{}: {}", m.scenario, m.rule)),
+            Err(report) => eprintln!(
+                "caught {}: {} -> {}",
+                m.scenario,
+                m.rule,
+                report.lines().next().unwrap_or_default()
+            ),
+        }
+    }
+    assert!(
+        survivors.is_empty(),
+        "scenarios passed by a client broken on purpose:\n{}",
+        survivors.join("\n")
+    );
+}
+
 /// The scenario files themselves: every one parses, names itself as its file does, and
 /// every step is one the conductor knows.
 #[test]
@@ -256,5 +351,14 @@ fn every_scenario_is_well_formed() {
             }
         }
     }
-    let _ = Path::new("");
+    // The book's page lists every scenario.
+    let page =
+        std::fs::read_to_string(workspace_root().join("docs/src/using/conformance.md")).unwrap();
+    for (_, s) in scenario::load_all(&scenarios_dir()).unwrap() {
+        assert!(
+            page.contains(&format!("| `{}` |", s.name)),
+            "docs/src/using/conformance.md does not list scenario {}",
+            s.name
+        );
+    }
 }

@@ -276,7 +276,10 @@ fn no_user_page_cites_a_file_outside_the_repository_or_an_issue_number() {
     let mut found = Vec::new();
     for p in user_pages() {
         let text = std::fs::read_to_string(&p).unwrap();
-        for r in outside_references(&text).into_iter().chain(issue_numbers(&text)) {
+        for r in outside_references(&text)
+            .into_iter()
+            .chain(issue_numbers(&text))
+        {
             found.push(format!("{}: {r}", p.display()));
         }
     }
@@ -299,5 +302,9 @@ fn every_repository_path_the_book_names_exists() {
             found.push(format!("{}: {path}", p.display()));
         }
     }
-    assert!(found.is_empty(), "paths that do not exist:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "paths that do not exist:\n{}",
+        found.join("\n")
+    );
 }
