@@ -39,6 +39,10 @@
 #   perf          Debian linux-perf (`make profile` only: `install-deps.sh perf`)
 #   kube-apiserver  Go module k8s.io/kubernetes (`make e2e-kube` only: `install-deps.sh kube`),
 #                 built once per machine into the tool cache, linked as .deps/bin/kube-apiserver
+#   etcd 3.6      Go modules go.etcd.io/etcd/{server,etcdctl,etcdutl}/v3 at the version
+#                 integration/etcd/go.mod pins, built once per machine into the tool cache and
+#                 linked as .deps/etcd-3.6/bin/{etcd,etcdctl,etcdutl}; LOCK_ETCD=3.6 (make ETCD=3.6)
+#                 runs the tests, the gate and the bench on it instead of Debian's 3.5
 #   helm          Go module helm.sh/helm/v4 (go install), built once into the machine's cache
 #                 ($LOCK_TOOL_CACHE, outside the clone) and linked as .deps/bin/helm: the chart's
 #                 lint and template checks
@@ -365,6 +369,23 @@ install_helm() {
   ln -sf "$bin" "$DEPS/bin/helm"
 }
 
+install_etcd36() {
+  # etcd 3.6 from the Go module proxy (the records' line; Debian ships 3.5): the three
+  # commands of integration/etcd (each the upstream entry point) built into the tool cache,
+  # keyed by the module's go.sum, so a new pin builds once and an old one is kept.
+  command -v go >/dev/null 2>&1 || { log "etcd 3.6: needs Go (the machine's toolchain)"; exit 1; }
+  local src="$ROOT/integration/etcd"
+  local key; key=$(sha256sum "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-16)
+  local out="$TOOL_CACHE/etcd-3.6-$key"
+  if ! [ -x "$out/etcd" ] || ! [ -x "$out/etcdctl" ] || ! [ -x "$out/etcdutl" ]; then
+    log "etcd 3.6: go build of integration/etcd into $out"
+    (cd "$src" && go build -trimpath -o "$out/" ./cmd/...)
+  fi
+  mkdir -p "$DEPS/etcd-3.6/bin"
+  local b
+  for b in etcd etcdctl etcdutl; do ln -sf "$out/$b" "$DEPS/etcd-3.6/bin/$b"; done
+}
+
 STATICCHECK_VERSION="v0.8.2"
 install_go_client() {
   # The Go client (clients/go): its modules into Go's own cache (GOMODCACHE, outside the
@@ -507,6 +528,7 @@ install_redis
 install_iproute2
 install_wasm_target
 install_etcd
+install_etcd36
 install_envoy
 install_prometheus
 install_alertmanager

@@ -5,7 +5,7 @@
 //! `root` through [`Etcd::client`]; arbiters and lockctl get their own users' certificates.
 
 use crate::netlab::NetLab;
-use crate::paths::dep;
+use crate::paths::{EtcdLine, etcd_tool};
 use crate::process::{Proc, free_port, patience};
 use lock_devca::{DevCa, Leaf};
 use std::net::{IpAddr, SocketAddr};
@@ -149,6 +149,8 @@ pub struct Etcd {
     extra: Vec<String>,
     /// The network namespace the member runs in (None: the test's own, on loopback).
     netns: Option<String>,
+    /// The etcd release line the member runs (`LOCK_ETCD`, or a test's own choice).
+    pub line: EtcdLine,
 }
 
 /// Where a member listens.
@@ -196,7 +198,18 @@ impl Etcd {
         extra: &[String],
         security: Security,
     ) -> anyhow::Result<Vec<Self>> {
-        Self::on_free_ports(dir, prefix, n, extra, security, None)
+        Self::on_free_ports(dir, prefix, n, extra, security, None, EtcdLine::current())
+    }
+
+    /// An `n`-member cluster on loopback running etcd `line`, whatever `LOCK_ETCD` says
+    /// (a test that compares the lines).
+    pub fn start_cluster_on(
+        dir: &Path,
+        prefix: &str,
+        n: usize,
+        line: EtcdLine,
+    ) -> anyhow::Result<Vec<Self>> {
+        Self::on_free_ports(dir, prefix, n, &[], Security::Roles, None, line)
     }
 
     /// `n` members on loopback ports picked free. A port picked free can be taken by
@@ -209,6 +222,7 @@ impl Etcd {
         extra: &[String],
         security: Security,
         shared: Option<Arc<EtcdPki>>,
+        line: EtcdLine,
     ) -> anyhow::Result<Vec<Self>> {
         let mut tries = 0;
         loop {
@@ -221,7 +235,15 @@ impl Etcd {
                     ports: [p[0], p[1], p[2]],
                 })
                 .collect();
-            match Self::start_placed_with(dir, prefix, places, extra, security, shared.clone()) {
+            match Self::start_placed_with(
+                dir,
+                prefix,
+                places,
+                extra,
+                security,
+                shared.clone(),
+                line,
+            ) {
                 Err(e) if tries < 3 && format!("{e:#}").contains("address already in use") => {
                     tries += 1;
                     // The members that started were stopped with the error; a data
@@ -258,7 +280,16 @@ impl Etcd {
     /// A single-member cluster on loopback with another cluster's certificates (`pki`),
     /// so one etcd credential reaches both: the coord cluster and its entity shards.
     pub fn start_sharing(dir: &Path, name: &str, pki: Arc<EtcdPki>) -> anyhow::Result<Self> {
-        Ok(Self::on_free_ports(dir, name, 1, &[], Security::Roles, Some(pki))?.remove(0))
+        Ok(Self::on_free_ports(
+            dir,
+            name,
+            1,
+            &[],
+            Security::Roles,
+            Some(pki),
+            EtcdLine::current(),
+        )?
+        .remove(0))
     }
 
     fn start_placed(
@@ -268,7 +299,15 @@ impl Etcd {
         extra: &[String],
         security: Security,
     ) -> anyhow::Result<Vec<Self>> {
-        Self::start_placed_with(dir, prefix, places, extra, security, None)
+        Self::start_placed_with(
+            dir,
+            prefix,
+            places,
+            extra,
+            security,
+            None,
+            EtcdLine::current(),
+        )
     }
 
     fn start_placed_with(
@@ -278,6 +317,7 @@ impl Etcd {
         extra: &[String],
         security: Security,
         shared: Option<Arc<EtcdPki>>,
+        line: EtcdLine,
     ) -> anyhow::Result<Vec<Self>> {
         let n = places.len();
         let token = format!("lock-{prefix}-{}", free_port()?);
@@ -305,6 +345,7 @@ impl Etcd {
                 log_dir: dir.to_path_buf(),
                 extra: extra.to_vec(),
                 netns: place.netns,
+                line,
                 name,
             });
         }
@@ -399,10 +440,11 @@ impl Etcd {
         let mut cmd = match &self.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(dep("etcd")?);
+                c.args(["netns", "exec", ns])
+                    .arg(etcd_tool(self.line, "etcd")?);
                 c
             }
-            None => Command::new(dep("etcd")?),
+            None => Command::new(etcd_tool(self.line, "etcd")?),
         };
         cmd.args(["--name", &self.name])
             .arg("--data-dir")
@@ -433,9 +475,8 @@ impl Etcd {
             .arg("--peer-key-file")
             .arg(self.pki.key("member"))
             .args(["--log-level", "warn"])
-            // As deploy/kubernetes/etcd.yaml runs it (ADR-05/10): lease checkpoints on.
-            .arg("--experimental-enable-lease-checkpoint")
-            .arg("--experimental-enable-lease-checkpoint-persist")
+            // As the chart runs it: lease checkpoints on, by the flags of the line that runs.
+            .args(self.line.checkpoint_flags())
             .args(&self.extra);
         self.proc = Proc::spawn(&self.name, cmd, &self.log_dir)?;
         self.data_dir = data_dir.to_path_buf();

@@ -11,12 +11,82 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// A real component installed by the install script (`etcd`, `etcdctl`, `etcdutl`, `envoy`).
-/// `LOCK_DEPS_BIN` overrides the folder.
-pub fn dep(name: &str) -> anyhow::Result<PathBuf> {
+/// The etcd release line the harness runs, from `LOCK_ETCD` (`make ... ETCD=3.6`): Debian's
+/// 3.5 (the default) or 3.6 built from the Go module proxy (integration/etcd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdLine {
+    V3_5,
+    V3_6,
+}
+
+impl EtcdLine {
+    /// The line `LOCK_ETCD` names; 3.5 when it is unset. Any other value is a mistake worth
+    /// stopping for, not a silent default.
+    pub fn current() -> Self {
+        match std::env::var("LOCK_ETCD").as_deref() {
+            Err(_) | Ok("") | Ok("3.5") => EtcdLine::V3_5,
+            Ok("3.6") => EtcdLine::V3_6,
+            Ok(other) => panic!("LOCK_ETCD={other}: the harness runs etcd 3.5 or 3.6"),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EtcdLine::V3_5 => "3.5",
+            EtcdLine::V3_6 => "3.6",
+        }
+    }
+
+    /// The folder its etcd, etcdctl and etcdutl are linked in.
+    pub fn bin_dir(self) -> PathBuf {
+        match self {
+            EtcdLine::V3_5 => workspace_root().join(".deps/bin"),
+            EtcdLine::V3_6 => workspace_root().join(".deps/etcd-3.6/bin"),
+        }
+    }
+
+    /// Lease checkpoints on (ADR-05/10). 3.6 names them as feature gates and deprecates the
+    /// 3.5 flags (3.7 removes them).
+    pub fn checkpoint_flags(self) -> &'static [&'static str] {
+        match self {
+            EtcdLine::V3_5 => &[
+                "--experimental-enable-lease-checkpoint",
+                "--experimental-enable-lease-checkpoint-persist",
+            ],
+            EtcdLine::V3_6 => &["--feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true"],
+        }
+    }
+}
+
+/// `name` (etcd, etcdctl, etcdutl) of etcd `line`; `LOCK_DEPS_BIN` overrides the folder.
+pub fn etcd_tool(line: EtcdLine, name: &str) -> anyhow::Result<PathBuf> {
     let dir = std::env::var_os("LOCK_DEPS_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".deps/bin"));
+        .unwrap_or_else(|| line.bin_dir());
+    let p = dir.join(name);
+    if !p.exists() {
+        bail!(
+            "{} not found: run integration/scripts/install-deps.sh (make test does)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// A real component installed by the install script (`etcd`, `etcdctl`, `etcdutl`, `envoy`).
+/// etcd's three come from the line `LOCK_ETCD` selects ([`EtcdLine`]); `LOCK_DEPS_BIN`
+/// overrides the folder of everything.
+pub fn dep(name: &str) -> anyhow::Result<PathBuf> {
+    let etcd_tool = matches!(name, "etcd" | "etcdctl" | "etcdutl");
+    let dir = std::env::var_os("LOCK_DEPS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            if etcd_tool {
+                EtcdLine::current().bin_dir()
+            } else {
+                workspace_root().join(".deps/bin")
+            }
+        });
     let p = dir.join(name);
     if !p.exists() {
         bail!(
