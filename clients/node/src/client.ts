@@ -6,9 +6,11 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { fileURLToPath } from "node:url";
 import { channelArgs, checkEndpoint, stamp, type Credentials } from "./connect.js";
+import type { MeterProvider } from "@opentelemetry/api";
 import {
   Fenced,
   fromGrpcError,
+  Held,
   InvalidRequest,
   LockError,
   SessionExpired,
@@ -19,10 +21,13 @@ import {
 } from "./errors.js";
 import { encodeKey, INSTANCE_METADATA, METADATA_KEY, processInstance, tagOf } from "./keys.js";
 import { describeLapse, Liveness, type Lapse } from "./liveness.js";
+import { CAMPAIGN_ROUND_MS, Leadership, MIN_ROUND_MS, type CampaignOptions } from "./election.js";
+import { ClientMetrics, type HoldMeter, type HoldOutcome, UNKNOWN_CLASS, waitOutcome } from "./metrics.js";
+import { Observation, type ObserveOptions } from "./observe.js";
 
 /** Attempts of one acquire (transient errors, session changes), within its deadline. */
 const MAX_TRIES = 32;
-/** Keys whose cluster the client remembers (past it the memory starts over). */
+/** Keys whose cluster (and class) the client remembers (past it the memory starts over). */
 const MAX_PLACES = 4096;
 /** Bound on one unary call beyond the wait the service was asked for. */
 const CALL_SLACK_MS = 10_000;
@@ -309,6 +314,16 @@ interface Reentry {
   session: Session;
   /** The hold's open `Hold` stream, which carries its release (null: unary). */
   link: HoldLink | null;
+  measured: Measured;
+}
+
+/** A grant being measured for the hold-time metric, and the hook on its session that ends
+ * it when the session is fenced (its own hook: the count of lost holds does not depend on
+ * what the caller's onFence does). */
+interface Measured {
+  meter: HoldMeter;
+  session: Session;
+  hook: number;
 }
 
 /**
@@ -386,10 +401,17 @@ abstract class OtherHold {
     /** The fencing token. */
     readonly token: bigint,
     protected readonly session: Session,
+    /** @internal */
+    protected readonly measured: Measured,
   ) {}
 
+  /** False from the first failed renewal: finish in-flight work, start nothing new. */
   canStart(): boolean {
     return this.session.canStart();
+  }
+  /** Milliseconds left before the local deadline at which the hold is fenced (0 once fenced). */
+  remainingTtlMs(): number {
+    return this.session.remaining();
   }
   get fenced(): boolean {
     return this.session.fenced;
@@ -413,11 +435,11 @@ abstract class OtherHold {
  * one transaction. */
 export class HeldSet extends OtherHold {
   /** @internal */
-  constructor(client: LockClient, readonly keys: string[], holdId: number, token: bigint, session: Session) {
-    super(client, holdId, token, session);
+  constructor(client: LockClient, readonly keys: string[], holdId: number, token: bigint, session: Session, measured: Measured) {
+    super(client, holdId, token, session, measured);
   }
   protected end(): Promise<void> {
-    return this.client.finishOther("set", this.keys, this.holdId, this.token, this.session);
+    return this.client.finishOther("set", this.keys, this.holdId, this.token, this.session, this.measured);
   }
   toString(): string {
     return `HeldSet(keys=${JSON.stringify(this.keys)}, fenced=${this.fenced})`;
@@ -432,17 +454,27 @@ export class HeldSet extends OtherHold {
  * least that one. */
 export class SharedHold extends OtherHold {
   /** @internal */
-  constructor(client: LockClient, readonly key: string, holdId: number, token: bigint, session: Session) {
-    super(client, holdId, token, session);
+  constructor(client: LockClient, readonly key: string, holdId: number, token: bigint, session: Session, measured: Measured) {
+    super(client, holdId, token, session, measured);
   }
   protected end(): Promise<void> {
-    return this.client.finishOther("shared", this.key, this.holdId, this.token, this.session);
+    return this.client.finishOther("shared", this.key, this.holdId, this.token, this.session, this.measured);
   }
   toString(): string {
     return `SharedHold(key=${JSON.stringify(this.key)}, fenced=${this.fenced})`;
   }
   toJSON(): object {
     return { key: this.key, fenced: this.fenced };
+  }
+}
+
+/** JavaScript callers have no compiler to tell them: an acquire without onFence is refused
+ * before anything is sent (ADR-12). */
+function requireOnFence(call: string, opts: { onFence?: unknown } | undefined): void {
+  if (typeof opts?.onFence !== "function") {
+    throw new TypeError(
+      `${call}: opts.onFence is required (ADR-12): the function that stops your work if the hold is fenced`,
+    );
   }
 }
 
@@ -463,6 +495,11 @@ export interface ClientOptions {
    * else random once per process>:<pid>:<n>`, `n` counting this process's client objects
    * from 1. */
   instance?: string;
+  /** Where the client's metrics go (`lock.client.wait.duration`, `lock.client.hold.duration`,
+   * `lock.client.holds.lost`). Default: `metrics.getMeterProvider()` of @opentelemetry/api
+   * as it is when the client is built, a no-op unless the application registered an SDK
+   * before. */
+  meterProvider?: MeterProvider;
 }
 
 /**
@@ -489,6 +526,14 @@ export class LockClient {
   private nextHold = 1;
   private openStreams = 0;
   private maxHoldStreams = DEFAULT_MAX_HOLD_STREAMS;
+  private readonly metrics: ClientMetrics;
+  /** The class the service last named for a key (OpenSession, a grant, WRONG_SESSION_TTL):
+   * the metrics' `class` of an acquire whose own answer names none (a refusal). */
+  private readonly classes = new Map<string, string>();
+  /** Grants whose hold time is being measured: the shutdown ends them. */
+  private readonly measuring = new Set<Measured>();
+  /** Open observations: the shutdown closes them. */
+  private readonly observations = new Set<Observation>();
 
   constructor(
     private readonly endpoint: string,
@@ -496,6 +541,7 @@ export class LockClient {
     options: ClientOptions = {},
   ) {
     checkEndpoint(endpoint, credentials.kind === "meshSidecar");
+    this.metrics = new ClientMetrics(options.meterProvider);
     this.instance = options.instance ?? processInstance();
     this.stubValue = this.newStub();
     this.stampValue = stamp(credentials);
@@ -534,7 +580,8 @@ export class LockClient {
   private async grant(key: string, sessionId: string, waitMs: number): Promise<[bigint, HoldLink | null]> {
     const req = { key, sessionId, waitMillis: String(Math.floor(waitMs)) };
     if (this.openStreams >= this.maxHoldStreams) {
-      const r = await unary<{ token: string }>(this.stub(), "acquire", req, keyed(key), waitMs + CALL_SLACK_MS);
+      const r = await unary<{ token: string; className: string }>(this.stub(), "acquire", req, keyed(key), waitMs + CALL_SLACK_MS);
+      this.learnClass(key, r.className);
       return [BigInt(r.token), null];
     }
     const link = new HoldLink(this.stub(), key);
@@ -542,6 +589,7 @@ export class LockClient {
     try {
       const answer = await link.ask({ acquire: req }, waitMs + CALL_SLACK_MS);
       if (!answer?.acquired) throw new Unavailable("the hold stream answered without a grant");
+      this.learnClass(key, answer.acquired.className);
       return [BigInt(answer.acquired.token), link];
     } catch (e) {
       this.closeLink(link);
@@ -556,12 +604,24 @@ export class LockClient {
 
   /** Takes `key`, waiting up to `waitMs` for it. */
   async acquire(key: string, opts: AcquireOptions): Promise<Hold> {
-    // JavaScript callers have no compiler to tell them: refuse before anything is sent.
-    if (typeof opts?.onFence !== "function") {
-      throw new TypeError(
-        "acquire: opts.onFence is required (ADR-12): the function that stops your work if the hold is fenced",
-      );
+    requireOnFence("acquire", opts);
+    const started = now();
+    try {
+      const { hold, fresh } = await this.take(key, opts.waitMs ?? 0, opts.onFence);
+      // A nested acquire made no call: it has no wait to count.
+      if (fresh) this.metrics.waited(this.classOf(key), "granted", started);
+      return hold;
+    } catch (e) {
+      this.metrics.waited(this.classOf(key), waitOutcome(e), started);
+      throw e;
     }
+  }
+
+  /**
+   * The exclusive acquire behind `acquire` and `campaign`, which measure its wait: nested
+   * when this client holds `key` already (`fresh` false: no call was made).
+   */
+  private async take(key: string, waitMs: number, onFence: FenceFn): Promise<{ hold: Hold; fresh: boolean }> {
     const holdId = this.nextHold++;
     const entry = this.holds.get(key);
     if (entry && entry.session.fenced) {
@@ -569,14 +629,68 @@ export class LockClient {
       this.holds.delete(key);
     } else if (entry) {
       entry.count += 1;
-      entry.session.attach(holdId, opts.onFence);
-      return new Hold(this, key, holdId, entry.token, entry.session);
+      entry.session.attach(holdId, onFence);
+      return { hold: new Hold(this, key, holdId, entry.token, entry.session), fresh: false };
     }
-    const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
-    const [[token, link], s] = await this.onSession(key, deadline, (s, left) => this.grant(key, s.id, left));
-    s.attach(holdId, opts.onFence);
-    this.holds.set(key, { count: 1, token, session: s, link });
-    return new Hold(this, key, holdId, token, s);
+    const deadline = now() + Math.min(Math.max(waitMs, 0), MAX_WAIT_MS);
+    const [[token, link], s] = await this.onSession(key, key, deadline, (s, left) => this.grant(key, s.id, left));
+    s.attach(holdId, onFence);
+    const measured = this.measure(this.classOf(key), s);
+    this.holds.set(key, { count: 1, token, session: s, link, measured });
+    return { hold: new Hold(this, key, holdId, token, s), fresh: true };
+  }
+
+  /**
+   * Campaigns for the leadership of `key` (issue 35): waits in its FIFO queue until this
+   * client leads, or `opts.waitMs` runs out (rejects with Held: another leads). Leadership
+   * is the hold, and `Leadership.term` its fencing token. The service ends a wait after
+   * 300 s; the campaign asks again, behind the candidates that queued meanwhile. A refusal
+   * that waiting cannot cure (NotGranted, InvalidRequest, LeakedHold...) rejects at once.
+   * Replicas of one identity campaign like any candidates.
+   */
+  async campaign(key: string, opts: CampaignOptions): Promise<Leadership> {
+    requireOnFence("campaign", opts);
+    const started = now();
+    const deadline = opts.waitMs === undefined ? Infinity : started + Math.max(opts.waitMs, 0);
+    for (;;) {
+      const round = now();
+      try {
+        const { hold, fresh } = await this.take(key, Math.min(Math.max(deadline - round, 0), CAMPAIGN_ROUND_MS), opts.onFence);
+        if (fresh) this.metrics.waited(this.classOf(key), "granted", started);
+        return new Leadership(hold);
+      } catch (e) {
+        // The round ended with the key still held: still a candidate while time is left,
+        // and not in a spin when a round is refused at once.
+        const left = deadline - now();
+        if (e instanceof Held && left > 0) {
+          if (now() - round < MIN_ROUND_MS) await sleep(Math.min(MIN_ROUND_MS, left));
+          if (deadline - now() > 0) continue;
+        }
+        this.metrics.waited(this.classOf(key), waitOutcome(e), started);
+        throw e;
+      }
+    }
+  }
+
+  /**
+   * Observes `key` (issue 35): its holder now (`current`), then every change (granted,
+   * released, expired, closed, forced, revoked), reconnecting and resuming by itself. A
+   * hint, never a grant: to act on a key, acquire it. Answers about this client's own
+   * hold of the key carry its token.
+   *
+   * `for await (const o of locks.observe(key)) { ... }`; `close()` ends it, as does the
+   * client's shutdown.
+   */
+  observe(key: string, opts: ObserveOptions = {}): Observation {
+    const o = new Observation(
+      key,
+      (req) => this.stub()["observe"](req, keyed(key)),
+      () => this.ownSession(key),
+      (closed) => this.observations.delete(closed),
+      opts,
+    );
+    this.observations.add(o);
+    return o;
   }
 
   /**
@@ -586,25 +700,35 @@ export class LockClient {
    * durable nor shared (KeySetRefused otherwise).
    */
   async acquireAll(keys: string[], opts: AcquireOptions): Promise<HeldSet> {
-    if (typeof opts?.onFence !== "function") {
-      throw new TypeError("acquireAll: opts.onFence is required (ADR-12)");
-    }
+    requireOnFence("acquireAll", opts);
     if (keys.length === 0) throw new InvalidRequest("a key set has 1..=16 keys");
     const first = [...keys].sort()[0] ?? "";
-    const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
-    const [r, s] = await this.onSession<{ token: string; keys: string[] }>(first, deadline, (s, left) =>
-      // No lock-key: the edge decides a set on every key of its body.
-      unary<{ token: string; keys: string[] }>(
-        this.stub(),
-        "acquireAll",
-        { keys, sessionId: s.id, waitMillis: String(Math.floor(left)) },
-        new grpc.Metadata(),
-        left + CALL_SLACK_MS,
-      ),
-    );
+    const started = now();
+    const deadline = started + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
+    let answer: [{ token: string; keys: string[] }, Session];
+    try {
+      // A WRONG_SESSION_TTL names one key's class, not the set's: not learnt (null).
+      answer = await this.onSession<{ token: string; keys: string[] }>(first, null, deadline, (s, left) =>
+        // No lock-key: the edge decides a set on every key of its body.
+        unary<{ token: string; keys: string[] }>(
+          this.stub(),
+          "acquireAll",
+          { keys, sessionId: s.id, waitMillis: String(Math.floor(left)) },
+          new grpc.Metadata(),
+          left + CALL_SLACK_MS,
+        ),
+      );
+    } catch (e) {
+      this.metrics.waited(this.classOf(first), waitOutcome(e), started);
+      throw e;
+    }
+    const [r, s] = answer;
+    // AcquireAll's answer names no class: a set counts under its first key's (sort order).
+    const className = this.classOf(first);
+    this.metrics.waited(className, "granted", started);
     const holdId = this.nextHold++;
     s.attach(holdId, opts.onFence);
-    return new HeldSet(this, r.keys, holdId, BigInt(r.token), s);
+    return new HeldSet(this, r.keys, holdId, BigInt(r.token), s, this.measure(className, s));
   }
 
   /**
@@ -612,35 +736,56 @@ export class LockClient {
    * acquire of it waits for all of them, and while one waits, new shared holds wait behind it.
    */
   async acquireShared(key: string, opts: AcquireOptions): Promise<SharedHold> {
-    if (typeof opts?.onFence !== "function") {
-      throw new TypeError("acquireShared: opts.onFence is required (ADR-12)");
+    requireOnFence("acquireShared", opts);
+    const started = now();
+    const deadline = started + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
+    let answer: [{ token: string; className: string }, Session];
+    try {
+      answer = await this.onSession(key, key, deadline, (s, left) =>
+        unary<{ token: string; className: string }>(
+          this.stub(),
+          "acquire",
+          { key, sessionId: s.id, waitMillis: String(Math.floor(left)), mode: "HOLD_MODE_SHARED" },
+          keyed(key),
+          left + CALL_SLACK_MS,
+        ),
+      );
+    } catch (e) {
+      this.metrics.waited(this.classOf(key), waitOutcome(e), started);
+      throw e;
     }
-    const deadline = now() + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
-    const [r, s] = await this.onSession(key, deadline, (s, left) =>
-      unary<{ token: string }>(
-        this.stub(),
-        "acquire",
-        { key, sessionId: s.id, waitMillis: String(Math.floor(left)), mode: "HOLD_MODE_SHARED" },
-        keyed(key),
-        left + CALL_SLACK_MS,
-      ),
-    );
+    const [r, s] = answer;
+    this.learnClass(key, r.className);
+    const className = this.classOf(key);
+    this.metrics.waited(className, "granted", started);
     const holdId = this.nextHold++;
     s.attach(holdId, opts.onFence);
-    return new SharedHold(this, key, holdId, BigInt(r.token), s);
+    return new SharedHold(this, key, holdId, BigInt(r.token), s, this.measure(className, s));
   }
 
   /** @internal Ends a set or a shared hold (their `release()`). */
-  async finishOther(kind: "set" | "shared", key: string | string[], holdId: number, token: bigint, s: Session): Promise<void> {
+  async finishOther(
+    kind: "set" | "shared",
+    key: string | string[],
+    holdId: number,
+    token: bigint,
+    s: Session,
+    measured: Measured,
+  ): Promise<void> {
     s.detach(holdId);
-    if (s.fenced) throw new Fenced("the hold was fenced before its release");
-    if (kind === "set") {
-      const keys = key as string[];
-      await unary(this.stub(), "releaseAll", { keys, token: token.toString(), sessionId: s.id }, new grpc.Metadata(), CALL_SLACK_MS);
-    } else {
-      const k = key as string;
-      const req = { key: k, token: token.toString(), sessionId: s.id, mode: "HOLD_MODE_SHARED" };
-      await unary(this.stub(), "release", req, keyed(k), CALL_SLACK_MS);
+    try {
+      // Fenced: its hold time was counted when the fence ran (the end below is a no-op).
+      if (s.fenced) throw new Fenced("the hold was fenced before its release");
+      if (kind === "set") {
+        const keys = key as string[];
+        await unary(this.stub(), "releaseAll", { keys, token: token.toString(), sessionId: s.id }, new grpc.Metadata(), CALL_SLACK_MS);
+      } else {
+        const k = key as string;
+        const req = { key: k, token: token.toString(), sessionId: s.id, mode: "HOLD_MODE_SHARED" };
+        await unary(this.stub(), "release", req, keyed(k), CALL_SLACK_MS);
+      }
+    } finally {
+      this.endMeasure(measured, "released");
     }
   }
 
@@ -652,6 +797,7 @@ export class LockClient {
    */
   private async onSession<T>(
     key: string,
+    classKey: string | null,
     deadline: number,
     call: (s: Session, leftMs: number) => Promise<T>,
   ): Promise<[T, Session]> {
@@ -674,6 +820,7 @@ export class LockClient {
         err = fromGrpcError(e);
       }
       if (err instanceof WrongSessionTtl) {
+        if (classKey !== null) this.learnClass(classKey, err.className);
         const ttlMs = err.ttlSeconds * 1000;
         wanted = () => this.sessionFor((tl) => tl === ttlMs);
         session = wanted();
@@ -736,6 +883,9 @@ export class LockClient {
    * TTL runs out. No onFence runs: the owner ended the holds.
    */
   async shutdown(): Promise<void> {
+    for (const o of [...this.observations]) o.close();
+    // Every hold still held ends here: counted as ended by the shutdown, not fenced.
+    for (const m of [...this.measuring]) this.endMeasure(m, "shutdown");
     const sessions = [...this.sessions.values()];
     this.sessions.clear();
     for (const h of this.holds.values()) if (h.link) this.closeLink(h.link);
@@ -768,6 +918,7 @@ export class LockClient {
     this.holds.delete(key);
     const link = entry.link;
     try {
+      // Fenced: its hold time was counted when the fence ran (the end below is a no-op).
       if (s.fenced) throw new Fenced("the hold was fenced before its release");
       const req = { key, token: token.toString(), sessionId: s.id };
       if (link) {
@@ -775,13 +926,19 @@ export class LockClient {
           const answer = await link.ask({ release: req }, CALL_SLACK_MS);
           if (answer?.released) return;
         } catch (e) {
-          // A refusal stands; a stream that ended or broke did not release: unary below.
-          if (!(e instanceof Unavailable)) throw e;
+          // A refusal of the service (a lock.v1 reason: STALE_TOKEN...) stands. A stream that
+          // ended or broke did not release: unary below (a grant it did release answers
+          // that call STALE_TOKEN). Broke means any error without a reason, not only
+          // UNAVAILABLE: an arbiter restarting under the stream resets it, which grpc-js
+          // reports as INTERNAL ("Received RST_STREAM with code 2"); found by the
+          // conformance suite's observe-resume scenario.
+          if (e instanceof LockError && e.reason !== null && !(e instanceof Unavailable)) throw e;
         }
       }
       await unary(this.stub(), "release", req, keyed(key), CALL_SLACK_MS);
     } finally {
       if (link) this.closeLink(link);
+      this.endMeasure(entry.measured, "released");
     }
   }
 
@@ -814,13 +971,14 @@ export class LockClient {
   /** Opens the session for `key`'s class (its TTL) and starts renewing it. */
   private async openSession(key: string): Promise<Session> {
     const sent = now();
-    const r = await unary<{ sessionId: string; ttlSeconds: number }>(
+    const r = await unary<{ sessionId: string; ttlSeconds: number; className: string }>(
       this.stub(),
       "openSession",
       { key },
       keyed(key, [[INSTANCE_METADATA, this.instance]]),
       CALL_SLACK_MS,
     );
+    this.learnClass(key, r.className);
     const s = new Session(r.sessionId, r.ttlSeconds * 1000, sent, () => this.stub());
     const slot = `${r.ttlSeconds}/${tagOf(r.sessionId)}`;
     const old = this.sessions.get(slot);
@@ -846,6 +1004,40 @@ export class LockClient {
     const any = this.sessionFor(() => true);
     if (tag === undefined) return any;
     return this.sessionFor((_, t) => t === tag) ?? any;
+  }
+
+  /** The session this client would hold `key` on ("0": none): answers of an observation
+   * about this client's own hold carry its token. */
+  private ownSession(key: string): string {
+    const e = this.holds.get(key);
+    if (e && !e.session.fenced) return e.session.id;
+    return this.sessionForKey(key)?.id ?? "0";
+  }
+
+  /** Starts measuring a grant's hold time. Its end is recorded once: by the release, the
+   * shutdown, or the session's fence. */
+  private measure(className: string, s: Session): Measured {
+    const m: Measured = { meter: this.metrics.granted(className), session: s, hook: this.nextHold++ };
+    this.measuring.add(m);
+    s.attach(m.hook, () => this.endMeasure(m, "fenced"));
+    return m;
+  }
+
+  private endMeasure(m: Measured, outcome: HoldOutcome): void {
+    m.session.detach(m.hook);
+    this.measuring.delete(m);
+    m.meter.end(outcome);
+  }
+
+  /** The metrics' `class` of `key`: the class the service last named for it, else "unknown". */
+  private classOf(key: string): string {
+    return this.classes.get(key) ?? UNKNOWN_CLASS;
+  }
+
+  private learnClass(key: string, className: string | undefined): void {
+    if (!className) return;
+    if (this.classes.size >= MAX_PLACES && !this.classes.has(key)) this.classes.clear();
+    this.classes.set(key, className);
   }
 
   private learnPlace(key: string, tag: number): void {
