@@ -87,10 +87,19 @@ fn stack_env(stack: &Stack) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Every suite that needs no stack: units, the metrics and the calls against the
+/// in-process fake lock.v1 service, and the conformance driver's own protocol.
 #[test]
 fn the_node_client_passes_its_unit_suite() {
-    let out = node_test("test/units.test.mjs", &[]);
-    eprintln!("{out}");
+    for file in [
+        "test/units.test.mjs",
+        "test/metrics.test.mjs",
+        "test/calls.test.mjs",
+        "test/driver.test.mjs",
+    ] {
+        let out = node_test(file, &[]);
+        eprintln!("{out}");
+    }
 }
 
 #[tokio::test]
