@@ -75,6 +75,23 @@ pub fn admin_get(admin: SocketAddr, path: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// A fence callback for tests whose holds are never meant to be fenced.
+pub fn no_fence() -> impl Fn() + Send + Sync + 'static {
+    || {}
+}
+
+/// A stack of `arbiters` on the test registry with the debug-only arbiter bugs `bugs`
+/// switched on (none: the stack as shipped).
+pub async fn stack_with_bugs(arbiters: usize, bugs: &[&str]) -> (Stack, tempfile::TempDir) {
+    Stack::with_test_registry_options(StackOptions {
+        arbiters,
+        arbiter_args: inject_bugs(bugs),
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("starting the stack: {e:#}"))
+}
+
 /// Arbiter flags switching on the debug-only bugs `bugs` (`--inject-bug` each).
 pub fn inject_bugs(bugs: &[&str]) -> Vec<String> {
     bugs.iter()

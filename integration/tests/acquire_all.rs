@@ -17,20 +17,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn no_fence() -> impl Fn() + Send + Sync + 'static {
-    || {}
-}
-
-async fn stack_with(arbiter_bugs: &[&str]) -> (Stack, tempfile::TempDir) {
-    Stack::with_test_registry_options(StackOptions {
-        arbiters: 2,
-        arbiter_args: lock_integration::inject_bugs(arbiter_bugs),
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap()
-}
-
 fn k(name: &str) -> String {
     format!("{FAST_PREFIX}/set/{name}")
 }
@@ -50,7 +36,7 @@ async fn held(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_is_granted_whole_or_not_at_all_with_one_token() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let a = stack.lock_client(&waiter_id(0)).unwrap();
     let b = stack.lock_client(&waiter_id(1)).unwrap();
     let mut look = stack.workload(&waiter_id(2)).await.unwrap();
@@ -58,11 +44,15 @@ async fn a_set_is_granted_whole_or_not_at_all_with_one_token() {
 
     // b holds kb alone: a's set {ka, kb, kc} is refused at once, and none of it is held.
     let single = b
-        .acquire(&kb, Duration::from_secs(5), no_fence())
+        .acquire(&kb, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     let refused = a
-        .acquire_all(&[&kc, &kb, &ka], Duration::ZERO, no_fence())
+        .acquire_all(
+            &[&kc, &kb, &ka],
+            Duration::ZERO,
+            lock_integration::no_fence(),
+        )
         .await
         .err();
     assert_eq!(refused, Some(LockError::Held));
@@ -103,7 +93,9 @@ async fn a_set_is_granted_whole_or_not_at_all_with_one_token() {
     }
     // A single acquire of one of its keys waits for the set.
     assert_eq!(
-        b.acquire(&ka, Duration::ZERO, no_fence()).await.err(),
+        b.acquire(&ka, Duration::ZERO, lock_integration::no_fence())
+            .await
+            .err(),
         Some(LockError::Held)
     );
     let set_token = set.token();
@@ -112,7 +104,7 @@ async fn a_set_is_granted_whole_or_not_at_all_with_one_token() {
         assert!(!held(&mut look, key).await, "{key} released with the set");
     }
     let after = b
-        .acquire(&kc, Duration::from_secs(5), no_fence())
+        .acquire(&kc, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     assert!(after.token() > set_token);
@@ -124,7 +116,7 @@ async fn a_set_is_granted_whole_or_not_at_all_with_one_token() {
 /// The sets a caller cannot have, each refused with its reason and nothing held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sets_that_cannot_be_one_transaction_are_refused_with_their_reason() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let a = stack.lock_client(&waiter_id(0)).unwrap();
     let mut look = stack.workload(&waiter_id(2)).await.unwrap();
     let why = |r: Result<lock_client::HeldSet, LockError>| match r {
@@ -135,25 +127,41 @@ async fn sets_that_cannot_be_one_transaction_are_refused_with_their_reason() {
     let durable = format!("{FAIR_PREFIX}/set/x");
     assert_eq!(
         why(a
-            .acquire_all(&[k("d1"), durable.clone()], Duration::ZERO, no_fence())
+            .acquire_all(
+                &[k("d1"), durable.clone()],
+                Duration::ZERO,
+                lock_integration::no_fence()
+            )
             .await),
         "durable-class"
     );
     let slow = format!("{SLOW_PREFIX}/set/x");
     assert_eq!(
         why(a
-            .acquire_all(&[k("d2"), slow.clone()], Duration::ZERO, no_fence())
+            .acquire_all(
+                &[k("d2"), slow.clone()],
+                Duration::ZERO,
+                lock_integration::no_fence()
+            )
             .await),
         "mixed-ttl"
     );
     // A key this client holds alone: a wait would be on itself.
     let mine = a
-        .acquire(&k("d3"), Duration::from_secs(5), no_fence())
+        .acquire(
+            &k("d3"),
+            Duration::from_secs(5),
+            lock_integration::no_fence(),
+        )
         .await
         .unwrap();
     assert_eq!(
         why(a
-            .acquire_all(&[k("d3"), k("d4")], Duration::from_secs(5), no_fence())
+            .acquire_all(
+                &[k("d3"), k("d4")],
+                Duration::from_secs(5),
+                lock_integration::no_fence()
+            )
             .await),
         "own-hold"
     );
@@ -163,7 +171,11 @@ async fn sets_that_cannot_be_one_transaction_are_refused_with_their_reason() {
     }
     // Malformed sets never reach etcd.
     let twice = a
-        .acquire_all(&[k("e"), k("e")], Duration::ZERO, no_fence())
+        .acquire_all(
+            &[k("e"), k("e")],
+            Duration::ZERO,
+            lock_integration::no_fence(),
+        )
         .await
         .err();
     assert!(
@@ -252,7 +264,7 @@ fn assert_rising(seen: &Seen) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opposite_orders_cannot_deadlock_two_identities_and_two_replicas_of_one() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let rounds = 15;
     // Two identities.
     let two = vec![
@@ -278,15 +290,23 @@ async fn opposite_orders_cannot_deadlock_two_identities_and_two_replicas_of_one(
 /// granted over a key another session holds: two believe they hold it. Without the bug,
 /// the same request is refused HELD.
 async fn set_over_a_held_key(bugs: &[&str]) -> Result<(), LockError> {
-    let (stack, _reg) = stack_with(bugs).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, bugs).await;
     let a = stack.lock_client(&waiter_id(0)).unwrap();
     let b = stack.lock_client(&waiter_id(1)).unwrap();
     let hold = b
-        .acquire(&k("z"), Duration::from_secs(5), no_fence())
+        .acquire(
+            &k("z"),
+            Duration::from_secs(5),
+            lock_integration::no_fence(),
+        )
         .await
         .unwrap();
     let set = a
-        .acquire_all(&[k("w"), k("z")], Duration::ZERO, no_fence())
+        .acquire_all(
+            &[k("w"), k("z")],
+            Duration::ZERO,
+            lock_integration::no_fence(),
+        )
         .await;
     drop(hold);
     set.map(|_| ())
@@ -445,7 +465,7 @@ async fn the_probe_catches_a_filter_that_reads_one_key_of_a_set() {
 /// key that had ended is not. Once none is still the grant, STALE_TOKEN.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_all_ends_what_is_left_and_says_which() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
     let (p, q, r) = (k("p"), k("q"), k("r"));
     let session = raw

@@ -9,10 +9,6 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn no_fence() -> impl Fn() + Send + Sync + 'static {
-    || {}
-}
-
 /// How many holder records are under `prefix` in etcd, and the leases (sessions) they are on.
 async fn holder_leases(stack: &Stack, prefix: &str) -> (usize, HashSet<i64>) {
     let mut etcd = stack.etcd_client().await.unwrap();
@@ -30,7 +26,11 @@ async fn five_hundred_holds_on_one_session_cost_one_keepalive_per_period() {
     let client = stack.lock_client(&waiter_id(0)).unwrap();
     let mut holds = vec![
         client
-            .acquire(&format!("{FAST_PREFIX}/h0"), Duration::ZERO, no_fence())
+            .acquire(
+                &format!("{FAST_PREFIX}/h0"),
+                Duration::ZERO,
+                lock_integration::no_fence(),
+            )
             .await
             .unwrap(),
     ];
@@ -113,7 +113,7 @@ async fn every_session_renews_on_one_etcd_keepalive_stream_per_arbiter() {
         let key = format!("{FAST_PREFIX}/one-stream-{i}");
         holds.push(
             client
-                .acquire(&key, Duration::ZERO, no_fence())
+                .acquire(&key, Duration::ZERO, lock_integration::no_fence())
                 .await
                 .unwrap(),
         );
@@ -231,7 +231,11 @@ async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
     let client = stack.lock_client_with(&svid, Some("pod-re:1:1")).unwrap();
     // Warm up: the session exists before counting.
     let warm = client
-        .acquire(&format!("{FAST_PREFIX}/warm"), Duration::ZERO, no_fence())
+        .acquire(
+            &format!("{FAST_PREFIX}/warm"),
+            Duration::ZERO,
+            lock_integration::no_fence(),
+        )
         .await
         .unwrap();
     warm.release().await.unwrap();
@@ -239,11 +243,11 @@ async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
     let key = format!("{FAST_PREFIX}/re");
     let txns = stack.etcd.rpc_count("Txn").unwrap();
     let outer = client
-        .acquire(&key, Duration::ZERO, no_fence())
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
         .await
         .unwrap();
     let inner = client
-        .acquire(&key, Duration::ZERO, no_fence())
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
         .await
         .unwrap();
     assert_eq!(inner.token(), outer.token());
@@ -263,7 +267,7 @@ async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
     // leak error. Another process or client object has its own instance and queues.
     let other = stack.lock_client_with(&svid, Some("pod-re:1:1")).unwrap();
     let err = other
-        .acquire(&key, Duration::ZERO, no_fence())
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
         .await
         .err()
         .unwrap();
@@ -291,13 +295,13 @@ async fn reentrant_acquire_calls_the_service_once_and_leaks_are_typed() {
     // Another identity waits and gets it afterwards; region redirects are typed too.
     let third = stack.lock_client(&waiter_id(3)).unwrap();
     let h = third
-        .acquire(&key, Duration::from_secs(5), no_fence())
+        .acquire(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     assert!(h.token() > outer_token, "the next grant's token is larger");
     let ops = stack.lock_client(lock_integration::pki::OPERATOR).unwrap();
     let err = ops
-        .acquire("archive/x", Duration::ZERO, no_fence())
+        .acquire("archive/x", Duration::ZERO, lock_integration::no_fence())
         .await
         .err()
         .unwrap();

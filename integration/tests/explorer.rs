@@ -14,10 +14,6 @@ use lock_integration::tmux::Tmux;
 use serde_json::Value;
 use std::time::Duration;
 
-fn no_fence() -> impl Fn() + Send + Sync + 'static {
-    || {}
-}
-
 /// `lockctl top --once ARGS --json` as the operator's etcd user: the parsed document.
 fn top(stack: &Stack, args: &[&str]) -> anyhow::Result<(Value, String)> {
     let urls = stack.etcd_urls();
@@ -77,7 +73,7 @@ async fn lockctl_top_shows_every_hold_its_holder_and_its_waiters_and_never_a_tok
     let shared = format!("{SHARED_PREFIX}/explorer");
 
     let held = a1
-        .acquire(&fair, Duration::from_secs(5), no_fence())
+        .acquire(&fair, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     // The sibling waits for it in the durable queue (a replica's hold is waited for).
@@ -86,11 +82,15 @@ async fn lockctl_top_shows_every_hold_its_holder_and_its_waiters_and_never_a_tok
         tokio::spawn(async move { a2.acquire(&fair, Duration::from_secs(60), || {}).await })
     };
     let b_fast = b
-        .acquire(&fast, Duration::from_secs(5), no_fence())
+        .acquire(&fast, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     let b_shared = b
-        .acquire_shared(&shared, Duration::from_secs(5), no_fence())
+        .acquire_shared(
+            &shared,
+            Duration::from_secs(5),
+            lock_integration::no_fence(),
+        )
         .await
         .unwrap();
     let tokens = [held.token(), b_fast.token(), b_shared.token()];
@@ -245,7 +245,7 @@ async fn lockctl_top_in_a_terminal_follows_the_store_live() {
     let first = format!("{FAST_PREFIX}/tui-first");
     let later = format!("{FAST_PREFIX}/tui-later");
     let one = b
-        .acquire(&first, Duration::from_secs(5), no_fence())
+        .acquire(&first, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
 
@@ -284,7 +284,7 @@ async fn lockctl_top_in_a_terminal_follows_the_store_live() {
 
     // Taken while the view runs: it appears on the next read, no key pressed.
     let two = b
-        .acquire(&later, Duration::from_secs(5), no_fence())
+        .acquire(&later, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     let screen = shows("tui-later").await.unwrap();

@@ -18,10 +18,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-fn no_fence() -> impl Fn() + Send + Sync + 'static {
-    || {}
-}
-
 async fn upstream_requests(stack: &Stack) -> u64 {
     stack
         .envoy
@@ -46,7 +42,7 @@ async fn a_lock_through_the_edge_is_one_request_and_its_stream_carries_the_relea
     let key = "pay/ledger/hold-stream";
     // The session is opened (one request, and its KeepAlive stream) by the first lock.
     client
-        .acquire(key, Duration::ZERO, no_fence())
+        .acquire(key, Duration::ZERO, lock_integration::no_fence())
         .await
         .unwrap()
         .release()
@@ -55,7 +51,7 @@ async fn a_lock_through_the_edge_is_one_request_and_its_stream_carries_the_relea
 
     let before = upstream_requests(&stack).await;
     let hold = client
-        .acquire(key, Duration::ZERO, no_fence())
+        .acquire(key, Duration::ZERO, lock_integration::no_fence())
         .await
         .unwrap();
     assert_eq!(client.open_hold_streams(), 1, "the hold keeps its stream");
@@ -72,7 +68,7 @@ async fn a_lock_through_the_edge_is_one_request_and_its_stream_carries_the_relea
     client.limit_hold_streams(0);
     let before = upstream_requests(&stack).await;
     let hold = client
-        .acquire(key, Duration::ZERO, no_fence())
+        .acquire(key, Duration::ZERO, lock_integration::no_fence())
         .await
         .unwrap();
     assert_eq!(client.open_hold_streams(), 0);
@@ -91,11 +87,17 @@ async fn replicas_of_one_identity_hand_a_key_on_over_their_streams() {
     let svid = stack.pki.svid("stream-replica", &waiter_id(3)).unwrap();
     let replica = |instance| stack.lock_client_with(&svid, Some(instance)).unwrap();
     let (a, b) = (replica("pod-a"), replica("pod-b"));
-    let first = a.acquire(&key, Duration::ZERO, no_fence()).await.unwrap();
+    let first = a
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
+        .await
+        .unwrap();
     let first_token = first.token();
     let waiting = {
         let (b, key) = (b.clone(), key.clone());
-        tokio::spawn(async move { b.acquire(&key, Duration::from_secs(20), no_fence()).await })
+        tokio::spawn(async move {
+            b.acquire(&key, Duration::from_secs(20), lock_integration::no_fence())
+                .await
+        })
     };
     let op = stack.workload(OPERATOR).await.unwrap();
     lock_integration::until_waiters(&op, &key, 1).await.unwrap();
@@ -131,7 +133,7 @@ async fn a_hold_whose_stream_ended_is_released_by_a_unary_call() {
     let client = stack.lock_client(OPERATOR).unwrap();
     let key = "pay/ledger/hold-stream-drain";
     let hold = client
-        .acquire(key, Duration::ZERO, no_fence())
+        .acquire(key, Duration::ZERO, lock_integration::no_fence())
         .await
         .unwrap();
     assert_eq!(client.open_hold_streams(), 1);

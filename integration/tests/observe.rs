@@ -15,10 +15,6 @@ use lock_integration::{Stack, StackOptions};
 use prost::Message as _;
 use std::time::Duration;
 
-fn no_fence() -> impl Fn() + Send + Sync + 'static {
-    || {}
-}
-
 /// The next change, within `secs`.
 async fn next(o: &mut Observation, secs: u64) -> Observed {
     tokio::time::timeout(Duration::from_secs(secs), o.next())
@@ -32,20 +28,6 @@ fn holder_of(o: &Observed) -> (&str, Option<&str>) {
     (h.spiffe_id.as_str(), h.instance.as_deref())
 }
 
-async fn stack_with(arbiter_bugs: &[&str]) -> (Stack, tempfile::TempDir) {
-    let reg = tempfile::tempdir().unwrap();
-    let registry = lock_integration::registry::write_test_registry(reg.path()).unwrap();
-    let stack = Stack::start(StackOptions {
-        registry,
-        arbiters: 1,
-        arbiter_args: lock_integration::inject_bugs(arbiter_bugs),
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap();
-    (stack, reg)
-}
-
 /// Two replicas of one identity (one SVID, instances a1 and a2), each with a session in the
 /// key's class: a1 holds the key. Returns (a1, a2, a1's hold).
 async fn replicas_with_a1_holding(stack: &Stack, key: &str) -> (LockClient, LockClient, Hold) {
@@ -54,14 +36,14 @@ async fn replicas_with_a1_holding(stack: &Stack, key: &str) -> (LockClient, Lock
     let a2 = stack.lock_client_with(&svid, Some("a2")).unwrap();
     // a2's own session in the class, with nothing held on it.
     let other = format!("{key}-other");
-    a2.acquire(&other, Duration::from_secs(5), no_fence())
+    a2.acquire(&other, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap()
         .release()
         .await
         .unwrap();
     let hold = a1
-        .acquire(key, Duration::from_secs(5), no_fence())
+        .acquire(key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     (a1, a2, hold)
@@ -69,7 +51,7 @@ async fn replicas_with_a1_holding(stack: &Stack, key: &str) -> (LockClient, Lock
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(1, &[]).await;
     let key = format!("{FAST_PREFIX}/observed");
     // Another identity, granted the same prefix.
     let o = stack.lock_client(&waiter_id(3)).unwrap();
@@ -112,7 +94,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
     // While nobody watches: a2 takes the key and closes its session. The hold is kept
     // until then (a dropped Hold is released in the background, racing the close).
     let a2_hold = a2
-        .acquire(&key, Duration::from_secs(5), no_fence())
+        .acquire(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     a2.shutdown().await.unwrap();
@@ -166,7 +148,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
 
     // An epoch advance revokes the hold; the next grant is in the new epoch.
     let hold = a1
-        .acquire(&key, Duration::from_secs(5), no_fence())
+        .acquire(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     assert_eq!(next(&mut resumed, 10).await.change, Change::Granted);
@@ -176,7 +158,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
     assert_eq!(r.holder.as_ref().unwrap().epoch, 1);
     drop(hold);
     let later = o
-        .acquire(&key, Duration::from_secs(10), no_fence())
+        .acquire(&key, Duration::from_secs(10), lock_integration::no_fence())
         .await
         .unwrap();
     let g = next(&mut resumed, 10).await;
@@ -190,7 +172,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
 
     // Two operators force-release a hold (lock-admin's own filing and approval).
     let forced_hold = a1
-        .acquire(&key, Duration::from_secs(5), no_fence())
+        .acquire(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     assert_eq!(next(&mut resumed, 10).await.change, Change::Granted);
@@ -203,7 +185,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
     drop(forced_hold);
     // The force record lives on (24 h): a later end is still its own cause.
     let after_force = o
-        .acquire(&key, Duration::from_secs(5), no_fence())
+        .acquire(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     assert_eq!(next(&mut resumed, 10).await.change, Change::Granted);
@@ -247,7 +229,7 @@ async fn observe_follows_a_key_and_its_token_reaches_only_the_holders_session() 
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_token_handed_to_all_a_sibling_replica_reads_it() {
-    let (stack, _reg) = stack_with(&["observe-token-to-all"]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(1, &["observe-token-to-all"]).await;
     let key = format!("{FAST_PREFIX}/observed-bug");
     let (a1, a2, hold) = replicas_with_a1_holding(&stack, &key).await;
     let sibling = next(&mut a2.observe(&key), 10).await;
@@ -378,7 +360,7 @@ async fn the_probe_catches_a_filter_that_does_not_key_observe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement"]
 async fn what_an_observe_stream_costs_the_arbiter() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(1, &[]).await;
     let pid = stack.arbiters[0].proc.pid().unwrap();
     // kB, as the measurement reports it.
     let rss = || lock_integration::process::rss(pid).unwrap() / 1024;
@@ -421,14 +403,14 @@ async fn what_an_observe_stream_costs_the_arbiter() {
 /// release made meanwhile arrives, in order, with no gap said.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observation_resumes_across_its_arbiters_restart() {
-    let (mut stack, _reg) = stack_with(&[]).await;
+    let (mut stack, _reg) = lock_integration::stack_with_bugs(1, &[]).await;
     let key = format!("{FAST_PREFIX}/observed-restart");
     let o = stack.lock_client(&waiter_id(3)).unwrap();
     let mut watching = o.observe(&key);
     assert_eq!(next(&mut watching, 10).await.change, Change::Current);
     let a = stack.lock_client(&waiter_id(1)).unwrap();
     let hold = a
-        .acquire(&key, Duration::from_secs(5), no_fence())
+        .acquire(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     let granted = next(&mut watching, 10).await;
@@ -456,7 +438,7 @@ async fn an_observation_resumes_across_its_arbiters_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement"]
 async fn what_a_change_costs_etcd_with_many_observers() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(1, &[]).await;
     let key = format!("{FAST_PREFIX}/many-observers");
     let o = stack.lock_client(&waiter_id(3)).unwrap();
     const N: usize = 50;
@@ -479,7 +461,7 @@ async fn what_a_change_costs_etcd_with_many_observers() {
     let a = stack.lock_client(&waiter_id(1)).unwrap();
     let before = ranges();
     let hold = a
-        .acquire(&key, Duration::from_secs(5), no_fence())
+        .acquire(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     hold.release().await.unwrap();

@@ -14,10 +14,6 @@ use std::path::Path;
 use std::process::{Child, Output};
 use std::time::Duration;
 
-fn no_fence() -> impl Fn() + Send + Sync + 'static {
-    || {}
-}
-
 /// One critical section of a `lockctl run` loop, as its command logged it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Section {
@@ -172,12 +168,12 @@ async fn lockctl_sharing_lock_instance_queues_and_a_restart_is_told_leaked_hold(
     let restarted = stack.lock_client_with(&svid, Some(&previous_life)).unwrap();
     assert_eq!(restarted.instance(), previous_life);
     let err = restarted
-        .acquire(&key, Duration::ZERO, no_fence())
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
         .await
         .err();
     assert_eq!(err, Some(LockError::LeakedHold));
     let err = restarted
-        .acquire(&key, Duration::from_secs(2), no_fence())
+        .acquire(&key, Duration::from_secs(2), lock_integration::no_fence())
         .await
         .err();
     assert_eq!(err, Some(LockError::LeakedHold), "a leak is not queued");
@@ -244,17 +240,23 @@ async fn rust_client_replicas_wait_and_a_reused_instance_leaks() {
     let svid = stack.pki.svid("rust-replica", &waiter_id(2)).unwrap();
     let replica = |instance| stack.lock_client_with(&svid, Some(instance)).unwrap();
     let (a, b, a_again) = (replica("pod-a"), replica("pod-b"), replica("pod-a"));
-    let held = a.acquire(&key, Duration::ZERO, no_fence()).await.unwrap();
+    let held = a
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
+        .await
+        .unwrap();
     // A sibling that will not wait hears HELD; one that waits queues.
-    let err = b.acquire(&key, Duration::ZERO, no_fence()).await.err();
+    let err = b
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
+        .await
+        .err();
     assert_eq!(err, Some(LockError::Held));
     let err = a_again
-        .acquire(&key, Duration::ZERO, no_fence())
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
         .await
         .err();
     assert_eq!(err, Some(LockError::LeakedHold));
     let err = a_again
-        .acquire(&key, Duration::from_secs(2), no_fence())
+        .acquire(&key, Duration::from_secs(2), lock_integration::no_fence())
         .await
         .err();
     assert_eq!(err, Some(LockError::LeakedHold), "a leak is not queued");
@@ -300,10 +302,13 @@ async fn two_rust_clients_of_one_process_queue() {
         first.instance()
     );
     let held = first
-        .acquire(&key, Duration::ZERO, no_fence())
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
         .await
         .unwrap();
-    let err = second.acquire(&key, Duration::ZERO, no_fence()).await.err();
+    let err = second
+        .acquire(&key, Duration::ZERO, lock_integration::no_fence())
+        .await
+        .err();
     assert_eq!(err, Some(LockError::Held));
     let waiting = {
         let second = second.clone();

@@ -9,22 +9,7 @@ use lock_client::{LockClient, LockError};
 use lock_config::Reason;
 use lock_config::proto::v1::*;
 use lock_integration::registry::{FAST_PREFIX, SHARED_PREFIX, waiter_id};
-use lock_integration::{Stack, StackOptions};
 use std::time::{Duration, Instant};
-
-fn no_fence() -> impl Fn() + Send + Sync + 'static {
-    || {}
-}
-
-async fn stack_with(arbiter_bugs: &[&str]) -> (Stack, tempfile::TempDir) {
-    Stack::with_test_registry_options(StackOptions {
-        arbiters: 2,
-        arbiter_args: lock_integration::inject_bugs(arbiter_bugs),
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap()
-}
 
 fn k(name: &str) -> String {
     format!("{SHARED_PREFIX}/{name}")
@@ -52,18 +37,18 @@ async fn valid(raw: &mut Raw, key: &str, token: u64) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_a_writer_excludes_them_and_tokens_order_them() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let key = k("doc");
     let c = |i| stack.lock_client(&waiter_id(i)).unwrap();
     let (r1, r2, w, r3) = (c(0), c(1), c(2), c(3));
     let mut look = stack.workload(&waiter_id(4)).await.unwrap();
 
     let a = r1
-        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .acquire_shared(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     let b = r2
-        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .acquire_shared(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     assert_ne!(a.token(), b.token(), "each shared hold is its own grant");
@@ -74,7 +59,9 @@ async fn readers_share_a_writer_excludes_them_and_tokens_order_them() {
 
     // A writer is refused at once, then waits; while it waits no new reader gets in.
     assert_eq!(
-        w.acquire(&key, Duration::ZERO, no_fence()).await.err(),
+        w.acquire(&key, Duration::ZERO, lock_integration::no_fence())
+            .await
+            .err(),
         Some(LockError::Held)
     );
     let writing = {
@@ -83,7 +70,7 @@ async fn readers_share_a_writer_excludes_them_and_tokens_order_them() {
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        r3.acquire_shared(&key, Duration::ZERO, no_fence())
+        r3.acquire_shared(&key, Duration::ZERO, lock_integration::no_fence())
             .await
             .err(),
         Some(LockError::Held),
@@ -142,22 +129,24 @@ async fn readers_share_a_writer_excludes_them_and_tokens_order_them() {
 /// hold waits for the other's read (a sibling, never a leak).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_of_one_identity_share_and_wait_for_each_other() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let key = k("replicas");
     let svid = stack.pki.svid("replica", &waiter_id(5)).unwrap();
     let a1 = stack.lock_client_with(&svid, Some("a1")).unwrap();
     let a2 = stack.lock_client_with(&svid, Some("a2")).unwrap();
     let r1 = a1
-        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .acquire_shared(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     let r2 = a2
-        .acquire_shared(&key, Duration::from_secs(5), no_fence())
+        .acquire_shared(&key, Duration::from_secs(5), lock_integration::no_fence())
         .await
         .unwrap();
     r2.release().await.unwrap();
     assert_eq!(
-        a2.acquire(&key, Duration::ZERO, no_fence()).await.err(),
+        a2.acquire(&key, Duration::ZERO, lock_integration::no_fence())
+            .await
+            .err(),
         Some(LockError::Held),
         "a sibling's read is waited for"
     );
@@ -182,7 +171,7 @@ async fn two_replicas_of_one_identity_share_and_wait_for_each_other() {
 /// Three readers overlap without pause for up to 8 s; a writer asks after 0.5 s with 4 s
 /// to wait. Returns whether it was granted in its wait.
 async fn writer_among_a_stream_of_readers(bugs: &[&str]) -> bool {
-    let (stack, _reg) = stack_with(bugs).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, bugs).await;
     let key = k("busy");
     let stop = Instant::now() + Duration::from_secs(8);
     let mut readers = Vec::new();
@@ -207,7 +196,10 @@ async fn writer_among_a_stream_of_readers(bugs: &[&str]) -> bool {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let w = stack.lock_client(&waiter_id(2)).unwrap();
-    let granted = match w.acquire(&key, Duration::from_secs(4), no_fence()).await {
+    let granted = match w
+        .acquire(&key, Duration::from_secs(4), lock_integration::no_fence())
+        .await
+    {
         Ok(hold) => {
             hold.release().await.unwrap();
             true
@@ -237,7 +229,7 @@ async fn the_test_catches_shared_grants_that_ignore_a_waiting_writer() {
 /// key of a shared class (its transaction does not compare the readers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_mode_needs_a_shared_class_one_mode_per_session_and_sets_refuse_shared_classes() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
     let plain = format!("{FAST_PREFIX}/not-shared");
     let session = raw
@@ -316,7 +308,7 @@ async fn shared_mode_needs_a_shared_class_one_mode_per_session_and_sets_refuse_s
         .acquire_all(
             &[k("in-a-set"), k("in-a-set-2")],
             Duration::ZERO,
-            no_fence(),
+            lock_integration::no_fence(),
         )
         .await
         .err();
@@ -332,7 +324,7 @@ async fn shared_mode_needs_a_shared_class_one_mode_per_session_and_sets_refuse_s
 /// longer validate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_epoch_advance_ends_shared_holds_too() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let key = k("advanced");
     let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
     let session = raw
@@ -363,7 +355,7 @@ async fn an_epoch_advance_ends_shared_holds_too() {
     assert!(!valid(&mut look, &key, read.token).await);
     let w = stack.lock_client(&waiter_id(1)).unwrap();
     let write = w
-        .acquire(&key, Duration::from_secs(10), no_fence())
+        .acquire(&key, Duration::from_secs(10), lock_integration::no_fence())
         .await
         .unwrap();
     assert!(write.token() > lock_client::FencingToken::from_u64(read.token).unwrap());
@@ -379,7 +371,7 @@ async fn an_epoch_advance_ends_shared_holds_too() {
 /// still waited for (seen failing before the fix: LEAKED_HOLD).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sessions_own_stale_writer_mark_does_not_refuse_its_shared_ask() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let key = k("stale-mark");
     let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
     let open = |raw: &mut Raw| {
@@ -449,7 +441,7 @@ async fn a_sessions_own_stale_writer_mark_does_not_refuse_its_shared_ask() {
 /// changes nothing. Before, the arbiter granted such an Acquire as an exclusive hold.
 #[tokio::test]
 async fn an_unknown_hold_mode_is_refused_and_changes_nothing() {
-    let (stack, _reg) = stack_with(&[]).await;
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
     let mut raw = stack.workload(&waiter_id(0)).await.unwrap();
     let key = k("unknown-mode");
     let session = raw
