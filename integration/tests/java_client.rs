@@ -1,19 +1,32 @@
-//! The Java client (clients/java) against the real stack. The test starts a stack and runs
-//! the module's whole Maven build and suite (`mvn -q -o verify`: the stubs generated from
-//! config/proto, the unit tests and the stack tests) with the environment pointing at it
-//! (endpoint, two test identities' SVIDs, the edge's SPIFFE ID, the test prefixes and TTL),
-//! and requires it to pass with no test skipped: the stack tests skip only when
-//! LOCK_ENDPOINT is unset. The counts come from Surefire's XML reports.
+//! The Java client (clients/java) against the real stack. The first test starts a stack and
+//! runs the module's whole Maven build and suite (`mvn -q -o verify`: the stubs generated
+//! from config/proto, the unit tests and the stack tests) with the environment pointing at
+//! it (endpoint, two test identities' SVIDs, the edge's SPIFFE ID, the test prefixes and
+//! TTL), and requires it to pass with no test skipped: the stack tests skip only when
+//! LOCK_ENDPOINT is unset. The Workload API class is left to the second test, which starts a
+//! stack and the dev CA's Workload API server (SVIDs valid 4 s, rotated every 2 s) and runs
+//! that class alone with LOCK_WORKLOAD_SOCKET set. The counts come from Surefire's XML
+//! reports. The two take turns: one Maven build in the module at a time, one stack at a time.
 //!
 //! Needs `mvn` and a JDK 17 on the PATH, and the module's Maven dependencies and plugins in
 //! the local repository (`~/.m2`): the build runs offline (`-o`); the install step fetches
 //! them once (`mvn -f clients/java/pom.xml dependency:go-offline verify`).
 
-use lock_integration::Stack;
 use lock_integration::paths::workspace_root;
+use lock_integration::pki::{ENVOY_ID, LEDGER};
 use lock_integration::registry::waiter_id;
+use lock_integration::workload_api::WorkloadApi;
+use lock_integration::{Stack, StackOptions};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
+
+/// Both tests build in clients/java (target/ is shared) and start a stack: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The Java class of the Workload API stack test; the whole-suite run leaves it out.
+const WORKLOAD_API_CLASS: &str = "WorkloadApiStackTest";
 
 fn module() -> PathBuf {
     workspace_root().join("clients/java")
@@ -87,21 +100,23 @@ fn test_output(reports: &Path) -> String {
     text
 }
 
-#[tokio::test]
-async fn the_java_client_passes_its_suite_against_the_stack() {
-    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
-    let me = stack.pki.svid("java-w5", &waiter_id(5)).unwrap();
-    let other = stack.pki.svid("java-w6", &waiter_id(6)).unwrap();
+/// What one Maven run left: its output (and the per-test output) and the suites' counts.
+struct Run {
+    ok: bool,
+    text: String,
+    suites: Vec<Suite>,
+}
+
+/// Runs `mvn -B -q -o verify` with extra arguments and environment in clients/java, after
+/// removing the previous run's reports.
+fn maven(args: &[&str], env: Vec<(&'static str, OsString)>) -> Run {
     let reports = module().join("target/surefire-reports");
     let _ = std::fs::remove_dir_all(&reports);
     let out = Command::new("mvn")
         .args(["-B", "-q", "-o", "verify"])
+        .args(args)
         .current_dir(module())
-        .envs(lock_integration::registry::client_suite_env(
-            &stack.endpoint(),
-            &me,
-            &other,
-        ))
+        .envs(env)
         .env_remove("LOCK_INSTANCE")
         .output()
         .unwrap_or_else(|e| panic!("mvn: {e} (are Maven and a JDK 17 installed and on the PATH?)"));
@@ -111,21 +126,38 @@ async fn the_java_client_passes_its_suite_against_the_stack() {
         String::from_utf8_lossy(&out.stderr),
         test_output(&reports)
     );
-    let suites = suites(&reports);
-    assert!(
-        out.status.success(),
-        "mvn -o verify failed ({suites:?}):\n{text}"
-    );
-    assert!(
-        !suites.is_empty(),
-        "no Surefire report in {}:\n{text}",
-        reports.display()
-    );
+    Run {
+        ok: out.status.success(),
+        text,
+        suites: suites(&reports),
+    }
+}
+
+/// The run passed, with no test failed or skipped.
+fn passed(run: &Run, what: &str) {
+    let (suites, text) = (&run.suites, &run.text);
+    assert!(run.ok, "{what} failed ({suites:?}):\n{text}");
+    assert!(!suites.is_empty(), "{what}: no Surefire report:\n{text}");
     let bad: Vec<&Suite> = suites
         .iter()
         .filter(|s| s.failures > 0 || s.errors > 0 || s.skipped > 0)
         .collect();
     assert!(bad.is_empty(), "failed or skipped tests {bad:?}:\n{text}");
+}
+
+#[tokio::test]
+async fn the_java_client_passes_its_suite_against_the_stack() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let me = stack.pki.svid("java-w5", &waiter_id(5)).unwrap();
+    let other = stack.pki.svid("java-w6", &waiter_id(6)).unwrap();
+    let exclude = format!("-Dtest=!{WORKLOAD_API_CLASS}");
+    let run = maven(
+        &[&exclude],
+        lock_integration::registry::client_suite_env(&stack.endpoint(), &me, &other),
+    );
+    passed(&run, "mvn -o verify");
+    let (suites, text) = (&run.suites, &run.text);
     let stack_suite = suites
         .iter()
         .find(|s| s.name.ends_with(".StackTest"))
@@ -139,6 +171,45 @@ async fn the_java_client_passes_its_suite_against_the_stack() {
         "java client: {total} tests in {} suites passed, none skipped: {suites:?}",
         suites.len()
     );
+}
+
+/// The Java client's `WorkloadApiSource`: its SVID from the dev CA's Workload API, and a
+/// rotation pushed over the stream picked up by the next call without a failed one.
+#[tokio::test]
+async fn the_java_client_takes_its_svid_from_the_workload_api() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let stack = Stack::start(StackOptions::default()).await.unwrap();
+    let api = WorkloadApi::start(
+        &stack.pki,
+        &stack.dir.join("agent"),
+        LEDGER,
+        Duration::from_secs(4),
+    )
+    .unwrap();
+    let only = format!("-Dtest={WORKLOAD_API_CLASS}");
+    let run = maven(
+        &[&only],
+        vec![
+            ("LOCK_ENDPOINT", stack.endpoint().into()),
+            ("LOCK_SERVER_ID", ENVOY_ID.into()),
+            ("LOCK_WORKLOAD_SOCKET", api.endpoint().into()),
+            ("LOCK_WORKLOAD_ID", LEDGER.into()),
+            ("LOCK_WORKLOAD_PREFIX", "pay/ledger".into()),
+        ],
+    );
+    passed(&run, "mvn -o verify -Dtest=WorkloadApiStackTest");
+    let (suites, text) = (&run.suites, &run.text);
+    assert!(
+        suites.len() == 1
+            && suites[0].name.ends_with(&format!(".{WORKLOAD_API_CLASS}"))
+            && suites[0].tests >= 1,
+        "the Workload API class alone should have run: {suites:?}\n{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("workload api:"))
+        .unwrap_or("(no summary line)");
+    eprintln!("java client, {line}");
 }
 
 #[test]

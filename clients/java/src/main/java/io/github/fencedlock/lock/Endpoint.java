@@ -45,7 +45,7 @@ final class Endpoint {
         }
         if (scheme.equals("http")) {
             throw new IllegalArgumentException("lock: endpoint \"" + endpoint
-                    + "\" is plaintext: use https:// with SVID files, or meshSidecar() for a local sidecar");
+                    + "\" is plaintext: use https:// with SVID files or the Workload API, or meshSidecar() for a local sidecar");
         }
         if (plaintext) {
             throw new IllegalArgumentException("lock: endpoint \"" + endpoint

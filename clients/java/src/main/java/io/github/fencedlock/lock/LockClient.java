@@ -3,13 +3,12 @@ package io.github.fencedlock.lock;
 import io.grpc.ManagedChannel;
 import io.grpc.Metadata;
 import io.grpc.StatusRuntimeException;
-import io.grpc.netty.shaded.io.grpc.netty.GrpcSslContexts;
 import io.grpc.netty.shaded.io.grpc.netty.NegotiationType;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
-import io.grpc.netty.shaded.io.netty.handler.ssl.SslContext;
 import io.grpc.stub.MetadataUtils;
 import io.opentelemetry.api.metrics.MeterProvider;
 import java.nio.file.Path;
+import java.security.cert.X509Certificate;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -27,7 +26,6 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
 import java.util.function.Supplier;
-import javax.net.ssl.SSLException;
 import lock.v1.LockGrpc;
 import lock.v1.LockOuterClass.AcquireAllRequest;
 import lock.v1.LockOuterClass.AcquireAllResponse;
@@ -58,6 +56,9 @@ import lock.v1.LockOuterClass.ReleaseRequest;
  *     db.write(..., h.token());
  * }
  * }</pre>
+ *
+ * <p>With the SPIFFE Workload API instead of files, {@code .workloadApi(WorkloadApiSource.connect())}
+ * in place of {@code .svidFiles(...)}.
  */
 public final class LockClient implements AutoCloseable {
     /** How many holds per client keep their Hold stream open before acquires use the unary calls. */
@@ -79,6 +80,10 @@ public final class LockClient implements AutoCloseable {
     private static final AtomicInteger THREADS = new AtomicInteger();
 
     private final ManagedChannel channel;
+    /** The client's mutual TLS (null to a mesh sidecar): what the last handshake presented. */
+    private final SpiffeTls tls;
+    /** Stops the Workload API source's rotations from reaching the channel (a no-op without one). */
+    private final AutoCloseable rotations;
     private final LockGrpc.LockBlockingStub blocking;
     private final LockGrpc.LockStub async;
     private final String instance;
@@ -98,8 +103,11 @@ public final class LockClient implements AutoCloseable {
     private final Map<String, String> classes = new HashMap<>();
     private final Metrics metrics;
 
-    LockClient(ManagedChannel channel, String instance, int maxStreams, Metrics metrics) {
+    LockClient(ManagedChannel channel, SpiffeTls tls, AutoCloseable rotations, String instance, int maxStreams,
+               Metrics metrics) {
         this.channel = channel;
+        this.tls = tls;
+        this.rotations = rotations;
         this.metrics = metrics;
         this.blocking = LockGrpc.newBlockingStub(channel);
         this.async = LockGrpc.newStub(channel);
@@ -125,6 +133,11 @@ public final class LockClient implements AutoCloseable {
     /** The channel, for raw lock.v1 calls the client does not wrap (Inspect, ValidateToken): send the key as {@code lock-key}. */
     public ManagedChannel channel() {
         return channel;
+    }
+
+    /** The leaf certificate the client's last TLS handshake presented; null before one, or to a mesh sidecar. */
+    X509Certificate presentedLeaf() {
+        return tls == null ? null : tls.presented();
     }
 
     /** How many nested holds of key this client has (0: not held). */
@@ -1205,6 +1218,11 @@ public final class LockClient implements AutoCloseable {
             }
         }
         workers.shutdownNow();
+        try {
+            rotations.close();
+        } catch (Exception e) {
+            // only unsubscribes
+        }
         channel.shutdownNow();
         try {
             channel.awaitTermination(5, TimeUnit.SECONDS);
@@ -1281,12 +1299,13 @@ public final class LockClient implements AutoCloseable {
 
     // ---- building ----
 
-    /** Builds a {@link LockClient}. Credentials: exactly one of svidFiles or meshSidecar. */
+    /** Builds a {@link LockClient}. Credentials: exactly one of svidFiles, workloadApi or meshSidecar. */
     public static final class Builder {
         private final String endpoint;
         private Path cert;
         private Path key;
         private Path bundle;
+        private WorkloadApiSource workloadApi;
         private String serverId;
         private boolean meshSidecar;
         private String instance;
@@ -1309,7 +1328,23 @@ public final class LockClient implements AutoCloseable {
             return this;
         }
 
-        /** Authorises the edge by its exact SPIFFE ID ({@code spiffe://example.org/ns/edge/sa/envoy}). Required with svidFiles. */
+        /**
+         * Presents the workload's X.509-SVID from the SPIFFE Workload API, and verifies the
+         * edge with the bundle that came with it. A rotation the agent pushes makes the
+         * channel start a new connection, so the next call presents the new SVID without a
+         * failed one (calls and streams already open keep theirs). The source stays the
+         * caller's: {@link #close()} of the client does not close it; close it after the
+         * clients it serves.
+         */
+        public Builder workloadApi(WorkloadApiSource source) {
+            this.workloadApi = Objects.requireNonNull(source, "source");
+            return this;
+        }
+
+        /**
+         * Authorises the edge by its exact SPIFFE ID ({@code spiffe://example.org/ns/edge/sa/envoy}).
+         * Required with svidFiles or workloadApi.
+         */
         public Builder serverId(String spiffeId) {
             this.serverId = spiffeId;
             return this;
@@ -1361,7 +1396,8 @@ public final class LockClient implements AutoCloseable {
          * The client. It connects lazily.
          *
          * @throws IllegalArgumentException a bad endpoint, instance or server ID, or missing credentials
-         * @throws LockException UNAUTHENTICATED when the SVID files cannot be read
+         * @throws LockException UNAUTHENTICATED when the SVID files cannot be read; CLOSED when the
+         *     Workload API source is closed
          */
         public LockClient build() {
             Endpoint ep = Endpoint.parse(endpoint, meshSidecar);
@@ -1376,31 +1412,45 @@ public final class LockClient implements AutoCloseable {
                     .keepAliveTime(PING_INTERVAL.toNanos(), TimeUnit.NANOSECONDS)
                     .keepAliveTimeout(PING_TIMEOUT.toNanos(), TimeUnit.NANOSECONDS)
                     .keepAliveWithoutCalls(true);
+            SpiffeTls tls = null;
             if (meshSidecar) {
-                if (cert != null) {
-                    throw new IllegalArgumentException("lock: meshSidecar and svidFiles: choose one");
+                if (cert != null || workloadApi != null) {
+                    throw new IllegalArgumentException("lock: meshSidecar and " + (cert != null ? "svidFiles" : "workloadApi")
+                            + ": choose one");
                 }
                 b.usePlaintext();
             } else {
-                if (cert == null || key == null || bundle == null) {
-                    throw new IllegalArgumentException("lock: no credentials: svidFiles(cert, key, bundle) or meshSidecar()");
+                if (cert != null && workloadApi != null) {
+                    throw new IllegalArgumentException("lock: svidFiles and workloadApi: choose one");
+                }
+                if (workloadApi == null && (cert == null || key == null || bundle == null)) {
+                    throw new IllegalArgumentException(
+                            "lock: no credentials: svidFiles(cert, key, bundle), workloadApi(source) or meshSidecar()");
                 }
                 if (serverId == null) {
                     throw new IllegalArgumentException("lock: serverId is required: the edge's SPIFFE ID to authorise");
                 }
-                SvidFiles files = new SvidFiles(cert, key, bundle, serverId);
-                SslContext ssl;
-                try {
-                    ssl = GrpcSslContexts.forClient()
-                            .keyManager(files.keyManager())
-                            .trustManager(files.trustManager())
-                            .build();
-                } catch (SSLException e) {
-                    throw LockException.client(Reason.UNAUTHENTICATED, "TLS: " + e.getMessage(), e);
+                SpiffeTls.checkSpiffeId(serverId);
+                Supplier<SvidMaterial> source;
+                if (workloadApi != null) {
+                    workloadApi.material(); // a closed source fails here, not at the first handshake
+                    source = workloadApi::material;
+                } else {
+                    source = new SvidFiles(cert, key, bundle)::material;
                 }
-                b.negotiationType(NegotiationType.TLS).sslContext(ssl);
+                tls = new SpiffeTls(source, serverId);
+                b.negotiationType(NegotiationType.TLS).sslContext(tls.sslContext());
             }
-            return new LockClient(b.build(), inst, maxHoldStreams, new Metrics(meterProvider));
+            ManagedChannel channel = b.build();
+            // A rotation idles the channel: calls and streams open keep their connection, the
+            // next call makes a new one, whose full handshake (no resumed session) presents the
+            // new SVID.
+            SpiffeTls rotated = tls;
+            AutoCloseable rotations = workloadApi == null ? () -> { } : workloadApi.onUpdate(() -> {
+                rotated.forgetSessions();
+                channel.enterIdle();
+            });
+            return new LockClient(channel, tls, rotations, inst, maxHoldStreams, new Metrics(meterProvider));
         }
     }
 }

@@ -4,6 +4,7 @@ import com.google.protobuf.Any;
 import com.google.rpc.ErrorInfo;
 import io.grpc.Context;
 import io.grpc.Contexts;
+import io.grpc.Grpc;
 import io.grpc.Metadata;
 import io.grpc.Server;
 import io.grpc.ServerCall;
@@ -12,10 +13,13 @@ import io.grpc.ServerInterceptor;
 import io.grpc.ServerInterceptors;
 import io.grpc.Status;
 import io.grpc.netty.shaded.io.grpc.netty.NettyServerBuilder;
+import io.grpc.netty.shaded.io.netty.handler.ssl.SslContext;
 import io.grpc.protobuf.StatusProto;
 import io.grpc.stub.StreamObserver;
 import java.io.IOException;
 import java.net.InetSocketAddress;
+import java.security.cert.Certificate;
+import java.security.cert.X509Certificate;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -25,6 +29,8 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicLong;
+import javax.net.ssl.SSLPeerUnverifiedException;
+import javax.net.ssl.SSLSession;
 import lock.v1.LockGrpc;
 import lock.v1.LockOuterClass.AcquireAllRequest;
 import lock.v1.LockOuterClass.AcquireAllResponse;
@@ -52,7 +58,8 @@ import lock.v1.LockOuterClass.ReleaseResponse;
  * named in OpenSession and Acquire answers), exclusive holds,
  * waits, refusals with ErrorInfo details, and a log of what each call carried. Observe
  * answers from a script per call; AcquireAll grants a set under one token when every key is
- * free; SHARED acquires are granted at once, each with its own token.
+ * free; SHARED acquires are granted at once, each with its own token. Given a TLS context
+ * (client certificates required), it is the edge instead: each call's client leaf is kept.
  */
 final class FakeServer implements AutoCloseable {
     static final Context.Key<Metadata> HEADERS = Context.key("headers");
@@ -62,6 +69,8 @@ final class FakeServer implements AutoCloseable {
     final List<String> instances = new CopyOnWriteArrayList<>();
     final Map<Long, Long> sessionTtl = new ConcurrentHashMap<>();
     final AtomicLong keepalives = new AtomicLong();
+    /** Over TLS: the client leaf of each call, in order ("Method" then the certificate). */
+    final List<Map.Entry<String, X509Certificate>> peers = new CopyOnWriteArrayList<>();
     volatile boolean keepAliveFails;
     /** A reason every Acquire is refused with (UNAVAILABLE), while set: a transient refusal. */
     volatile String refuseAcquires;
@@ -90,8 +99,15 @@ final class FakeServer implements AutoCloseable {
     private final AtomicLong nextSession = new AtomicLong(100);
     private final AtomicLong revision = new AtomicLong(1000);
     private final Server server;
+    private final boolean tls;
 
     FakeServer() throws IOException {
+        this(null);
+    }
+
+    /** tls: the server's context, or null for plaintext. */
+    FakeServer(SslContext tls) throws IOException {
+        this.tls = tls != null;
         ServerInterceptor capture = new ServerInterceptor() {
             @Override
             public <Q, A> ServerCall.Listener<Q> interceptCall(ServerCall<Q, A> call, Metadata headers,
@@ -104,17 +120,28 @@ final class FakeServer implements AutoCloseable {
                 if (i != null) {
                     instances.add(i);
                 }
+                SSLSession ssl = call.getAttributes().get(Grpc.TRANSPORT_ATTR_SSL_SESSION);
+                if (ssl != null) {
+                    try {
+                        Certificate[] peer = ssl.getPeerCertificates();
+                        peers.add(Map.entry(call.getMethodDescriptor().getBareMethodName(), (X509Certificate) peer[0]));
+                    } catch (SSLPeerUnverifiedException e) {
+                        // the server requires client certificates: not reached
+                    }
+                }
                 return Contexts.interceptCall(Context.current().withValue(HEADERS, headers), call, headers, next);
             }
         };
-        server = NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0))
-                .addService(ServerInterceptors.intercept(new Service(), capture))
-                .build()
-                .start();
+        NettyServerBuilder b = NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0))
+                .addService(ServerInterceptors.intercept(new Service(), capture));
+        if (tls != null) {
+            b.sslContext(tls);
+        }
+        server = b.build().start();
     }
 
     String endpoint() {
-        return "http://127.0.0.1:" + server.getPort();
+        return (tls ? "https" : "http") + "://127.0.0.1:" + server.getPort();
     }
 
     static long ttlOf(String key) {

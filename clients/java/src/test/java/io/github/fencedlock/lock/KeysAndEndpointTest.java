@@ -37,11 +37,11 @@ class KeysAndEndpointTest {
 
     @Test
     void theServerIdMustBeASpiffeId() {
-        assertEquals("spiffe://td/ns/edge/sa/envoy", SvidFiles.checkSpiffeId("spiffe://td/ns/edge/sa/envoy"));
-        assertThrows(IllegalArgumentException.class, () -> SvidFiles.checkSpiffeId("https://td/x"));
-        assertThrows(IllegalArgumentException.class, () -> SvidFiles.checkSpiffeId("spiffe://"));
-        assertThrows(IllegalArgumentException.class, () -> SvidFiles.checkSpiffeId("spiffe://td/x/"));
-        assertThrows(IllegalArgumentException.class, () -> SvidFiles.checkSpiffeId(null));
+        assertEquals("spiffe://td/ns/edge/sa/envoy", SpiffeTls.checkSpiffeId("spiffe://td/ns/edge/sa/envoy"));
+        assertThrows(IllegalArgumentException.class, () -> SpiffeTls.checkSpiffeId("https://td/x"));
+        assertThrows(IllegalArgumentException.class, () -> SpiffeTls.checkSpiffeId("spiffe://"));
+        assertThrows(IllegalArgumentException.class, () -> SpiffeTls.checkSpiffeId("spiffe://td/x/"));
+        assertThrows(IllegalArgumentException.class, () -> SpiffeTls.checkSpiffeId(null));
     }
 
     @Test
