@@ -2,11 +2,17 @@
 //!
 //! ```text
 //! file(from E, reason) by A   -> /sys/advance-request/<id> {E, the cluster ID the store reports}
-//! approve(id) by B != A       -> one Txn: the epoch record is still the one read (E), the
-//!                                request is still pending; put epoch {E+1, cluster ID,
+//! approve(id) by B != A       -> the next epoch N: E+1 on a lone cluster; once there are
+//!                                shards, from the coord cluster's allocator (its own
+//!                                compare-and-put there, first)
+//!                             -> one Txn: the epoch record is still the one read (E), the
+//!                                request is still pending; put epoch {N, cluster ID,
 //!                                advanced_by {A, B, reason}}, delete /l/ and /q/, delete
 //!                                the request
 //! ```
+//!
+//! Which N is `lock_arbiter::epoch::next`'s decision, the same as break-glass's: no two
+//! clusters ever serve one epoch (ADR-03, 09).
 //!
 //! An advance ends every hold on the cluster, so no one person may run it: one operator
 //! files, another approves, both signed in at the IdP with MFA (the force release's rules,
@@ -16,6 +22,7 @@
 
 use crate::oidc::Operator;
 use crate::request::{MAX_REASON, Refusal};
+use lock_arbiter::epoch::next;
 use lock_arbiter::layout::AdvancedBy;
 use serde::{Deserialize, Serialize};
 
@@ -107,7 +114,21 @@ pub fn approve_verdict(
     }
 }
 
+impl From<next::Refused> for Refusal {
+    fn from(r: next::Refused) -> Self {
+        match r {
+            next::Refused::CoordRequired { shard } => Refusal::CoordRequired { shard },
+            next::Refused::AllocatorBehind { last, from } => {
+                Refusal::AllocatorBehind { last, from }
+            }
+            next::Refused::Exhausted => Refusal::EpochSpaceExhausted,
+        }
+    }
+}
+
 /// Whether a refusal means the request can never be approved (so it is withdrawn).
+/// Not the epoch's source: lock-admin given `--coord`, or the allocator set right, lets it
+/// run (and an advance by other means withdraws it as `EpochMoved`).
 pub fn is_dead(refusal: &Refusal) -> bool {
     matches!(
         refusal,
@@ -273,6 +294,8 @@ mod tests {
                 true,
             ),
             (Refusal::NoEpoch, true),
+            (Refusal::CoordRequired { shard: "e1".into() }, false),
+            (Refusal::AllocatorBehind { last: 3, from: 4 }, false),
         ] {
             assert_eq!(is_dead(&r), dead, "{r}");
         }

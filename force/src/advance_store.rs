@@ -5,20 +5,31 @@
 //! ```text
 //! if   mod_revision(/sys/epoch)                  == as read (still epoch E)
 //!  and mod_revision(/sys/advance-request/<id>)   == as read (still pending: one approval wins)
-//! then put /sys/epoch = {E+1, cluster ID, advanced_by}; delete /l/*, /q/*;
+//! then put /sys/epoch = {N, cluster ID, advanced_by}; delete /l/*, /q/*;
 //!      delete /sys/advance-request/<id>
 //! ```
 //!
-//! With etcd roles this runs as the `force` user, whose role may write `/sys/epoch*` and
-//! `/sys/advance-request/`; the operator's may not.
+//! N is E+1 on a lone cluster. Once there are shards it is allocated first, by the coord
+//! cluster's allocator's own compare-and-put (`lock_arbiter::shard_map`), as break-glass
+//! and shard moves allocate: two clusters, so two transactions, the allocation first. An
+//! advance that then fails leaves a gap in the numbers, never one number on two clusters.
+//! Which source is `lock_arbiter::epoch::next`'s decision, on what [`AdvanceStore`] reads:
+//! the cluster's shard fence, and the coord cluster's map and allocator (`--coord`, or the
+//! cluster itself when it is the coord).
+//!
+//! With etcd roles this runs as the `force` user, whose role may write `/sys/epoch*` (the
+//! record and, on the coord cluster, the allocator) and `/sys/advance-request/`, and read
+//! `/sys/shard*`; the operator's may not write the first two.
 
 use crate::advance::{AdvanceRequest, StoreNow, approve_verdict, file_verdict, is_dead};
 use crate::oidc::Operator;
 use crate::request::Refusal;
 use crate::store::{ForceError, delete_if_unchanged, is_request_id, new_id, now_ms};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, TxnOp};
+use lock_arbiter::bugs::{Bug, Bugs};
+use lock_arbiter::epoch::next::{self, Source};
 use lock_arbiter::layout::{ADVANCE_REQUEST_PREFIX, EPOCH_KEY, EpochRecord, decode, encode};
-use lock_arbiter::{Etcd, epoch};
+use lock_arbiter::{Etcd, epoch, shard_map};
 use std::time::Duration;
 
 fn request_key(id: &str) -> String {
@@ -26,13 +37,69 @@ fn request_key(id: &str) -> String {
 }
 
 pub struct AdvanceStore {
+    /// The cluster whose epoch this lock-admin advances.
     etcd: Etcd,
+    /// The coord cluster, whose allocator gives a shard's epochs (None: not given; the
+    /// cluster itself when it is the coord).
+    coord: Option<Etcd>,
     request_ttl: Duration,
+    /// Deliberate bugs (debug builds only): `advance-without-coord`.
+    bugs: Bugs,
 }
 
 impl AdvanceStore {
     pub fn new(etcd: Etcd, request_ttl: Duration) -> Self {
-        AdvanceStore { etcd, request_ttl }
+        AdvanceStore {
+            etcd,
+            coord: None,
+            request_ttl,
+            bugs: Bugs::default(),
+        }
+    }
+
+    /// With the coord cluster (an entity shard's lock-admin): new epochs come from its
+    /// allocator.
+    pub fn with_coord(self, coord: Etcd) -> Self {
+        AdvanceStore {
+            coord: Some(coord),
+            ..self
+        }
+    }
+
+    /// Debug builds: deliberate bugs, for the gate to show its checks catch them.
+    pub fn with_bugs(self, bugs: Bugs) -> Self {
+        AdvanceStore { bugs, ..self }
+    }
+
+    /// Where an advance from `from` takes its epoch, decided on what the stores hold now
+    /// (`epoch::next::source`). Refuses an entity shard this lock-admin has no coord
+    /// cluster for, rather than take E+1.
+    async fn source(&self, from: u16) -> Result<Source, ForceError> {
+        let estate = shard_map::read_estate(&self.etcd, self.coord.as_ref()).await?;
+        Ok(next::source(from, &estate).map_err(Refusal::from)?)
+    }
+
+    /// The epoch an approved advance from `from` moves to: E+1 on a lone cluster, else
+    /// allocated now by the coord cluster (written there before the advance runs).
+    async fn next_epoch(&self, from: u16) -> Result<u16, ForceError> {
+        let source = if self.bugs.has(Bug::AdvanceWithoutCoord) {
+            // The old rule, on purpose: E+1 on this cluster whatever the estate.
+            next::above(from, from)
+                .map(Source::OnCluster)
+                .ok_or(Refusal::EpochSpaceExhausted)?
+        } else {
+            self.source(from).await?
+        };
+        match source {
+            Source::OnCluster(n) => Ok(n),
+            Source::Coord => {
+                // No coord given and yet a coord's facts: the cluster is the coord itself.
+                let coord = self.coord.as_ref().unwrap_or(&self.etcd);
+                Ok(shard_map::allocate_for_advance(coord, from)
+                    .await?
+                    .map_err(Refusal::from)?)
+            }
+        }
     }
 
     /// The store's epoch and the cluster ID its answer came from (None: no record).
@@ -61,6 +128,8 @@ impl AdvanceStore {
     ) -> Result<AdvanceRequest, ForceError> {
         let now = self.now().await?;
         file_verdict(from, reason, now.as_ref())?;
+        // A shard this lock-admin cannot allocate for is refused now, not at approval.
+        self.source(from).await?;
         let cluster_id = now.map(|n| n.cluster_id).unwrap_or_default();
         let filed = now_ms();
         let ttl = i64::try_from(self.request_ttl.as_secs())
@@ -135,9 +204,14 @@ impl AdvanceStore {
             }
             return Err(refusal.into());
         }
-        let plan =
-            epoch::advance::plan(&self.etcd, req.from, None, Some(req.advanced_by(approver)))
-                .await?;
+        let next = self.next_epoch(req.from).await?;
+        let plan = epoch::advance::plan(
+            &self.etcd,
+            req.from,
+            Some(next),
+            Some(req.advanced_by(approver)),
+        )
+        .await?;
         // The store answered from the filed cluster: the plan binds the new epoch to it.
         if plan.cluster_id != req.cluster_id {
             self.withdraw(id, req_rev).await;

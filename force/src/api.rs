@@ -56,7 +56,10 @@ impl AdminError {
                 | Refusal::NoEpoch
                 | Refusal::EpochMoved { .. }
                 | Refusal::ClusterChanged { .. }
-                | Refusal::EpochSpaceExhausted => S::CONFLICT,
+                | Refusal::EpochSpaceExhausted
+                | Refusal::AllocatorBehind { .. } => S::CONFLICT,
+                // This lock-admin's configuration, not the request, is what is wrong.
+                Refusal::CoordRequired { .. } => S::SERVICE_UNAVAILABLE,
             },
             AdminError::BadRequest(_) => S::BAD_REQUEST,
         }
@@ -87,6 +90,8 @@ impl AdminError {
                 Refusal::EpochMoved { .. } => "EPOCH_MOVED",
                 Refusal::ClusterChanged { .. } => "CLUSTER_CHANGED",
                 Refusal::EpochSpaceExhausted => "EPOCH_SPACE_EXHAUSTED",
+                Refusal::CoordRequired { .. } => "COORD_REQUIRED",
+                Refusal::AllocatorBehind { .. } => "ALLOCATOR_BEHIND",
             },
             AdminError::BadRequest(_) => "BAD_REQUEST",
         }

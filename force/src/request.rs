@@ -136,6 +136,14 @@ pub enum Refusal {
     ClusterChanged { filed: String, now: String },
     #[error("the epoch space is exhausted: no epoch above this one can be minted")]
     EpochSpaceExhausted,
+    #[error(
+        "this cluster is entity shard {shard}: its new epoch must come from the coord cluster's allocator, and lock-admin was not given the coord cluster (`--coord`); nothing was advanced"
+    )]
+    CoordRequired { shard: String },
+    #[error(
+        "the coord cluster's epoch allocator last handed out epoch {last}, below this cluster's epoch {from}: an epoch was taken outside the allocator, so the next one may be another cluster's already; nothing was advanced"
+    )]
+    AllocatorBehind { last: u16, from: u16 },
 }
 
 /// May `requester` file a release of `key` (held as `hold`)?

@@ -4,6 +4,9 @@
 //! API) is tested against a real IdP in `tests/force_release.rs` and `tests/epoch_advance.rs`.
 
 use crate::etcd::Access;
+#[cfg(debug_assertions)]
+use lock_arbiter::bugs::Bug;
+use lock_arbiter::bugs::Bugs;
 use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
 use lock_arbiter::layout::EpochRecord;
 use lock_force::advance_store::AdvanceStore;
@@ -43,7 +46,25 @@ pub async fn advance_epoch(
     from: u16,
     reason: &str,
 ) -> anyhow::Result<Result<EpochRecord, ForceError>> {
-    let store = AdvanceStore::new(force_etcd(etcd).await?, Duration::from_secs(600));
+    advance_epoch_with(etcd, None, from, reason, false).await
+}
+
+/// As [`advance_epoch`], with lock-admin given the coord cluster (`coord`, its `--coord`)
+/// and, with `old_rule` in a debug build, the deliberate bug `advance-without-coord`: the
+/// advance takes E+1 on its own cluster, as lock-admin did before epochs came from the coord
+/// cluster on every path (the shard gate shows its check catches it).
+pub async fn advance_epoch_with(
+    etcd: &Access,
+    coord: Option<&Access>,
+    from: u16,
+    reason: &str,
+    old_rule: bool,
+) -> anyhow::Result<Result<EpochRecord, ForceError>> {
+    let mut store = AdvanceStore::new(force_etcd(etcd).await?, Duration::from_secs(600))
+        .with_bugs(bugs(old_rule));
+    if let Some(coord) = coord {
+        store = store.with_coord(force_etcd(coord).await?);
+    }
     Ok(async {
         let req = store.file(from, reason, &operator("requester")).await?;
         store.approve(&req.id, &operator("approver")).await
@@ -68,4 +89,15 @@ pub async fn force_release(
         store.approve(&req.id, &operator("approver")).await
     }
     .await)
+}
+
+/// The advance's deliberate bugs: `advance-without-coord` when asked, in debug builds only
+/// (a release build has none to switch on).
+fn bugs(old_rule: bool) -> Bugs {
+    #[cfg(debug_assertions)]
+    if old_rule {
+        return Bugs::new(vec![Bug::AdvanceWithoutCoord]);
+    }
+    let _ = old_rule;
+    Bugs::default()
 }

@@ -171,6 +171,26 @@ impl Stack {
             .map_err(|e| anyhow::anyhow!("the epoch advance from {from} failed: {e}"))
     }
 
+    /// The two-person epoch advance of entity shard `i` (`e1` is 0) from `from`, through
+    /// lock-admin's own filing and approval code given the coord cluster (`--coord`); it
+    /// must succeed.
+    pub async fn advance_shard_epoch(&self, i: usize, from: u16) -> anyhow::Result<EpochRecord> {
+        let shard = self
+            .shards
+            .get(i)
+            .with_context(|| format!("no entity shard {i}"))?;
+        let coord = self.etcd_access();
+        crate::admin::advance_epoch_with(
+            &shard.access(&shard.client_url),
+            Some(&coord),
+            from,
+            "test",
+            false,
+        )
+        .await?
+        .map_err(|e| anyhow::anyhow!("the advance of {} from {from} failed: {e}", shard.name))
+    }
+
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
         let (tmp, dir) = crate::process::work_dir(opts.keep_dir.as_deref(), "lock-stack-")?;
         let pki = Pki::create(&dir.join("pki"))?;

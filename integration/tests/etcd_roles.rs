@@ -180,6 +180,13 @@ async fn the_arbiter_cannot_move_the_epoch_and_strangers_cannot_touch_anything()
         let e = force.put(forbidden, "forged", None).await.unwrap_err();
         assert_eq!(code(&e), Some(Code::PermissionDenied), "{forbidden}: {e}");
     }
+    // It reads the shard keys (is this cluster a shard, does the coord hold a map: where an
+    // advance's epoch comes from) and the coord's allocator, which it also writes.
+    for readable in ["/sys/shards", "/sys/shard-fence", "/sys/epoch-allocator"] {
+        force.get(readable, None).await.unwrap();
+    }
+    let e = force.get("/sys/other", None).await.unwrap_err();
+    assert_eq!(code(&e), Some(Code::PermissionDenied), "{e}");
     // lock-admin runs the approved advance: the epoch record, every hold and waiter, and
     // the request, in one transaction.
     let approved_advance = Txn::new()

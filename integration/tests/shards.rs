@@ -7,9 +7,17 @@
 //!   epoch, allocated from the coord cluster; sessions carry their cluster's tag, and the
 //!   client library opens one where the key lives (WRONG_SESSION_PLACE).
 //!
+//! - Epoch advances: the two-person advance (lock-admin's own code) of a shard takes its
+//!   epoch from the coord cluster's allocator, never E+1, so no two clusters ever serve one
+//!   epoch (ADR-03, 09); shown failing with the old rule (the debug-only bug
+//!   `advance-without-coord`).
+//!
 //! Moves under load are the gate's (`integration/gate/src/shards.rs`, `gate shards`).
 
 use lock_config::shards::{COORD, ShardsDoc, lease_tag, tag_of};
+use lock_force::request::Refusal;
+use lock_force::store::ForceError;
+use lock_integration::admin;
 use lock_integration::etcd::Etcd;
 use lock_integration::{Stack, StackOptions};
 use std::collections::BTreeMap;
@@ -67,6 +75,23 @@ async fn holder_lease(cluster: &Etcd, key: &str) -> Option<i64> {
     r.kvs().first().map(|kv| kv.lease())
 }
 
+/// Every cluster's epoch now: coord, e1, e2.
+async fn epochs(stack: &Stack) -> [u16; 3] {
+    [
+        epoch_of(&stack.etcd).await,
+        epoch_of(&stack.shards[0]).await,
+        epoch_of(&stack.shards[1]).await,
+    ]
+}
+
+/// No two of `epochs` alike.
+fn apart(epochs: &[u16]) -> bool {
+    let mut sorted = epochs.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    sorted.len() == epochs.len()
+}
+
 async fn epoch_of(cluster: &Etcd) -> u16 {
     let mut c = cluster.client().await.unwrap();
     let r = c.get("/sys/epoch", None).await.unwrap();
@@ -86,9 +111,8 @@ async fn tiers_and_shards_put_each_key_on_one_cluster() {
     for (name, c) in &clusters {
         epochs.insert(*name, epoch_of(c).await);
     }
-    let mut distinct: Vec<u16> = epochs.values().copied().collect();
-    distinct.dedup();
-    assert_eq!(distinct.len(), 3, "{epochs:?}");
+    let all: Vec<u16> = epochs.values().copied().collect();
+    assert!(apart(&all) && all.len() == 3, "{epochs:?}");
 
     let client = stack.lock_client(WORKER).unwrap();
     let map = doc(&stack).await.current;
@@ -231,4 +255,98 @@ async fn a_drain_that_needs_an_epoch_advance_is_refused_unless_accepted() {
     let (ok, text) = lockctl(&stack, &["show"]);
     assert!(ok && text.contains("map version 2"), "{text}");
     client.shutdown().await.unwrap();
+}
+
+/// The two-person advance on a sharded estate: each shard's new epoch comes from the coord
+/// cluster's allocator, above every epoch any cluster has had, so the clusters' epochs stay
+/// apart; a shard's lock-admin that was not given the coord cluster is refused rather than
+/// take E+1; the coord cluster's own lock-admin allocates from the coord cluster itself; and
+/// the arbiters serve the new epochs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_person_advances_of_two_shards_take_epochs_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = sharded_stack(dir.path()).await;
+    assert_eq!(epochs(&stack).await, [1, 2, 3], "coord, e1, e2 as set up");
+    let e1 = &stack.shards[0];
+
+    // e1's lock-admin without the coord cluster: refused at filing, nothing written.
+    let alone = admin::advance_epoch(&e1.access(&e1.client_url), 2, "no coord")
+        .await
+        .unwrap();
+    match alone {
+        Err(ForceError::Refused(Refusal::CoordRequired { shard })) => assert_eq!(shard, "e1"),
+        other => panic!("a shard advanced without the coord cluster: {other:?}"),
+    }
+    // Break-glass (root) on e1 without --coord: refused by the same rule.
+    let out = lock_integration::stack::lockctl_etcd(
+        &[
+            "epoch",
+            "advance",
+            "break-glass",
+            "--etcd",
+            &e1.client_url,
+            "--from",
+            "2",
+            "--reason",
+            "no coord",
+            "--operator",
+            "carol",
+        ],
+        &stack.etcd.pki,
+        "root",
+    )
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("entity shard e1"), "{err}");
+    assert_eq!(epochs(&stack).await, [1, 2, 3]);
+
+    // Both shards through lock-admin given the coord cluster. E+1 would give e1 epoch 3,
+    // e2's; the allocator (at 3) gives 4, then 5.
+    let r1 = stack.advance_shard_epoch(0, 2).await.unwrap();
+    let r2 = stack.advance_shard_epoch(1, 3).await.unwrap();
+    assert_eq!((r1.epoch, r2.epoch), (4, 5));
+    let by = r1.advanced_by.expect("the record names both operators");
+    assert!(!by.break_glass && !by.approver.is_empty(), "{by:?}");
+    // The coord cluster's own lock-admin (no --coord): from its own allocator.
+    assert_eq!(stack.advance_epoch(1).await.unwrap().epoch, 6);
+    let now = epochs(&stack).await;
+    assert_eq!(now, [6, 4, 5]);
+    assert!(apart(&now), "{now:?}");
+
+    // The arbiters serve the new epochs: a key on each shard is granted in its shard's.
+    let client = stack.lock_client(WORKER).unwrap();
+    let map = doc(&stack).await.current;
+    for (shard, want) in [("e1", 4), ("e2", 5)] {
+        let key = (0..200)
+            .map(|i| format!("orders/a{i}/x"))
+            .find(|k| map.shard_of(k) == shard)
+            .unwrap();
+        let hold = client
+            .acquire(&key, Duration::from_secs(10), || {})
+            .await
+            .unwrap();
+        assert_eq!(hold.token().epoch(), want, "{key} on {shard}");
+        hold.release().await.unwrap();
+    }
+    client.shutdown().await.unwrap();
+}
+
+/// The test above, failing with the old rule: lock-admin's advance taking E+1 on its own
+/// shard (the debug-only bug `advance-without-coord`) moves e1 to epoch 3, e2's.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_old_rule_puts_two_shards_in_one_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = sharded_stack(dir.path()).await;
+    let e1 = &stack.shards[0];
+    let coord = stack.etcd_access();
+    let rec = admin::advance_epoch_with(&e1.access(&e1.client_url), Some(&coord), 2, "old", true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.epoch, 3);
+    let now = epochs(&stack).await;
+    assert_eq!(now, [1, 3, 3]);
+    assert!(!apart(&now), "{now:?}");
 }

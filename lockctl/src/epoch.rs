@@ -6,6 +6,7 @@ use crate::Failure;
 use crate::force::AdminConn;
 use crate::store::{EtcdArgs, allocate, connect, failed};
 use clap::Subcommand;
+use lock_arbiter::epoch::next::Source;
 use lock_arbiter::etcd_tls::EtcdTlsFiles;
 use lock_arbiter::layout::AdvancedBy;
 use lock_arbiter::{ArbiterError, epoch};
@@ -73,7 +74,9 @@ pub enum AdvanceCmd {
         #[arg(long)]
         operator: String,
         /// With several clusters: the coord cluster's URLs; the new epoch is allocated
-        /// there, above every epoch any cluster has had, instead of FROM+1.
+        /// there, above every epoch any cluster has had, instead of FROM+1. Required on an
+        /// entity shard (refused without it); on the coord cluster itself, its own
+        /// allocator is used.
         #[arg(long, value_delimiter = ',')]
         coord: Vec<String>,
     },
@@ -102,10 +105,7 @@ pub async fn run(cmd: EpochCmd) -> Result<(), Failure> {
                         "break-glass needs --reason and --operator: they are kept in the record",
                     ));
                 }
-                let next = match coord.is_empty() {
-                    true => None,
-                    false => Some(allocate(&coord, &store.tls, from).await?),
-                };
+                let next = break_glass_epoch(&store, &coord, from).await?;
                 eprintln!(
                     "WARNING: break-glass epoch advance by {operator}, without a second operator: every hold on this cluster ends, and the record and audit trail say so."
                 );
@@ -120,6 +120,38 @@ pub async fn run(cmd: EpochCmd) -> Result<(), Failure> {
             }
             other => advance(other).await,
         },
+    }
+}
+
+/// The epoch break-glass advances to, by the two-person path's rule
+/// (`epoch::next::source`): E+1 on a lone cluster (None); once there are shards, from the
+/// coord cluster's allocator (`--coord`, or the cluster itself when it is the coord). An
+/// entity shard without `--coord` is refused: E+1 there may be another cluster's epoch.
+/// Unlike the two-person path, an allocator below FROM does not stop it: it allocates
+/// above both, as `--coord` always has.
+async fn break_glass_epoch(
+    store: &EtcdArgs,
+    coord_urls: &[String],
+    from: u16,
+) -> Result<Option<u16>, Failure> {
+    let cluster = connect(&store.etcd, &store.tls).await?;
+    let coord = match coord_urls.is_empty() {
+        true => None,
+        false => Some(connect(coord_urls, &store.tls).await?),
+    };
+    let estate = lock_arbiter::shard_map::read_estate(&cluster, coord.as_ref())
+        .await
+        .map_err(failed)?;
+    match epoch::next::source(from, &estate) {
+        Ok(Source::OnCluster(_)) => Ok(None),
+        Ok(Source::Coord) => {
+            let coord = coord.as_ref().unwrap_or(&cluster);
+            lock_arbiter::shard_map::allocate_epoch(coord, from)
+                .await
+                .map(Some)
+                .map_err(failed)
+        }
+        Err(e) => Err(Failure::refused(format!("{e}; nothing was advanced"))),
     }
 }
 

@@ -90,6 +90,12 @@ pub enum Bug {
     /// `cut-arbiter-etcd`) or reaches it slowly (`slow-links`) the hold stays while its
     /// holder was told it ended; the gate's release check names it.
     ReleaseInDoubtAsReleased,
+    /// lock-admin's two-person epoch advance takes E+1 on its own cluster, never an epoch
+    /// from the coord cluster's allocator (the rule before epochs came from the coord on
+    /// every path): on a sharded estate two clusters then serve one epoch. The shard gate's
+    /// check that no two clusters ever serve one epoch names it (`gate shards --inject-bug
+    /// advance-without-coord`). Honoured by lock-force's `AdvanceStore`, not the arbiter.
+    AdvanceWithoutCoord,
 }
 
 impl FromStr for Bug {
@@ -118,8 +124,9 @@ impl FromStr for Bug {
             "set-without-one-compare" => Ok(Bug::SetWithoutOneCompare),
             "shared-ignores-writer" => Ok(Bug::SharedIgnoresWriter),
             "release-in-doubt-as-released" => Ok(Bug::ReleaseInDoubtAsReleased),
+            "advance-without-coord" => Ok(Bug::AdvanceWithoutCoord),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare, shared-ignores-writer, release-in-doubt-as-released)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare, shared-ignores-writer, release-in-doubt-as-released, advance-without-coord)"
             )),
         }
     }

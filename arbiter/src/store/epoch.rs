@@ -13,6 +13,7 @@ use lock_config::shards::ShardFence;
 use std::sync::{Arc, RwLock};
 
 pub mod advance;
+pub mod next;
 
 /// The epoch as last read, with the mod revision grants compare against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,7 +278,8 @@ pub async fn init_with(store: &Etcd, first: u16) -> Result<(EpochRecord, bool), 
 /// An epoch advance, one transaction (ADR-03): compares the epoch record is still epoch
 /// `from` (unchanged since read), puts epoch `next` bound to the cluster ID the store
 /// reports now, and deletes every hold (`/l/`) and durable waiter (`/q/`). `next` is
-/// `from + 1` on a lone cluster (None), or allocated from the coord cluster.
+/// `from + 1` on a lone cluster (None), or allocated from the coord cluster
+/// ([`next::source`] decides which).
 pub async fn advance(
     store: &Etcd,
     from: u16,

@@ -1,9 +1,11 @@
 //! The shard map's I/O (ADR-07, 09): the document on the coord cluster, its cached copy in
 //! every arbiter (kept by a watch, re-read on demand), each shard's fence at
-//! `/sys/shard-fence`, and epoch numbers allocated from the coord cluster. The decisions are pure, in
-//! `lock_config::shards` ([`placement`](lock_config::shards::placement)).
+//! `/sys/shard-fence`, and epoch numbers allocated from the coord cluster. The decisions are
+//! pure, in `lock_config::shards` ([`placement`](lock_config::shards::placement)) and, for
+//! epochs, `epoch::next`.
 
 use crate::error::ArbiterError;
+use crate::store::epoch::next::{self, Coord, Estate};
 use crate::store::etcd::Etcd;
 use crate::store::layout::{
     EPOCH_ALLOCATOR_KEY, EPOCH_KEY, EpochAllocator, EpochRecord, SHARD_FENCE_KEY, SHARDS_KEY,
@@ -48,24 +50,51 @@ pub async fn write_doc(coord: &Etcd, doc: &ShardsDoc, expected: i64) -> Result<b
     Ok(coord.txn(txn).await?.succeeded())
 }
 
-/// A fresh epoch number above every one handed out so far and above `at_least`.
+/// A fresh epoch number above every one handed out so far and above `at_least`
+/// ([`next::above`]): a shard's first epoch, a move's advance, break-glass.
 pub async fn allocate_epoch(coord: &Etcd, at_least: u16) -> Result<u16, ArbiterError> {
+    allocate_with(coord, |last| {
+        next::above(last.unwrap_or(0), at_least).ok_or(())
+    })
+    .await?
+    .map_err(|()| ArbiterError::Store("epoch space exhausted".into()))
+}
+
+/// The epoch of lock-admin's two-person advance from `from` ([`next::allocation`]): as
+/// [`allocate_epoch`], but refused, with nothing written, when the allocator stands below
+/// `from`. Outer error: the store; inner: the refusal.
+pub async fn allocate_for_advance(
+    coord: &Etcd,
+    from: u16,
+) -> Result<Result<u16, next::Refused>, ArbiterError> {
+    allocate_with(coord, |last| next::allocation(last, from)).await
+}
+
+/// The allocator's compare-and-put, retried while it loses to a concurrent allocation:
+/// `step` decides the epoch from the allocator's last (None: no record yet); a refusal
+/// writes nothing. Every epoch it returns is in the store before any cluster uses it, so
+/// an advance that then fails leaves a gap, never a number handed out twice.
+async fn allocate_with<E>(
+    coord: &Etcd,
+    step: impl Fn(Option<u16>) -> Result<u16, E>,
+) -> Result<Result<u16, E>, ArbiterError> {
     for _ in 0..CAS_ATTEMPTS {
         let resp = coord.get(EPOCH_ALLOCATOR_KEY).await?;
         let (last, revision) = match resp.kvs().first() {
             Some(kv) => (
-                decode::<EpochAllocator>(kv.value())
-                    .ok_or_else(|| ArbiterError::Store("epoch allocator unreadable".into()))?
-                    .last,
+                Some(
+                    decode::<EpochAllocator>(kv.value())
+                        .ok_or_else(|| ArbiterError::Store("epoch allocator unreadable".into()))?
+                        .last,
+                ),
                 kv.mod_revision(),
             ),
-            None => (0, 0),
+            None => (None, 0),
         };
-        let next = last
-            .max(at_least)
-            .checked_add(1)
-            .filter(|e| *e <= lock_config::token::MAX_EPOCH)
-            .ok_or_else(|| ArbiterError::Store("epoch space exhausted".into()))?;
+        let next = match step(last) {
+            Ok(n) => n,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let txn = Txn::new()
             .when(vec![Compare::mod_revision(
                 EPOCH_ALLOCATOR_KEY,
@@ -78,12 +107,38 @@ pub async fn allocate_epoch(coord: &Etcd, at_least: u16) -> Result<u16, ArbiterE
                 None,
             )]);
         if coord.txn(txn).await?.succeeded() {
-            return Ok(next);
+            return Ok(Ok(next));
         }
     }
     Err(ArbiterError::Store(
         "the epoch allocator kept changing under this call".into(),
     ))
+}
+
+/// What [`next::source`] decides on, read: whether `cluster` is an entity shard (its
+/// fence), and what the coord cluster holds (its map, its allocator). The coord cluster is
+/// `coord` when given, else `cluster` itself when it holds the map or the allocator.
+pub async fn read_estate(cluster: &Etcd, coord: Option<&Etcd>) -> Result<Estate, ArbiterError> {
+    let shard = read_fence(cluster).await?.map(|(f, _)| f.name);
+    let coord = match coord {
+        Some(c) => Some(read_coord(c).await?),
+        None => Some(read_coord(cluster).await?).filter(|c| c.map || c.allocator.is_some()),
+    };
+    Ok(Estate { shard, coord })
+}
+
+async fn read_coord(coord: &Etcd) -> Result<Coord, ArbiterError> {
+    let map = coord.get(SHARDS_KEY).await?.count() > 0;
+    let resp = coord.get(EPOCH_ALLOCATOR_KEY).await?;
+    let allocator = match resp.kvs().first() {
+        Some(kv) => Some(
+            decode::<EpochAllocator>(kv.value())
+                .ok_or_else(|| ArbiterError::Store("epoch allocator unreadable".into()))?
+                .last,
+        ),
+        None => None,
+    };
+    Ok(Coord { map, allocator })
 }
 
 /// A shard's epoch record (and its mod revision).

@@ -29,6 +29,12 @@ struct Args {
     /// The admin server's etcd credential (the `force` user).
     #[command(flatten)]
     credential: EtcdTlsFiles,
+    /// With entity shards, on a shard's lock-admin: the coord cluster's URLs (reached with
+    /// the same credential). The shard's epoch advances then take their epoch from the
+    /// coord cluster's allocator; without it they are refused (COORD_REQUIRED), never
+    /// given E+1. Not needed where --etcd is the coord cluster or a lone cluster.
+    #[arg(long, env = "LOCK_COORD_ETCD", value_delimiter = ',')]
+    coord: Vec<String>,
     /// The registry folder (for each class's enforcement, shown to approvers).
     #[arg(long, env = "LOCK_REGISTRY")]
     registry: Option<PathBuf>,
@@ -68,6 +74,14 @@ async fn main() -> anyhow::Result<()> {
     let etcd = Etcd::connect(&args.etcd, Duration::from_secs(5), etcd_tls.as_ref())
         .await
         .context("etcd")?;
+    let mut advances = AdvanceStore::new(etcd.clone(), Duration::from_secs(args.request_ttl));
+    if !args.coord.is_empty() {
+        let coord_tls = etcd_tls::load(&args.coord, &args.credential)?;
+        let coord = Etcd::connect(&args.coord, Duration::from_secs(5), coord_tls.as_ref())
+            .await
+            .context("the coord cluster's etcd")?;
+        advances = advances.with_coord(coord);
+    }
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -84,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
         .public_url
         .unwrap_or_else(|| format!("{scheme}://{local}"));
     let app = Arc::new(App {
-        advances: AdvanceStore::new(etcd.clone(), Duration::from_secs(args.request_ttl)),
+        advances,
         store: ForceStore::new(etcd, args.registry, Duration::from_secs(args.request_ttl)),
         verifier,
         page: PageState::new(public_url.clone(), tls.is_some(), http),

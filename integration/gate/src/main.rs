@@ -83,10 +83,11 @@ enum Cmd {
         phase_seconds: u64,
         #[arg(long, default_value_t = 6)]
         workers: usize,
-        /// Debug builds: the second arbiter grants without the shard fence (the gate must
-        /// then fail).
-        #[arg(long)]
-        inject_bug: bool,
+        /// Debug builds: a deliberate bug (the gate must then fail): `shard-fence-off`, the
+        /// default (the second arbiter grants without the shard fence), or
+        /// `advance-without-coord` (lock-admin's advances take E+1 on their own shard).
+        #[arg(long, num_args = 0..=1, default_missing_value = "shard-fence-off")]
+        inject_bug: Option<lock_gate::shards::ShardBug>,
         /// Keep the history and logs here.
         #[arg(long)]
         out: Option<PathBuf>,

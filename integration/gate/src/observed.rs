@@ -248,6 +248,7 @@ mod tests {
             lease,
             holder: (!delete && key.starts_with(HOLDER_PREFIX)).then(|| "a".to_owned()),
             hold: Some(hold),
+            epoch: None,
         }
     }
 

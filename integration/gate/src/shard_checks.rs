@@ -15,6 +15,12 @@
 //! epoch its token carries (epochs come from the coord cluster's allocator: each cluster's
 //! is its own). The cross-move rule, tokens rising across a move, is the shard gate's own
 //! check over the whole history (`shards::check`).
+//!
+//! Across clusters ([`epochs_apart`]): no two clusters ever serve one epoch (ADR-03, 09).
+//! A cluster serves every epoch its record ever named (its store log, the coord cluster's
+//! too) and every epoch a grant on one of its sessions carried. Two clusters in one epoch
+//! mint tokens that do not say which cluster made them, and a key moved between them can
+//! see its token go back; an advance that takes E+1 on a sharded estate does exactly that.
 
 use super::checker;
 use super::history::{Kind, Op};
@@ -22,9 +28,9 @@ use super::linearize::{self, Verdict};
 use super::store_log::{StoreEvent, StoreTruth};
 use lock_config::FencingToken;
 use lock_config::shards::{lease_tag, tag_of};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// One cluster's name, its epoch and what its store did.
+/// One cluster's name, its epoch (its record at the end) and what its store did.
 pub struct Cluster {
     pub name: String,
     pub epoch: u16,
@@ -114,6 +120,51 @@ pub fn check(
     out
 }
 
+/// Epoch -> the clusters that served it: each epoch a cluster's record named (its store
+/// log, and the record at the end) and each epoch a granted token carried, by the cluster
+/// its session lives on. Pure.
+pub fn served_epochs(ops: &[Op], clusters: &[Cluster]) -> BTreeMap<u16, BTreeSet<String>> {
+    let mut served: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+    for c in clusters {
+        let logged = c.events.iter().filter_map(|e| e.epoch);
+        for epoch in logged.chain([c.epoch]) {
+            served.entry(epoch).or_default().insert(c.name.clone());
+        }
+    }
+    for op in ops.iter().filter(|o| o.kind == Kind::Acquire && o.ok()) {
+        let Some(session) = op.session else { continue };
+        let Some(c) = clusters
+            .iter()
+            .find(|c| lease_tag(&c.name) == tag_of(session))
+        else {
+            continue;
+        };
+        if let Some(token) = op.token.and_then(|t| FencingToken::from_u64(t).ok()) {
+            served
+                .entry(token.epoch())
+                .or_default()
+                .insert(c.name.clone());
+        }
+    }
+    served
+}
+
+/// No two clusters ever serve one epoch: one violation per epoch served by more than one.
+/// Pure.
+pub fn epochs_apart(ops: &[Op], clusters: &[Cluster]) -> Vec<String> {
+    served_epochs(ops, clusters)
+        .into_iter()
+        .filter(|(_, by)| by.len() > 1)
+        .map(|(epoch, by)| {
+            let by: Vec<String> = by.into_iter().collect();
+            format!(
+                "epoch {epoch} served by {}: no two clusters may serve one epoch",
+                by.join(" and ")
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +183,7 @@ mod tests {
             lease,
             holder: Some(WHO.into()),
             hold: Some(revision),
+            epoch: None,
         }
     }
 
@@ -150,6 +202,14 @@ mod tests {
             key: lock_arbiter::layout::EPOCH_KEY.into(),
             holder: None,
             ..put(revision, 0)
+        }
+    }
+
+    /// A put of the epoch record naming `epoch`, as the watcher logs it.
+    fn epoch_named(revision: i64, epoch: u16) -> StoreEvent {
+        StoreEvent {
+            epoch: Some(epoch),
+            ..epoch_put(revision)
         }
     }
 
@@ -237,5 +297,82 @@ mod tests {
             !two.violations.is_empty() || !two.not_linearizable.is_empty(),
             "a grant inside another's hold went unseen"
         );
+    }
+
+    /// Coord 1, e1 2, e2 3, e3 4 (as `gate shards` starts them), then each shard's epoch
+    /// advanced: from the allocator (5, 6) or by the old rule (E+1: 3, 4).
+    fn estate(e1_to: u16, e2_to: u16) -> Vec<Cluster> {
+        let cluster = |name: &str, epochs: &[u16]| Cluster {
+            name: name.into(),
+            epoch: epochs.last().copied().unwrap_or(0),
+            events: epochs
+                .iter()
+                .zip(1..)
+                .map(|(e, rev)| epoch_named(rev * 10, *e))
+                .collect(),
+        };
+        vec![
+            cluster("coord", &[1]),
+            cluster("e1", &[2, e1_to]),
+            cluster("e2", &[3, e2_to]),
+            cluster("e3", &[4]),
+        ]
+    }
+
+    /// (name, the clusters, the operations, the violations' beginnings).
+    type EpochCase = (&'static str, Vec<Cluster>, Vec<Op>, Vec<&'static str>);
+
+    #[test]
+    fn no_two_clusters_serve_one_epoch() {
+        let e1 = tagged_lease(lease_tag("e1"), 5);
+        let e2 = tagged_lease(lease_tag("e2"), 6);
+        let grants = vec![
+            op(Kind::Acquire, e1, token(2, 10), 100),
+            op(Kind::Acquire, e2, token(3, 10), 100),
+        ];
+        let cases: Vec<EpochCase> = vec![
+            (
+                "epochs from the allocator",
+                estate(5, 6),
+                grants.clone(),
+                vec![],
+            ),
+            (
+                "the old rule: e1 2 -> 3 (e2's), e2 3 -> 4 (e3's)",
+                estate(3, 4),
+                grants.clone(),
+                vec!["epoch 3 served by e1 and e2", "epoch 4 served by e2 and e3"],
+            ),
+            (
+                "a grant on e1's session in e2's epoch, though no record says so",
+                estate(5, 6),
+                vec![op(Kind::Acquire, e1, token(6, 12), 100)],
+                vec!["epoch 6 served by e1 and e2"],
+            ),
+            (
+                "the coord's epoch given to a shard",
+                estate(1, 6),
+                vec![],
+                vec!["epoch 1 served by coord and e1"],
+            ),
+        ];
+        for (name, clusters, ops, want) in cases {
+            let got = epochs_apart(&ops, &clusters);
+            assert_eq!(got.len(), want.len(), "{name}: {got:?}");
+            for (g, w) in got.iter().zip(&want) {
+                assert!(g.starts_with(w), "{name}: {g} is not {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_epoch_at_a_revision_is_the_one_the_record_named() {
+        // e1: init at 2 (revision 10), advanced to 5 (revision 20) by the allocator.
+        let truth = StoreTruth::from_events(&[epoch_named(10, 2), epoch_named(20, 5)]);
+        assert_eq!(truth.epoch_at(15), Some(2));
+        assert_eq!(truth.epoch_at(25), Some(5), "not 2 + 1");
+        // A log without the values (older) is counted, as before.
+        let counted = StoreTruth::from_events(&[epoch_put(10), epoch_put(20)]);
+        assert_eq!(counted.epoch_at(25), Some(2));
     }
 }

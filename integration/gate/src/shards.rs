@@ -11,10 +11,20 @@
 //! - nothing lost: when the workers stop, no hold is left on any cluster;
 //! - moves end: no MOVING answer to an Acquire that began and ended outside every move;
 //! - and, per cluster against that cluster's own store log, the main gate's per-key checks
-//!   and its linearizability search (`shard_checks.rs`).
+//!   and its linearizability search (`shard_checks.rs`);
+//! - across clusters: no two clusters ever serve one epoch (`shard_checks::epochs_apart`),
+//!   over every cluster's store log (the coord cluster's too) and every grant.
 //!
-//! With `inject_bug`, the second arbiter runs `--inject-bug shard-fence-off` (it keeps the
-//! map it started with and grants without the shard's fence): the checks must catch it.
+//! Once the keys have left e1 and e2, both shards' epochs are advanced through the
+//! operators' two-person path (lock-admin's own filing and approval code, given the coord
+//! cluster), under the load that goes on at e3: each new epoch must come from the coord
+//! cluster's allocator, above every epoch any cluster has had.
+//!
+//! With `inject_bug`, a deliberate bug the checks must catch:
+//! - `shard-fence-off`: the second arbiter runs `--inject-bug shard-fence-off` (it keeps the
+//!   map it started with and grants without the shard's fence);
+//! - `advance-without-coord`: lock-admin's advances take E+1 on their own shard (the rule
+//!   before epochs came from the coord cluster on every path): e1 2 -> 3 is e2's epoch.
 //!
 //! With `faults` (`make gate`; issue 34), each move runs under faults: the add with shard
 //! `e1`'s etcd frozen (SIGSTOP) for 2 s and the coord cluster's etcd (its leader: it is
@@ -28,7 +38,8 @@
 //!
 //! What this gate does not do (the main gate does, on one cluster): link faults other than
 //! that one partition. Sessions live 30 s (the dev class's TTL) and are replaced
-//! every 15 s, so no hold here ends by expiry, and no move here needs an epoch advance.
+//! every 15 s, so no hold here ends by expiry, no move here needs an epoch advance, and the
+//! advances end no hold (the advanced shards hold no key by then).
 
 mod worker;
 
@@ -53,8 +64,8 @@ pub struct ShardGateOptions {
     pub phase: Duration,
     pub workers: usize,
     pub keys: usize,
-    /// The second arbiter grants without the shard fence (debug builds).
-    pub inject_bug: bool,
+    /// A deliberate bug the checks must catch (debug builds).
+    pub inject_bug: Option<ShardBug>,
     /// Keep the history and logs here (None: a temp folder, kept only if the run failed).
     pub out_dir: Option<PathBuf>,
     /// A fault during each move (`make gate`); off in `make test`'s short run.
@@ -67,9 +78,32 @@ impl Default for ShardGateOptions {
             phase: Duration::from_secs(4),
             workers: 6,
             keys: 40,
-            inject_bug: false,
+            inject_bug: None,
             out_dir: None,
             faults: false,
+        }
+    }
+}
+
+/// The shard gate's deliberate bugs (debug builds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardBug {
+    /// The second arbiter grants without the shard fence (`--inject-bug shard-fence-off`).
+    ShardFenceOff,
+    /// lock-admin's two-person advance takes E+1 on its own shard
+    /// (`lock_arbiter::bugs::Bug::AdvanceWithoutCoord`).
+    AdvanceWithoutCoord,
+}
+
+impl std::str::FromStr for ShardBug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shard-fence-off" => Ok(ShardBug::ShardFenceOff),
+            "advance-without-coord" => Ok(ShardBug::AdvanceWithoutCoord),
+            _ => Err(format!(
+                "unknown shard gate bug {s:?} (shard-fence-off, advance-without-coord)"
+            )),
         }
     }
 }
@@ -81,6 +115,8 @@ pub struct ShardGateReport {
     pub grants_by_epoch: BTreeMap<u16, usize>,
     /// Each move's `lockctl` summary line (or its failure).
     pub moves: Vec<String>,
+    /// Each two-person epoch advance of a shard the keys left: from, to (or its failure).
+    pub advances: Vec<String>,
     pub moves_ok: bool,
     pub moving_answers: usize,
     pub sessions_replaced: usize,
@@ -293,6 +329,8 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
             (c.name.clone(), w)
         })
         .collect();
+    // The coord cluster's log: its epoch records, for the check across clusters only.
+    let coord_watcher = StoreWatcher::start(vec![stack.etcd.client_url.clone()], root.clone());
     let e3 = Etcd::start_sharing(&stack.dir, "e3", stack.etcd.pki.clone())?;
     watchers.push((
         e3.name.clone(),
@@ -316,7 +354,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         "lockctl epoch init --coord on e3: {}",
         String::from_utf8_lossy(&init.stderr)
     );
-    let buggy = if opts.inject_bug {
+    let buggy = if opts.inject_bug == Some(ShardBug::ShardFenceOff) {
         Some(Arbiter::start_with(
             &stack.dir,
             "arbiter-bug",
@@ -362,7 +400,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     }
     let mut report = ShardGateReport {
         history: history.clone(),
-        inject_bug: opts.inject_bug,
+        inject_bug: opts.inject_bug.is_some(),
         moves_ok: true,
         ..Default::default()
     };
@@ -452,6 +490,19 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
         }
         report.moves_ok &= ok;
         report.moves.push(line);
+        // The keys have left e1 and e2: both advanced, through the two-person path, while
+        // the load goes on at e3. Not after a failed move: the advance would end holds the
+        // one-holder check counts as live.
+        if i == 1 && report.moves_ok {
+            let old_rule = opts.inject_bug == Some(ShardBug::AdvanceWithoutCoord);
+            for shard in &stack.shards {
+                let (ok, line) = advance(&stack, shard, old_rule).await?;
+                if !ok {
+                    report.violations.push(line.clone());
+                }
+                report.advances.push(line);
+            }
+        }
         tokio::time::sleep(opts.phase).await;
     }
     if let Ok(mut s) = shared.stop.lock() {
@@ -472,7 +523,7 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
             *report.grants_by_epoch.entry(t.epoch()).or_default() += 1;
         }
     }
-    report.violations = check(&ops);
+    report.violations.extend(check(&ops));
     let mut clusters = Vec::new();
     for (name, w) in watchers {
         let events = w.finish().await?;
@@ -490,6 +541,16 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     }
     let per = shard_checks::check(&ops, &clusters, &identity_of, 2_000_000);
     report.per_cluster = per.line();
+    let coord_events = coord_watcher.finish().await?;
+    crate::store_log::write_jsonl(&dir.join("store-coord.jsonl"), &coord_events)?;
+    clusters.push(shard_checks::Cluster {
+        name: lock_config::shards::COORD.to_owned(),
+        epoch: epoch_of(&stack.etcd).await?,
+        events: coord_events,
+    });
+    report
+        .violations
+        .extend(shard_checks::epochs_apart(&ops, &clusters));
     report.violations.extend(per.violations);
     report.violations.extend(
         per.not_linearizable
@@ -516,12 +577,44 @@ pub async fn run(opts: ShardGateOptions) -> anyhow::Result<ShardGateReport> {
     drop(stack);
     // A failed run's history is its evidence: kept (not for a run meant to fail).
     if opts.out_dir.is_none()
-        && !opts.inject_bug
+        && opts.inject_bug.is_none()
         && !(report.violations.is_empty() && report.moves_ok)
     {
         let _ = tmp.keep();
     }
     Ok(report)
+}
+
+/// The two-person advance of `shard`'s epoch (lock-admin's filing and approval code, given
+/// the coord cluster; with `old_rule`, the deliberate bug `advance-without-coord`): its
+/// whether it advanced, and its report line. Only an unreachable store is an error.
+async fn advance(stack: &Stack, shard: &Etcd, old_rule: bool) -> anyhow::Result<(bool, String)> {
+    let from = epoch_of(shard).await?;
+    let coord = stack.etcd_access();
+    let done = lock_integration::admin::advance_epoch_with(
+        &shard.access(&shard.client_url),
+        Some(&coord),
+        from,
+        "shard gate: the keys left this shard",
+        old_rule,
+    )
+    .await?;
+    Ok(match done {
+        Ok(record) => (
+            true,
+            format!(
+                "{}: epoch {from} -> {} (two-person advance)",
+                shard.name, record.epoch
+            ),
+        ),
+        Err(e) => (
+            false,
+            format!(
+                "{}: the two-person advance from epoch {from} failed: {e}",
+                shard.name
+            ),
+        ),
+    })
 }
 
 /// The epoch a cluster's record names.
@@ -563,6 +656,9 @@ pub fn summary(r: &ShardGateReport, history: &Path) -> String {
     );
     for m in &r.moves {
         out.push_str(&format!("  {m}\n"));
+    }
+    for a in &r.advances {
+        out.push_str(&format!("  advanced {a}\n"));
     }
     for f in &r.faults {
         out.push_str(&format!("  fault: {f}\n"));

@@ -7,11 +7,11 @@
 use super::history::mono_ns;
 use etcd_client::{EventType, WatchOptions};
 use lock_arbiter::layout::{
-    EPOCH_KEY, FORCE_PREFIX, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARED_PREFIX, decode,
-    lease_hex,
+    EPOCH_KEY, EpochRecord, FORCE_PREFIX, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARED_PREFIX,
+    decode, lease_hex,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -35,6 +35,11 @@ pub struct StoreEvent {
     /// mod revision. Absent in logs from before handoffs: the create revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<i64>,
+    /// For a put of the epoch record: the epoch it names. Epochs from the coord cluster's
+    /// allocator skip numbers, so the epoch at a revision is read from here, not counted
+    /// (absent in logs from before: counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u16>,
 }
 
 impl StoreEvent {
@@ -154,6 +159,9 @@ async fn watch_all(
                         let holder = (!delete && hold_of(&key).is_some())
                             .then(|| decode::<Holder>(kv.value()).map(|h| h.spiffe_id))
                             .flatten();
+                        let epoch = (!delete && key == EPOCH_KEY)
+                            .then(|| decode::<EpochRecord>(kv.value()).map(|r| r.epoch))
+                            .flatten();
                         events.push(StoreEvent {
                             revision: kv.mod_revision(),
                             seen,
@@ -163,6 +171,7 @@ async fn watch_all(
                             lease,
                             holder,
                             hold: Some(hold),
+                            epoch,
                         });
                         next = next.max(kv.mod_revision() + 1);
                     }
@@ -225,6 +234,8 @@ pub struct StoreTruth {
     pub session_end: HashMap<i64, i64>,
     /// Revisions at which the epoch record was written (init or advance).
     pub epoch_writes: HashSet<i64>,
+    /// Revision -> the epoch the record written there names, where the log has it.
+    pub epoch_values: BTreeMap<i64, u16>,
     /// Epoch-record writes the log does not hold: a log that starts mid-store (a soak
     /// round on a long-lived stack, `StoreStart`) counts the ones before it from here; a
     /// cluster whose first epoch came from the coord's allocator (a shard's) starts above 1.
@@ -296,6 +307,9 @@ impl StoreTruth {
                 }
             } else if e.key == EPOCH_KEY && !e.delete {
                 t.epoch_writes.insert(e.revision);
+                if let Some(epoch) = e.epoch {
+                    t.epoch_values.insert(e.revision, epoch);
+                }
             } else if e.key.starts_with(FORCE_PREFIX) && !e.delete {
                 t.force_writes.insert(e.revision);
             }
@@ -398,12 +412,17 @@ impl StoreTruth {
         out
     }
 
-    /// The epoch the store was in at `revision`: how many times the epoch record had been
-    /// written before it (init, then each advance). None when the log holds no epoch write
-    /// (a history that does not start at the store's beginning cannot say).
+    /// The epoch the store was in at `revision`: the epoch the last record written before
+    /// it names, or, in a log without the values, how many times the record had been
+    /// written before it (init, then each advance: E+1 each). None when the log holds no
+    /// epoch write (a history that does not start at the store's beginning cannot say).
     pub fn epoch_at(&self, revision: i64) -> Option<u32> {
         if self.epoch_writes.is_empty() && self.epochs_before == 0 {
             return None;
+        }
+        let last = self.epoch_writes.iter().filter(|w| **w < revision).max();
+        if let Some(epoch) = last.and_then(|w| self.epoch_values.get(w)) {
+            return Some(u32::from(*epoch));
         }
         let n = self.epoch_writes.iter().filter(|w| **w < revision).count();
         u32::try_from(n).ok().map(|n| n + self.epochs_before)

@@ -60,6 +60,7 @@ fn epoch_write(rev: i64) -> StoreEvent {
         lease: 0,
         holder: None,
         hold: None,
+        epoch: None,
     }
 }
 
@@ -73,6 +74,7 @@ fn put(rev: i64, lease: i64) -> StoreEvent {
         lease,
         holder: None,
         hold: None,
+        epoch: None,
     }
 }
 
@@ -86,6 +88,7 @@ fn del(rev: i64, created: i64, lease: i64) -> StoreEvent {
         lease,
         holder: None,
         hold: None,
+        epoch: None,
     }
 }
 
@@ -99,6 +102,7 @@ fn session_end(rev: i64, lease: i64) -> StoreEvent {
         lease,
         holder: None,
         hold: None,
+        epoch: None,
     }
 }
 
@@ -154,6 +158,7 @@ fn force_record(rev: i64) -> StoreEvent {
         lease: 99,
         holder: None,
         hold: None,
+        epoch: None,
     }
 }
 
@@ -400,6 +405,7 @@ fn a_handoff_is_a_release_and_a_grant_in_one_write() {
         lease: 11,
         holder: None,
         hold: Some(7),
+        epoch: None,
     };
     let store = [put(5, 10), overwrite, del(8, 7, 11)];
     let mut store = store.to_vec();

@@ -313,6 +313,7 @@ fn a_lost_answer_is_settled_by_the_store() {
         lease,
         holder: None,
         hold: None,
+        epoch: None,
     };
     let epoch = StoreEvent {
         revision: 1,
@@ -323,6 +324,7 @@ fn a_lost_answer_is_settled_by_the_store() {
         lease: 0,
         holder: None,
         hold: None,
+        epoch: None,
     };
     let mut lost = op(1, Kind::Acquire, 10, None, (0, 5), Phase::Info);
     lost.done = None;
@@ -418,6 +420,7 @@ fn a_lost_grant_answered_again_by_a_retry_explains_a_refusal_before_it() {
             lease: 0,
             holder: None,
             hold: None,
+            epoch: None,
         },
         StoreEvent {
             revision: 5,
@@ -428,6 +431,7 @@ fn a_lost_grant_answered_again_by_a_retry_explains_a_refusal_before_it() {
             lease: 10,
             holder: None,
             hold: None,
+            epoch: None,
         },
     ];
     let mut lost = op(1, Kind::Acquire, 10, None, (0, 2), Phase::Info);

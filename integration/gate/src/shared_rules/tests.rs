@@ -26,6 +26,7 @@ fn se(rev: i64, etcd_key: String, delete: bool, made: i64, lease: i64) -> StoreE
         lease,
         holder: None,
         hold: Some(made),
+        epoch: None,
     }
 }
 
