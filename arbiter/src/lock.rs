@@ -1,14 +1,19 @@
 //! The lock itself: sessions, the grant and its wait, release, sets and shared holds. Each
 //! module decides with etcd transactions through the store's seal; none knows the wire.
 //!
-//! | module     | owns                                                                      |
-//! |------------|---------------------------------------------------------------------------|
-//! | `sessions` | sessions: an etcd lease bound to its identity, the binding cached         |
-//! | `grant`    | the grant Txn and its pure verdict; `grant/settle`: a lost answer settled |
-//! | `wait`     | waiting for a held key (a folder: its own table of contents in `wait.rs`) |
-//! | `release`  | the release Txn, and the handoff to a waiting head in the same Txn        |
-//! | `set`      | AcquireAll and ReleaseAll: a set of keys in one Txn, and its wait         |
-//! | `shared`   | shared holds (reader–writer): their grant, release and wait               |
+//! | module            | owns                                                                      |
+//! |-------------------|---------------------------------------------------------------------------|
+//! | `sessions`        | sessions: an etcd lease bound to its identity, the binding cached         |
+//! | `grant`           | the grant Txn; `grant/settle`: a lost answer settled                      |
+//! | `grant/verdict`   | the grant's pure verdict on what its Txn read back, and the token         |
+//! | `wait`            | waiting for a held key (a folder: its own table of contents in `wait.rs`) |
+//! | `release`         | the release Txn, and the handoff to a waiting head in the same Txn        |
+//! | `release/verdict` | what a release's and a handoff's Txn answered (pure)                      |
+//! | `set`             | AcquireAll and ReleaseAll: a set of keys in one Txn, and its wait         |
+//! | `set/verdict`     | a set's grant verdict, and which keys its release ends (pure)             |
+//! | `shared`          | shared holds (reader–writer): their grant and its wait                    |
+//! | `shared/verdict`  | a shared class's grant verdict, for either mode (pure)                    |
+//! | `shared/release`  | a shared hold's release; Inspect's and ValidateToken's reads              |
 //!
 //! Inside, in this order, each module imports only those above it: `sessions`, `grant`,
 //! `wait`, then `release`, `set` and `shared`.

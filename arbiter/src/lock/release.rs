@@ -22,21 +22,8 @@ use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_config::{FencingToken, LockKey};
 
-/// One release transaction's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Released {
-    /// Deleted at this store revision.
-    Done(i64),
-    /// Handed on to the queue head at this store revision (the key stays held).
-    HandedOn(i64),
-    /// The epoch record moved since it was cached: re-read it and retry.
-    EpochMoved,
-    /// The token is from an earlier epoch (or from none this store made), or its grant is
-    /// not the holder.
-    Stale,
-    /// Try again as a plain release (a handoff whose head had gone).
-    Retry,
-}
+mod verdict;
+use verdict::{HeadTold, Released, handoff_verdict, release_verdict, token_epoch_verdict};
 
 /// A committed release: the revision of its write, and whether that write handed the key
 /// on to this arbiter's queue head (then the key is held again, by the head).
@@ -44,53 +31,6 @@ enum Released {
 pub struct Outcome {
     pub revision: i64,
     pub handed_on: bool,
-}
-
-/// What a release transaction's answer means: committed (at that revision), or (its compares failed) the
-/// epoch record moved — every compare may have failed for that, so retry — or, with the
-/// epoch unchanged, the holder is not this token's grant (released, expired, re-granted).
-fn release_verdict(
-    committed: Option<i64>,
-    epoch_seen: Option<i64>,
-    epoch_compared: i64,
-) -> Result<Released, ArbiterError> {
-    if let Some(revision) = committed {
-        Ok(Released::Done(revision))
-    } else if epoch_seen == Some(epoch_compared) {
-        Err(ArbiterError::StaleToken)
-    } else {
-        Ok(Released::EpochMoved)
-    }
-}
-
-/// A token's epoch against the epoch this arbiter has cached. A token from a later epoch
-/// than the cache means the cache is behind (another arbiter granted it after an advance
-/// this one has not re-read yet): re-read before judging, never refuse a live hold for it.
-/// Only once the epoch was re-read (`fresh`) is a token from a later epoch not ours.
-fn token_epoch_verdict(token: u16, cached: u16, fresh: bool) -> Result<(), Released> {
-    match token.cmp(&cached) {
-        std::cmp::Ordering::Equal => Ok(()),
-        std::cmp::Ordering::Greater if !fresh => Err(Released::EpochMoved),
-        _ => Err(Released::Stale),
-    }
-}
-
-/// What a handoff transaction's refusal means, and what its head is told. The epoch that
-/// moved explains every failed compare (retry the release); with the epoch unchanged, the
-/// head's session gone is enough to fail (the plain release follows, and decides for the
-/// releaser); otherwise the releaser's grant is not the holder (stale).
-fn handoff_verdict(epoch_unchanged: bool, head_bound: bool) -> (HeadTold, Released) {
-    match (epoch_unchanged, head_bound) {
-        (false, _) => (HeadTold::NotNow, Released::EpochMoved),
-        (true, false) => (HeadTold::SessionGone, Released::Retry),
-        (true, true) => (HeadTold::NotNow, Released::Stale),
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HeadTold {
-    SessionGone,
-    NotNow,
 }
 
 /// Whom a release may hand the key on to, by the key's class.
@@ -413,69 +353,5 @@ impl Releaser<'_> {
             HeadTold::NotNow => Handed::NotNow,
         });
         Ok(released)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handoff_table() {
-        use HeadTold::{NotNow, SessionGone};
-        let cases = [
-            // (epoch unchanged, head's session bound, head told, releaser's verdict)
-            (false, true, NotNow, Released::EpochMoved),
-            (false, false, NotNow, Released::EpochMoved), // the moved epoch explains all
-            (true, false, SessionGone, Released::Retry),  // plain release decides
-            (true, true, NotNow, Released::Stale),        // the releaser's grant is gone
-        ];
-        for (epoch, head, told, released) in cases {
-            assert_eq!(
-                handoff_verdict(epoch, head),
-                (told, released),
-                "{epoch} {head}"
-            );
-        }
-    }
-
-    #[test]
-    fn token_epoch_table() {
-        use Released::{EpochMoved, Stale};
-        let cases = [
-            // (token's epoch, cached epoch, cache just re-read, verdict)
-            (2, 2, false, Ok(())),
-            (2, 2, true, Ok(())),
-            (1, 2, false, Err(Stale)), // from before an advance
-            (1, 2, true, Err(Stale)),
-            (3, 2, false, Err(EpochMoved)), // the cache is behind: re-read, do not refuse
-            (3, 2, true, Err(Stale)),       // re-read and still ahead: no epoch of ours
-        ];
-        for (token, cached, fresh, want) in cases {
-            assert_eq!(
-                token_epoch_verdict(token, cached, fresh),
-                want,
-                "{token} {cached} {fresh}"
-            );
-        }
-    }
-
-    #[test]
-    fn release_verdict_table() {
-        let cases = [
-            // (committed, epoch record's mod revision read back, compared, verdict)
-            (Some(12), None, 5, Ok(Released::Done(12))),
-            (None, Some(5), 5, Err("stale")), // same epoch: not this token's grant
-            (None, Some(9), 5, Ok(Released::EpochMoved)), // advanced: retry
-            (None, None, 5, Ok(Released::EpochMoved)), // record gone: re-read it
-        ];
-        for (committed, seen, compared, want) in cases {
-            let got = release_verdict(committed, seen, compared);
-            match (got, want) {
-                (Ok(g), Ok(w)) => assert_eq!(g, w),
-                (Err(ArbiterError::StaleToken), Err(_)) => {}
-                (g, w) => panic!("{committed:?} {seen:?} {compared}: got {g:?}, want {w:?}"),
-            }
-        }
     }
 }

@@ -29,23 +29,26 @@
 //! transaction (ADR-15).
 
 use crate::error::ArbiterError;
-use crate::lock::grant::{
-    Claimant, Grant, Granter, HolderSeen, claimant, holder_record, holder_seen, mint,
-};
+use crate::lock::grant::{Claimant, Grant, Granter, claimant, holder_record, holder_seen, mint};
 use crate::lock::grant::{MAX_ATTEMPTS, Verdict, reseal_once};
 use crate::lock::sessions::Session;
 use crate::lock::wait::release_watch::{self, Wake};
 use crate::lock::wait::wait_end::WaitEnd;
 use crate::ops::bugs::Bug;
 use crate::store::Sealed;
-use crate::store::layout::{EPOCH_KEY, Holder, attempt_fence_key, decode, encode, holder_key};
+use crate::store::layout::{EPOCH_KEY, attempt_fence_key, encode, holder_key};
 use crate::store::layout::{lease_hex, session_key, shared_hold_key, shared_holds_prefix};
 use crate::store::layout::{writer_waiting_key, writers_waiting_prefix};
 use etcd_client::TxnOpResponse;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
+use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
-use lock_config::{FencingToken, LockKey};
 use std::time::Duration;
+
+mod release;
+mod verdict;
+pub use release::{count, is_current, release};
+pub use verdict::{Seen, SharedVerdict, exclusive_verdict, shared_verdict};
 
 /// How a hold of a shared class is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,135 +56,6 @@ pub enum Mode {
     #[default]
     Exclusive,
     Shared,
-}
-
-// ---- the verdict, on plain data -------------------------------------------------------
-
-/// What a refused grant transaction of a shared class read back.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Seen {
-    pub epoch_mod_revision: Option<i64>,
-    pub session_create_revision: Option<i64>,
-    /// The exclusive holder, `/l/<key>`.
-    pub holder: Option<HolderSeen>,
-    /// A shared hold: the caller's own (a shared grant), else the first of the key's (an
-    /// exclusive grant): its etcd key, and its record.
-    pub shared: Option<(String, HolderSeen)>,
-    /// The first exclusive waiter's mark (a shared grant): its etcd key and lease.
-    pub writer_waiting: Option<(String, i64)>,
-    pub read_at: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SharedVerdict {
-    /// Granted at `revision` (a retried acquire whose answer was lost gets it back).
-    Granted {
-        revision: i64,
-    },
-    /// Wait for the record `watch` (None: the exclusive holder, `/l/<key>`) to be deleted,
-    /// from revision `at`.
-    Wait {
-        watch: Option<String>,
-        at: i64,
-    },
-    LeakedHold,
-    /// This session's own exclusive-waiter mark stands while it asks SHARED: left by an
-    /// exclusive wait of its that ended while the store could not take the mark's delete
-    /// (found by `make soak`: the session was then told LEAKED_HOLD for a key it never
-    /// held, and every new reader waited on the mark until the session ended). Delete it
-    /// and try again.
-    DropOwnMark {
-        mark: String,
-    },
-    SessionGone,
-    EpochMoved,
-    /// What was in the way was gone by the read: try again.
-    Again,
-}
-
-/// A refused shared grant: its own shared record means it was granted; then the exclusive
-/// holder (this session's own: told LEAKED_HOLD), then a writer's mark, is what it waits
-/// for.
-pub fn shared_verdict(claimant: &Claimant<'_>, seen: &Seen) -> SharedVerdict {
-    if let Some(v) = common(claimant, seen) {
-        return v;
-    }
-    if let Some((_, own)) = &seen.shared
-        && own.session.as_deref() == Some(claimant.lease_hex)
-    {
-        return SharedVerdict::Granted {
-            revision: own.mod_revision,
-        };
-    }
-    match exclusive_holder(claimant, seen) {
-        // This session holds the key exclusive: a shared answer with that hold's token
-        // would be released SHARED and refused, leaving the exclusive hold behind. It is
-        // told LEAKED_HOLD, as a shared holder asking exclusive is: release it first.
-        Some(SharedVerdict::Granted { .. }) => return SharedVerdict::LeakedHold,
-        Some(v) => return v,
-        None => {}
-    }
-    match &seen.writer_waiting {
-        Some((mark, lease)) if lease_hex(*lease) == claimant.lease_hex => {
-            SharedVerdict::DropOwnMark { mark: mark.clone() }
-        }
-        Some((mark, _)) => SharedVerdict::Wait {
-            watch: Some(mark.clone()),
-            at: seen.read_at,
-        },
-        None => SharedVerdict::Again,
-    }
-}
-
-/// A refused exclusive grant of a shared class: the exclusive holder (this session's: the
-/// grant exists), then any shared hold, is what it waits for.
-pub fn exclusive_verdict(claimant: &Claimant<'_>, seen: &Seen) -> SharedVerdict {
-    if let Some(v) = common(claimant, seen) {
-        return v;
-    }
-    if let Some(v) = exclusive_holder(claimant, seen) {
-        return v;
-    }
-    match &seen.shared {
-        Some((_, h))
-            if h.session.as_deref() == Some(claimant.lease_hex) || same_process(claimant, h) =>
-        {
-            SharedVerdict::LeakedHold
-        }
-        Some((record, _)) => SharedVerdict::Wait {
-            watch: Some(record.clone()),
-            at: seen.read_at,
-        },
-        None => SharedVerdict::Again,
-    }
-}
-
-fn common(claimant: &Claimant<'_>, seen: &Seen) -> Option<SharedVerdict> {
-    if seen.epoch_mod_revision != Some(claimant.epoch_mod_revision) {
-        return Some(SharedVerdict::EpochMoved);
-    }
-    if seen.session_create_revision != Some(claimant.session_create_revision) {
-        return Some(SharedVerdict::SessionGone);
-    }
-    None
-}
-
-fn same_process(claimant: &Claimant<'_>, h: &HolderSeen) -> bool {
-    h.spiffe_id.as_deref() == Some(claimant.spiffe_id) && h.instance.as_deref() == claimant.instance
-}
-
-fn exclusive_holder(claimant: &Claimant<'_>, seen: &Seen) -> Option<SharedVerdict> {
-    let h = seen.holder.as_ref()?;
-    Some(
-        match crate::lock::grant::holder_verdict(claimant, h, seen.read_at) {
-            Verdict::Granted { revision } => SharedVerdict::Granted { revision },
-            Verdict::LeakedHold => SharedVerdict::LeakedHold,
-            _ => SharedVerdict::Wait {
-                watch: None,
-                at: seen.read_at,
-            },
-        },
-    )
 }
 
 // ---- the transactions (I/O) ------------------------------------------------------------
@@ -454,99 +328,3 @@ async fn try_grant(
 fn range_empty(prefix: &str) -> Compare {
     Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()
 }
-
-/// Ends the shared hold `token` names: with a session, that session's record; without
-/// (an operator's `lockctl release`), a record of the caller's identity whose grant it is.
-pub async fn release(
-    granter: &Granter<'_>,
-    identity: &str,
-    key: &LockKey,
-    token: FencingToken,
-    lease: Option<i64>,
-) -> Result<i64, ArbiterError> {
-    let store = granter.store;
-    let revision = i64::try_from(token.revision()).map_err(|_| ArbiterError::MalformedToken)?;
-    if let Some(lease) = lease {
-        granter.sessions.owned(store, lease, identity).await?;
-    }
-    let mut sealed = store.sealed().await?;
-    for attempt in 0..MAX_ATTEMPTS {
-        let epoch = sealed.epoch();
-        if token.epoch() != epoch.record.epoch {
-            if attempt == 0 && token.epoch() > epoch.record.epoch {
-                sealed = store.resealed().await?;
-                continue;
-            }
-            return Err(ArbiterError::StaleToken);
-        }
-        let record = match lease {
-            Some(lease) => shared_hold_key(key, lease),
-            None => {
-                let resp = sealed
-                    .range(
-                        &shared_holds_prefix(key),
-                        Some(GetOptions::new().with_prefix()),
-                    )
-                    .await?;
-                let mine = resp.kvs().iter().find(|kv| {
-                    kv.mod_revision() == revision
-                        && decode::<Holder>(kv.value()).is_some_and(|h| h.spiffe_id == identity)
-                });
-                match mine {
-                    Some(kv) => key_str(kv),
-                    None => return Err(ArbiterError::StaleToken),
-                }
-            }
-        };
-        let mut compares = vec![
-            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
-            Compare::mod_revision(record.as_str(), CompareOp::Equal, revision),
-        ];
-        compares.extend(epoch.fence_compare());
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::delete(record.as_str(), None)])
-            .or_else(vec![TxnOp::get(EPOCH_KEY, None)]);
-        match sealed.txn(txn).await {
-            Ok(r) if r.succeeded() => return Ok(r.header().map_or(0, |h| h.revision())),
-            Ok(r) => {
-                let epoch_seen = first_kv(&r.op_responses(), 0).map(KeyValue::mod_revision);
-                if epoch_seen == Some(epoch.mod_revision) {
-                    return Err(ArbiterError::StaleToken);
-                }
-                sealed = store.resealed().await?;
-            }
-            Err(e) => sealed = reseal_once(store, e, attempt).await?,
-        }
-    }
-    Err(ArbiterError::StaleToken)
-}
-
-/// Shared holds of `key` now.
-pub async fn count(sealed: &Sealed, key: &LockKey) -> Result<usize, ArbiterError> {
-    let resp = sealed
-        .range(
-            &shared_holds_prefix(key),
-            Some(GetOptions::new().with_prefix().with_count_only()),
-        )
-        .await?;
-    Ok(usize::try_from(resp.count()).unwrap_or(0))
-}
-
-/// Is a shared hold of `key` the grant at `revision` now (ValidateToken)?
-pub async fn is_current(
-    sealed: &Sealed,
-    key: &LockKey,
-    revision: i64,
-) -> Result<bool, ArbiterError> {
-    let resp = sealed
-        .range(
-            &shared_holds_prefix(key),
-            Some(GetOptions::new().with_prefix().with_keys_only()),
-        )
-        .await?;
-    Ok(resp.kvs().iter().any(|kv| kv.mod_revision() == revision))
-}
-
-#[cfg(test)]
-mod tests;

@@ -11,7 +11,7 @@
 
 use crate::cluster::clusters::{Clusters, Route};
 use crate::error::ArbiterError;
-use crate::lock::grant::{Grant, Granter, MAX_ATTEMPTS, reseal_once};
+use crate::lock::grant::{Grant, Granter};
 use crate::lock::release::{Heads, Releaser};
 use crate::lock::sessions::{Keepers, Session, Sessions};
 use crate::lock::shared::Mode;
@@ -21,12 +21,15 @@ use crate::ops::drain::Drain;
 use crate::ops::metrics::METRICS;
 use crate::serve::observers::Observers;
 use crate::store::etcd::Etcd;
-use crate::store::layout::{EPOCH_KEY, Holder, decode, holder_key};
-use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use lock_config::registry::Fairness;
-use lock_config::{FencingToken, KeySet, LockKey, Registry};
+use lock_config::{FencingToken, LockKey, Registry};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod reads;
+mod set;
+pub use reads::Inspection;
+pub use set::SetGranted;
 
 /// Longest wait an Acquire may ask for; longer requests are capped.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -45,22 +48,6 @@ pub struct Engine {
     drain: Drain,
     /// Open Observe streams against their limit (`observe.rs`).
     observers: Arc<Observers>,
-}
-
-/// A granted set: one token for every key, and the session's TTL.
-#[derive(Debug, Clone, Copy)]
-pub struct SetGranted {
-    pub token: FencingToken,
-    pub ttl_seconds: u32,
-}
-
-/// What Inspect reports: never a token.
-#[derive(Debug, Clone, Default)]
-pub struct Inspection {
-    pub holder: Option<Holder>,
-    pub waiters: usize,
-    /// Shared holds of the key (a `shared: true` class).
-    pub shared_holders: usize,
 }
 
 impl Engine {
@@ -319,199 +306,6 @@ impl Engine {
             self.queues.released(key.as_str());
         }
         Ok(outcome.revision)
-    }
-
-    /// AcquireAll: grants every key of `set` to the session in one transaction, waiting up
-    /// to `wait` (capped at [`MAX_WAIT`]) until all are free at once (`lock/set.rs`).
-    /// Refused before etcd when the set cannot be one transaction's: a key of a durable
-    /// class, keys on more than one store, or a class whose TTL is not the session's.
-    pub async fn acquire_all(
-        &self,
-        identity: &str,
-        set: &KeySet,
-        lease: i64,
-        wait: Duration,
-    ) -> Result<SetGranted, ArbiterError> {
-        let registry = self.registry();
-        let at = Box::pin(self.clusters.for_lease(lease)).await?;
-        let session = Box::pin(self.sessions.owned(&at.store, lease, identity)).await?;
-        let mut classes = Vec::with_capacity(set.len());
-        let mut routes = Vec::with_capacity(set.len());
-        for key in set.keys() {
-            let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
-            if class.spec.shared {
-                return Err(ArbiterError::KeySetRefused {
-                    why: "shared-class",
-                    detail: format!(
-                        "a key is of class {}, whose keys are also held shared; a set takes exclusive holds of plain classes only",
-                        class.name
-                    ),
-                });
-            }
-            if class.spec.fairness == Fairness::Durable {
-                return Err(ArbiterError::KeySetRefused {
-                    why: "durable-class",
-                    detail: format!(
-                        "a key is of class {}, whose waiters queue in etcd (fairness: durable): a set would overtake them",
-                        class.name
-                    ),
-                });
-            }
-            if classes
-                .first()
-                .is_some_and(|c: &lock_config::registry::ResolvedClass<'_>| {
-                    c.ttl_seconds != class.ttl_seconds
-                })
-            {
-                return Err(ArbiterError::KeySetRefused {
-                    why: "mixed-ttl",
-                    detail: "its keys are of classes with different TTLs; one session (one TTL) holds a set".into(),
-                });
-            }
-            if class.ttl_seconds != session.ttl_seconds {
-                return Err(ArbiterError::WrongSessionTtl {
-                    class: class.name.to_owned(),
-                    ttl_seconds: class.ttl_seconds,
-                });
-            }
-            routes.push(Box::pin(self.clusters.for_key(class.spec.tier, key)).await?);
-            classes.push(class);
-        }
-        let route = &routes[0];
-        if routes.iter().any(|r| r.cluster != route.cluster) {
-            return Err(ArbiterError::KeySetRefused {
-                why: "spans-stores",
-                detail: "its keys live on more than one etcd cluster (tiers or shards); one transaction cannot hold them".into(),
-            });
-        }
-        if at.cluster != route.cluster {
-            return Err(ArbiterError::WrongSessionPlace {
-                cluster: route.cluster.clone(),
-            });
-        }
-        let wait = wait.min(MAX_WAIT);
-        let started = std::time::Instant::now();
-        let granter = self.granter(route);
-        let granted = Box::pin(crate::lock::set::acquire(
-            &granter,
-            &session,
-            set,
-            &classes,
-            wait,
-            &self.drain,
-        ))
-        .await?;
-        for class in &classes {
-            METRICS.with_class(class.name, |m| {
-                m.grants.inc();
-                m.acquire_seconds.observe(started.elapsed().as_secs_f64());
-            });
-        }
-        Ok(SetGranted {
-            token: granted.token,
-            ttl_seconds: session.ttl_seconds,
-        })
-    }
-
-    /// ReleaseAll: ends the set grant `token` names on every key of `set` still that grant
-    /// (`lock/set.rs`), and wakes each released key's FIFO waiters here.
-    pub async fn release_all(
-        &self,
-        identity: &str,
-        set: &KeySet,
-        token: FencingToken,
-        lease: Option<i64>,
-    ) -> Result<crate::lock::set::SetReleased, ArbiterError> {
-        let route = self.route(set.first()).await?;
-        let granter = self.granter(&route);
-        let released = crate::lock::set::release(&granter, identity, set, token, lease).await?;
-        let registry = self.registry();
-        for key in set
-            .keys()
-            .iter()
-            .filter(|k| released.keys.iter().any(|r| r == k.as_str()))
-        {
-            if let Some(c) = registry.class_for(key) {
-                METRICS.with_class(c.name, |m| {
-                    m.releases.inc();
-                });
-            }
-            self.queues.released(key.as_str());
-        }
-        Ok(released)
-    }
-
-    /// ValidateToken (ADR-16): is `token` the current grant of `key`? One linearizable
-    /// transaction reads the holder and the epoch record together.
-    pub async fn validate(&self, key: &LockKey, token: FencingToken) -> Result<bool, ArbiterError> {
-        let hkey = holder_key(key);
-        let store = &self.route(key).await?.store;
-        let mut sealed = store.sealed().await?;
-        for attempt in 0..MAX_ATTEMPTS {
-            let txn = Txn::new().and_then(vec![
-                TxnOp::get(hkey.as_str(), None),
-                TxnOp::get(EPOCH_KEY, None),
-            ]);
-            let resp = match sealed.txn(txn).await {
-                Ok(r) => r,
-                Err(e) => {
-                    sealed = reseal_once(store, e, attempt).await?;
-                    continue;
-                }
-            };
-            let ops = resp.op_responses();
-            let first = |i: usize| match ops.get(i) {
-                Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
-                _ => None,
-            };
-            let epoch = sealed.epoch();
-            if first(1).map(|kv| kv.mod_revision()) != Some(epoch.mod_revision) {
-                sealed = store.resealed().await?;
-                continue;
-            }
-            let current = first(0).map(|kv| kv.mod_revision());
-            let revision = i64::try_from(token.revision()).ok();
-            if token.epoch() != epoch.record.epoch {
-                return Ok(false);
-            }
-            if current == revision {
-                return Ok(true);
-            }
-            // A shared hold's token names its own record (a class that is shared now, or
-            // was: the records say, not the registry).
-            return match revision {
-                Some(r) => crate::lock::shared::is_current(&sealed, key, r).await,
-                None => Ok(false),
-            };
-        }
-        Err(ArbiterError::NoQuorum)
-    }
-
-    /// Inspect: the holder record (identity, class, since when) and the waiter count.
-    pub async fn inspect(&self, key: &LockKey) -> Result<Inspection, ArbiterError> {
-        let sealed = self.route(key).await?.store.sealed().await?;
-        let resp = sealed.get(&holder_key(key)).await?;
-        let durable = self
-            .registry()
-            .class_for(key)
-            .is_some_and(|c| c.spec.fairness == Fairness::Durable);
-        let waiters = if durable {
-            crate::lock::wait::durable::waiters(&sealed, key).await?
-        } else {
-            self.queues.len(key.as_str())
-        };
-        let shared_holders = match self.registry().class_for(key) {
-            Some(c) if c.spec.shared => crate::lock::shared::count(&sealed, key).await?,
-            _ => 0,
-        };
-        Ok(Inspection {
-            shared_holders,
-            holder: resp
-                .kvs()
-                .first()
-                .and_then(|kv| decode::<Holder>(kv.value())),
-            waiters,
-        })
     }
 }
 

@@ -5,7 +5,7 @@
 //! | arbiter  | arbiter  | read `/sys/`; read and write `/l/`, `/s/`, `/q/`, `/x/`, `/r/` |
 //! | operator | operator | read `/sys/`, `/l/`, `/s/`, `/q/`, `/x/`, `/r/`; read and write `/sys/shard*` (shard moves) |
 //! | auditor  | auditor  | read everything under `/`; read and write `/audit/` (its election) |
-//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/x/`, `/r/`, `/sys/force/`, `/sys/force-request/`, `/sys/epoch*`, `/sys/advance-request/` (lock-admin) |
+//! | force    | force    | read and write `/l/`, `/s/`, `/q/`, `/x/`, `/r/`, `/sys/force/`, `/sys/force-request/`, `/sys/epoch*`, `/sys/advance-request/`; read `/sys/shard*` (lock-admin) |
 //! | root     | root     | everything: users and roles (`lockctl roles apply`), `epoch init`, `shards init`, break-glass |
 //!
 //! Users have no password: etcd names them by the common name of their client certificate
@@ -17,6 +17,11 @@
 //! [`plan`] is pure (what to change to get from what etcd has to [`WANTED`]); [`apply`]
 //! reads etcd, plans, applies, and enables auth, idempotently: a second run changes nothing.
 
+use crate::store::layout::{
+    ADVANCE_REQUEST_PREFIX, ATTEMPT_FENCE_PREFIX, AUDIT_PREFIX, EPOCH_KEYS_PREFIX, FORCE_PREFIX,
+    FORCE_REQUEST_PREFIX, HOLDER_PREFIX, KEYSPACE_PREFIX, QUEUE_PREFIX, SESSION_PREFIX,
+    SHARD_KEYS_PREFIX, SHARED_PREFIX, SYS_PREFIX,
+};
 use etcd_client::{AuthClient, Permission, PermissionType, UserAddOptions};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,14 +51,20 @@ pub struct UserSpec {
 
 /// Holds, sessions, durable waiters, settled grant attempts, shared holds and their
 /// waiting writers (`layout.rs`).
-const LOCK_PREFIXES: [&str; 5] = ["/l/", "/s/", "/q/", "/x/", "/r/"];
+const LOCK_PREFIXES: [&str; 5] = [
+    HOLDER_PREFIX,
+    SESSION_PREFIX,
+    QUEUE_PREFIX,
+    ATTEMPT_FENCE_PREFIX,
+    SHARED_PREFIX,
+];
 
 /// The roles this service needs ("root" is etcd's built-in role: not listed, never edited).
 pub const ROLES: &[RoleSpec] = &[
     RoleSpec {
         name: "arbiter",
         grants: &[
-            ("/sys/", Access::Read),
+            (SYS_PREFIX, Access::Read),
             (LOCK_PREFIXES[0], Access::ReadWrite),
             (LOCK_PREFIXES[1], Access::ReadWrite),
             (LOCK_PREFIXES[2], Access::ReadWrite),
@@ -68,8 +79,8 @@ pub const ROLES: &[RoleSpec] = &[
     RoleSpec {
         name: "operator",
         grants: &[
-            ("/sys/", Access::Read),
-            ("/sys/shard", Access::ReadWrite),
+            (SYS_PREFIX, Access::Read),
+            (SHARD_KEYS_PREFIX, Access::ReadWrite),
             (LOCK_PREFIXES[0], Access::Read),
             (LOCK_PREFIXES[1], Access::Read),
             (LOCK_PREFIXES[2], Access::Read),
@@ -79,12 +90,17 @@ pub const ROLES: &[RoleSpec] = &[
     },
     RoleSpec {
         name: "auditor",
-        grants: &[("/", Access::Read), ("/audit/", Access::ReadWrite)],
+        grants: &[
+            (KEYSPACE_PREFIX, Access::Read),
+            (AUDIT_PREFIX, Access::ReadWrite),
+        ],
     },
     // The admin server (lock-admin): two-person force releases (ADR-20) and epoch
     // advances (ADR-03). It deletes holds (etcd has no delete-only permission: write on
     // `/l/`), revoking a session's lease needs write on every key attached to it (`/l/`,
-    // `/s/`, `/q/`, `/x/`, `/r/`), and it runs the approved advance (`/sys/epoch`). It cannot move
+    // `/s/`, `/q/`, `/x/`, `/r/`), and it runs the approved advance (`/sys/epoch`), with the
+    // new epoch from the coord cluster's allocator (`/sys/epoch-allocator`) once there are
+    // shards: it reads `/sys/shard*` to know (a shard's fence, the map). It cannot move
     // shards.
     RoleSpec {
         name: "force",
@@ -94,10 +110,11 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[2], Access::ReadWrite),
             (LOCK_PREFIXES[3], Access::ReadWrite),
             (LOCK_PREFIXES[4], Access::ReadWrite),
-            ("/sys/force/", Access::ReadWrite),
-            ("/sys/force-request/", Access::ReadWrite),
-            ("/sys/epoch", Access::ReadWrite),
-            ("/sys/advance-request/", Access::ReadWrite),
+            (FORCE_PREFIX, Access::ReadWrite),
+            (FORCE_REQUEST_PREFIX, Access::ReadWrite),
+            (EPOCH_KEYS_PREFIX, Access::ReadWrite),
+            (ADVANCE_REQUEST_PREFIX, Access::ReadWrite),
+            (SHARD_KEYS_PREFIX, Access::Read),
         ],
     },
 ];
@@ -345,100 +362,4 @@ pub async fn apply(auth: &mut AuthClient, changes: &[Change]) -> Result<(), etcd
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn grant(prefix: &str, access: Access) -> Grant {
-        Grant {
-            prefix: prefix.into(),
-            access,
-        }
-    }
-
-    fn as_built() -> Current {
-        let mut c = Current::default();
-        for r in ROLES {
-            c.roles.insert(
-                r.name.into(),
-                r.grants.iter().map(|(p, a)| grant(p, *a)).collect(),
-            );
-        }
-        c.roles.insert("root".into(), BTreeSet::new());
-        for u in USERS {
-            c.users
-                .insert(u.name.into(), u.roles.iter().map(|r| (*r).into()).collect());
-        }
-        c
-    }
-
-    #[test]
-    fn plan_table() {
-        use Access::*;
-        let s = |v: &str| v.to_owned();
-        let fresh = plan(&Current::default(), ROLES, USERS);
-        assert_eq!(fresh.first(), Some(&Change::AddRole(s("arbiter"))));
-        assert!(fresh.contains(&Change::Grant(s("arbiter"), grant("/sys/", Read))));
-        assert!(fresh.contains(&Change::Grant(s("operator"), grant("/sys/", Read))));
-        assert!(fresh.contains(&Change::Grant(s("force"), grant("/sys/epoch", ReadWrite))));
-        assert!(fresh.contains(&Change::AddUser(s("root"))));
-        assert!(fresh.contains(&Change::GrantRole(s("root"), s("root"))));
-        // Roles come before the users granted them.
-        let first_user = fresh.iter().position(|c| matches!(c, Change::AddUser(_)));
-        let last_role = fresh.iter().rposition(|c| matches!(c, Change::Grant(..)));
-        assert!(last_role < first_user);
-
-        // As built: nothing to do (a second apply changes nothing).
-        assert_eq!(plan(&as_built(), ROLES, USERS), vec![]);
-
-        // Someone widened the arbiter to write /sys/: narrowed back.
-        let mut widened = as_built();
-        let arbiter = widened.roles.get_mut("arbiter").unwrap();
-        arbiter.remove(&grant("/sys/", Read));
-        arbiter.insert(grant("/sys/", ReadWrite));
-        assert_eq!(
-            plan(&widened, ROLES, USERS),
-            vec![
-                Change::Revoke(s("arbiter"), grant("/sys/", ReadWrite)),
-                Change::Grant(s("arbiter"), grant("/sys/", Read)),
-            ]
-        );
-
-        // A grant on everything ("" prefix), a single key, and a second role on the
-        // arbiter user: all taken away; a user that is not ours is left alone.
-        let mut loose = as_built();
-        loose
-            .roles
-            .get_mut("arbiter")
-            .unwrap()
-            .insert(grant("", ReadWrite));
-        loose
-            .odd
-            .insert(s("arbiter"), vec![(b"/sys/epoch".to_vec(), Vec::new())]);
-        loose
-            .users
-            .get_mut("arbiter")
-            .unwrap()
-            .insert(s("operator"));
-        loose.users.insert(s("backup"), [s("root")].into());
-        assert_eq!(
-            plan(&loose, ROLES, USERS),
-            vec![
-                Change::Revoke(s("arbiter"), grant("", ReadWrite)),
-                Change::RevokeRange {
-                    role: s("arbiter"),
-                    key: b"/sys/epoch".to_vec(),
-                    range_end: Vec::new()
-                },
-                Change::RevokeRole(s("arbiter"), s("operator")),
-            ]
-        );
-    }
-
-    #[test]
-    fn prefix_range_ends() {
-        assert_eq!(prefix_range_end(b"/l/"), b"/l0".to_vec());
-        assert_eq!(prefix_range_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_range_end(b"\xff"), vec![0]);
-        assert_eq!(prefix_range_end(b""), vec![0]);
-    }
-}
+mod tests;

@@ -59,6 +59,19 @@ pub const FORCE_REQUEST_PREFIX: &str = "/sys/force-request/";
 /// class stay at `/l/<key>`, as every other class's: nothing existing moves.
 pub const SHARED_PREFIX: &str = "/r/";
 
+/// Every system record (`/sys/…`): the epoch record, the shard keys, force releases and
+/// advances.
+pub const SYS_PREFIX: &str = "/sys/";
+/// The epoch record's key as a prefix (`/sys/epoch*`): it also covers
+/// [`EPOCH_ALLOCATOR_KEY`].
+pub const EPOCH_KEYS_PREFIX: &str = EPOCH_KEY;
+/// Both shard keys (`/sys/shard*`): [`SHARDS_KEY`] and [`SHARD_FENCE_KEY`].
+pub const SHARD_KEYS_PREFIX: &str = "/sys/shard";
+/// The audit trail's own keys: its leader election (lock-audit).
+pub const AUDIT_PREFIX: &str = "/audit/";
+/// The whole key space: every key above is under it.
+pub const KEYSPACE_PREFIX: &str = "/";
+
 /// Every shared hold of `key`: `/r/<key>//s/`.
 pub fn shared_holds_prefix(key: &LockKey) -> String {
     format!("{SHARED_PREFIX}{}//s/", key.as_str())
@@ -213,6 +226,36 @@ mod tests {
         assert_eq!(
             EpochRecord::cluster_id_hex(0xcdf8_1819_4e3a_8c32),
             "cdf818194e3a8c32"
+        );
+    }
+
+    /// The prefixes etcd's roles grant cover the keys they are named for.
+    #[test]
+    fn prefixes_cover_their_keys() {
+        let sys = [
+            EPOCH_KEY,
+            SHARD_FENCE_KEY,
+            ADVANCE_REQUEST_PREFIX,
+            SHARDS_KEY,
+            EPOCH_ALLOCATOR_KEY,
+            FORCE_PREFIX,
+            FORCE_REQUEST_PREFIX,
+        ];
+        assert!(sys.iter().all(|k| k.starts_with(SYS_PREFIX)));
+        assert!(
+            [EPOCH_KEY, EPOCH_ALLOCATOR_KEY]
+                .iter()
+                .all(|k| k.starts_with(EPOCH_KEYS_PREFIX))
+        );
+        assert!(
+            [SHARDS_KEY, SHARD_FENCE_KEY]
+                .iter()
+                .all(|k| k.starts_with(SHARD_KEYS_PREFIX))
+        );
+        assert!(
+            sys.iter()
+                .chain(&[HOLDER_PREFIX, AUDIT_PREFIX])
+                .all(|k| k.starts_with(KEYSPACE_PREFIX))
         );
     }
 }

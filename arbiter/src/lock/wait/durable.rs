@@ -20,14 +20,15 @@ use crate::lock::wait::release_watch::{self, Wake};
 use crate::lock::wait::wait_end::WaitEnd;
 use crate::lock::wait::waiter::{self, Event, Then, Transition};
 use crate::ops::bugs::Bug;
-use crate::store::layout::{
-    QUEUE_PREFIX, SessionRecord, decode, holder_key, lease_hex, session_key,
-};
+use crate::store::layout::{QUEUE_PREFIX, holder_key, lease_hex, session_key};
 use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::time::Duration;
+
+mod head;
+pub use head::{FirstWaiter, first_waiter};
 
 /// Every durable waiter of `key`: `/q/<key>//`. After the key comes an empty segment, which
 /// no key can have, so the prefix holds exactly this key's entries. (`/q/<key>/` also held
@@ -332,55 +333,6 @@ async fn held_at(store: &Store, hkey: &str) -> Result<Option<(i64, i64)>, Arbite
         .kvs()
         .first()
         .map(|kv| (resp.header().map_or(0, |h| h.revision()), kv.lease())))
-}
-
-/// The first waiter of a durable key, as a release that hands the key on sees it.
-#[derive(Debug, Clone)]
-pub struct FirstWaiter {
-    /// Its `/q/` entry: the handoff compares it still there and deletes it.
-    pub entry: QueuePlace,
-    pub lease: i64,
-    /// Its session record's create revision and identity (for the holder record).
-    pub session_create_revision: i64,
-    pub spiffe_id: String,
-    pub instance: Option<String>,
-}
-
-/// The key's first durable waiter, if any, with its session; None when nobody waits or the
-/// first waiter's session record is gone (its entry goes with its lease).
-pub async fn first_waiter(
-    sealed: &Sealed,
-    key: &LockKey,
-) -> Result<Option<FirstWaiter>, ArbiterError> {
-    let opts = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1);
-    let resp = sealed.range(&queue_prefix(key), Some(opts)).await?;
-    let Some(kv) = resp.kvs().first() else {
-        return Ok(None);
-    };
-    let (entry, lease) = (
-        QueuePlace {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            create_revision: kv.create_revision(),
-        },
-        kv.lease(),
-    );
-    let resp = sealed.get(&session_key(lease)).await?;
-    let Some(s) = resp.kvs().first() else {
-        return Ok(None);
-    };
-    let Some(record) = decode::<SessionRecord>(s.value()) else {
-        return Ok(None);
-    };
-    Ok(Some(FirstWaiter {
-        entry,
-        lease,
-        session_create_revision: s.create_revision(),
-        spiffe_id: record.spiffe_id,
-        instance: record.instance,
-    }))
 }
 
 /// A waiter that stops waiting (deadline, error, cancelled request) takes its entry out,

@@ -1,0 +1,94 @@
+//! The engine's reads, never a grant: ValidateToken (is a token the current grant?) and
+//! Inspect (the holder record, the waiters, the shared holds).
+
+use super::Engine;
+use crate::error::ArbiterError;
+use crate::lock::grant::{MAX_ATTEMPTS, reseal_once};
+use crate::store::layout::{EPOCH_KEY, Holder, decode, holder_key};
+use etcd_client::{Txn, TxnOp, TxnOpResponse};
+use lock_config::registry::Fairness;
+use lock_config::{FencingToken, LockKey};
+
+/// What Inspect reports: never a token.
+#[derive(Debug, Clone, Default)]
+pub struct Inspection {
+    pub holder: Option<Holder>,
+    pub waiters: usize,
+    /// Shared holds of the key (a `shared: true` class).
+    pub shared_holders: usize,
+}
+
+impl Engine {
+    /// ValidateToken (ADR-16): is `token` the current grant of `key`? One linearizable
+    /// transaction reads the holder and the epoch record together.
+    pub async fn validate(&self, key: &LockKey, token: FencingToken) -> Result<bool, ArbiterError> {
+        let hkey = holder_key(key);
+        let store = &self.route(key).await?.store;
+        let mut sealed = store.sealed().await?;
+        for attempt in 0..MAX_ATTEMPTS {
+            let txn = Txn::new().and_then(vec![
+                TxnOp::get(hkey.as_str(), None),
+                TxnOp::get(EPOCH_KEY, None),
+            ]);
+            let resp = match sealed.txn(txn).await {
+                Ok(r) => r,
+                Err(e) => {
+                    sealed = reseal_once(store, e, attempt).await?;
+                    continue;
+                }
+            };
+            let ops = resp.op_responses();
+            let first = |i: usize| match ops.get(i) {
+                Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
+                _ => None,
+            };
+            let epoch = sealed.epoch();
+            if first(1).map(|kv| kv.mod_revision()) != Some(epoch.mod_revision) {
+                sealed = store.resealed().await?;
+                continue;
+            }
+            let current = first(0).map(|kv| kv.mod_revision());
+            let revision = i64::try_from(token.revision()).ok();
+            if token.epoch() != epoch.record.epoch {
+                return Ok(false);
+            }
+            if current == revision {
+                return Ok(true);
+            }
+            // A shared hold's token names its own record (a class that is shared now, or
+            // was: the records say, not the registry).
+            return match revision {
+                Some(r) => crate::lock::shared::is_current(&sealed, key, r).await,
+                None => Ok(false),
+            };
+        }
+        Err(ArbiterError::NoQuorum)
+    }
+
+    /// Inspect: the holder record (identity, class, since when) and the waiter count.
+    pub async fn inspect(&self, key: &LockKey) -> Result<Inspection, ArbiterError> {
+        let sealed = self.route(key).await?.store.sealed().await?;
+        let resp = sealed.get(&holder_key(key)).await?;
+        let durable = self
+            .registry()
+            .class_for(key)
+            .is_some_and(|c| c.spec.fairness == Fairness::Durable);
+        let waiters = if durable {
+            crate::lock::wait::durable::waiters(&sealed, key).await?
+        } else {
+            self.queues.len(key.as_str())
+        };
+        let shared_holders = match self.registry().class_for(key) {
+            Some(c) if c.spec.shared => crate::lock::shared::count(&sealed, key).await?,
+            _ => 0,
+        };
+        Ok(Inspection {
+            shared_holders,
+            holder: resp
+                .kvs()
+                .first()
+                .and_then(|kv| decode::<Holder>(kv.value())),
+            waiters,
+        })
+    }
+}
