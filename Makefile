@@ -75,10 +75,10 @@ e2e-kube: build ## Against a real kube-apiserver (built once per machine, ~6-12 
 	@bash integration/scripts/install-deps.sh kube
 	$(CARGO) test -p lock-integration --test kube_sync -- --ignored
 
-test: deps lint build ## Everything: lint, unit, property and end-to-end tests
+test: deps lint build ## Everything: lint, unit, property and end-to-end tests, the client conformance suite (ETCD=3.6: on etcd 3.6)
 	$(CARGO) test --workspace --no-fail-fast
 
-gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; then shard moves on coord + entity clusters; histories checked (GATE_SECONDS=120)
+gate: build ## Release gate: faults on 3 etcd members, 2 arbiters, Envoy; then shard moves on coord + entity clusters; histories checked (GATE_SECONDS=120, ETCD=3.6)
 	target/debug/gate run --seconds $(GATE_SECONDS) $(GATE_ARGS)
 	target/debug/gate shards
 
