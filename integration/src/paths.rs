@@ -60,33 +60,24 @@ impl EtcdLine {
 
 /// `name` (etcd, etcdctl, etcdutl) of etcd `line`; `LOCK_DEPS_BIN` overrides the folder.
 pub fn etcd_tool(line: EtcdLine, name: &str) -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("LOCK_DEPS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| line.bin_dir());
-    let p = dir.join(name);
-    if !p.exists() {
-        bail!(
-            "{} not found: run integration/scripts/install-deps.sh (make test does)",
-            p.display()
-        );
-    }
-    Ok(p)
+    installed(line.bin_dir(), name)
 }
 
 /// A real component installed by the install script (`etcd`, `etcdctl`, `etcdutl`, `envoy`).
 /// etcd's three come from the line `LOCK_ETCD` selects ([`EtcdLine`]); `LOCK_DEPS_BIN`
 /// overrides the folder of everything.
 pub fn dep(name: &str) -> anyhow::Result<PathBuf> {
-    let etcd_tool = matches!(name, "etcd" | "etcdctl" | "etcdutl");
+    match name {
+        "etcd" | "etcdctl" | "etcdutl" => etcd_tool(EtcdLine::current(), name),
+        _ => installed(workspace_root().join(".deps/bin"), name),
+    }
+}
+
+/// `name` in `dir` (or in `LOCK_DEPS_BIN`), or how to get it.
+fn installed(dir: PathBuf, name: &str) -> anyhow::Result<PathBuf> {
     let dir = std::env::var_os("LOCK_DEPS_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            if etcd_tool {
-                EtcdLine::current().bin_dir()
-            } else {
-                workspace_root().join(".deps/bin")
-            }
-        });
+        .unwrap_or(dir);
     let p = dir.join(name);
     if !p.exists() {
         bail!(
