@@ -427,7 +427,10 @@ install_java_client() {
     return
   fi
   log "java client: Maven dependencies and plugins of clients/java into $repo"
-  (cd "$dir" && env -u LOCK_ENDPOINT mvn -B -q -Dmaven.repo.local="$repo" dependency:go-offline clean verify)
+  # A failing unit test must not stop the install (the tests run in make test, where a
+  # failure is reported as one): the run is for what it downloads.
+  (cd "$dir" && env -u LOCK_ENDPOINT mvn -B -q -Dmaven.repo.local="$repo" \
+    -Dmaven.test.failure.ignore=true dependency:go-offline clean verify)
   mkdir -p "$repo"
   echo "$want" > "$marker"
 }

@@ -165,7 +165,10 @@ class ClientTest {
             before = server.calls.size();
             LockException waited = assertThrows(LockException.class, () -> c.acquire("pay/nq",
                     AcquireOptions.builder().onFence(() -> { }).timeout(Duration.ofMillis(1500)).build()));
-            assertEquals(Reason.NO_QUORUM, waited.reason());
+            // Its answer is the last refusal, or TIMED_OUT when the timeout ran out during
+            // an attempt or a backoff: which one depends on the machine's timing.
+            assertTrue(waited.reason() == Reason.NO_QUORUM || waited.reason() == Reason.TIMED_OUT,
+                    "an acquire that timed out on NO_QUORUM answered " + waited.reason());
             assertTrue(server.calls.size() - before > 1, "an acquire with a timeout did not retry");
             server.refuseAcquires = null;
         }
