@@ -308,7 +308,7 @@ pub fn lockctl_commands() -> anyhow::Result<Vec<Vec<String>>> {
 
 pub fn cli_page() -> anyhow::Result<String> {
     let mut s = format!(
-        "{GENERATED}\n\n# lockctl and the daemons' flags\n\n\
+        "{GENERATED}\n\n# lockctl, pause-test and the daemons' flags\n\n\
          Each binary's own `--help`, every `lockctl` subcommand included. Flags with an\n\
          `[env: ...]` note can be set in the environment instead.\n"
     );
@@ -324,6 +324,11 @@ pub fn cli_page() -> anyhow::Result<String> {
             help(bin, &[])?
         ));
     }
+    // The pause-test kit: `run` is the command a team runs (`holder` is its own child).
+    s.push_str(&format!(
+        "\n## pause-test run\n\n```text\n{}\n```\n",
+        help("pause-test", &["run"])?
+    ));
     for path in lockctl_commands()? {
         // `group-guard` is lockctl's own helper process, hidden from its help.
         let title = std::iter::once("lockctl".to_owned())
