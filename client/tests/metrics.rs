@@ -265,18 +265,24 @@ fn samples(text: &str) -> HashMap<(String, Vec<(String, String)>), f64> {
 
 /// The value of `name{class, outcome}` (0 when the series does not exist).
 fn value(text: &str, name: &str, class: &str, outcome: &str) -> f64 {
-    let labels = vec![
-        ("class".to_owned(), class.to_owned()),
-        ("outcome".to_owned(), outcome.to_owned()),
-    ];
+    // The lost-hold counter is labelled by class only (its outcome is always `fenced`).
+    let labels = if name == LOST {
+        vec![("class".to_owned(), class.to_owned())]
+    } else {
+        vec![
+            ("class".to_owned(), class.to_owned()),
+            ("outcome".to_owned(), outcome.to_owned()),
+        ]
+    };
     samples(text)
         .get(&(name.to_owned(), labels))
         .copied()
         .unwrap_or(0.0)
 }
 
-/// Every series has exactly the labels {class, outcome} (buckets also `le`), and no label
-/// value is one of `secrets` (keys and tokens), nor does the text name one anywhere.
+/// Every series has exactly the labels {class, outcome} (buckets also `le`; the lost-hold
+/// counter {class}), and no label value is one of `secrets` (keys and tokens), nor does the
+/// text name one anywhere.
 fn labels_are_only_class_and_outcome(text: &str, secrets: &[String]) {
     let samples = samples(text);
     assert!(!samples.is_empty(), "{text}");
@@ -286,11 +292,12 @@ fn labels_are_only_class_and_outcome(text: &str, secrets: &[String]) {
             .map(|(k, _)| k.as_str())
             .filter(|k| !(name.ends_with("_bucket") && *k == "le"))
             .collect();
-        assert_eq!(
-            keys,
-            BTreeSet::from(["class", "outcome"]),
-            "{name} {labels:?}"
-        );
+        let want = if name == LOST {
+            BTreeSet::from(["class"])
+        } else {
+            BTreeSet::from(["class", "outcome"])
+        };
+        assert_eq!(keys, want, "{name} {labels:?}");
         for (k, v) in labels {
             assert!(!secrets.contains(v), "{name}: label {k} carries {v}");
         }
