@@ -23,7 +23,7 @@ SHARDS ?= 0
 # The etcd line the tests, the gate and the bench run: 3.5 (Debian's) or 3.6 (built from the
 # Go module proxy by install-deps.sh). `make gate ETCD=3.6`.
 ETCD ?= 3.5
-export LOCK_ETCD := $(ETCD)
+export LOCK_ETCD_LINE := $(ETCD)
 # `make images`: a registry prefix to copy the images to (skopeo), e.g. registry.example/lock.
 PUSH ?=
 

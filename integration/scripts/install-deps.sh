@@ -41,7 +41,7 @@
 #                 built once per machine into the tool cache, linked as .deps/bin/kube-apiserver
 #   etcd 3.6      Go modules go.etcd.io/etcd/{server,etcdctl,etcdutl}/v3 at the version
 #                 integration/etcd/go.mod pins, built once per machine into the tool cache and
-#                 linked as .deps/etcd-3.6/bin/{etcd,etcdctl,etcdutl}; LOCK_ETCD=3.6 (make ETCD=3.6)
+#                 linked as .deps/etcd-3.6/bin/{etcd,etcdctl,etcdutl}; LOCK_ETCD_LINE=3.6 (make ETCD=3.6)
 #                 runs the tests, the gate and the bench on it instead of Debian's 3.5
 #   helm          Go module helm.sh/helm/v4 (go install), built once into the machine's cache
 #                 ($LOCK_TOOL_CACHE, outside the clone) and linked as .deps/bin/helm: the chart's

@@ -149,7 +149,7 @@ pub struct Etcd {
     extra: Vec<String>,
     /// The network namespace the member runs in (None: the test's own, on loopback).
     netns: Option<String>,
-    /// The etcd release line the member runs (`LOCK_ETCD`, or a test's own choice).
+    /// The etcd release line the member runs (`LOCK_ETCD_LINE`, or a test's own choice).
     pub line: EtcdLine,
 }
 
@@ -201,7 +201,7 @@ impl Etcd {
         Self::on_free_ports(dir, prefix, n, extra, security, None, EtcdLine::current())
     }
 
-    /// An `n`-member cluster on loopback running etcd `line`, whatever `LOCK_ETCD` says
+    /// An `n`-member cluster on loopback running etcd `line`, whatever `LOCK_ETCD_LINE` says
     /// (a test that compares the lines).
     pub fn start_cluster_on(
         dir: &Path,

@@ -11,7 +11,7 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// The etcd release line the harness runs, from `LOCK_ETCD` (`make ... ETCD=3.6`): Debian's
+/// The etcd release line the harness runs, from `LOCK_ETCD_LINE` (`make ... ETCD=3.6`; `LOCK_ETCD` is the etcd endpoints of lockctl and the daemons): Debian's
 /// 3.5 (the default) or 3.6 built from the Go module proxy (integration/etcd).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EtcdLine {
@@ -20,13 +20,13 @@ pub enum EtcdLine {
 }
 
 impl EtcdLine {
-    /// The line `LOCK_ETCD` names; 3.5 when it is unset. Any other value is a mistake worth
+    /// The line `LOCK_ETCD_LINE` names; 3.5 when it is unset. Any other value is a mistake worth
     /// stopping for, not a silent default.
     pub fn current() -> Self {
-        match std::env::var("LOCK_ETCD").as_deref() {
+        match std::env::var("LOCK_ETCD_LINE").as_deref() {
             Err(_) | Ok("") | Ok("3.5") => EtcdLine::V3_5,
             Ok("3.6") => EtcdLine::V3_6,
-            Ok(other) => panic!("LOCK_ETCD={other}: the harness runs etcd 3.5 or 3.6"),
+            Ok(other) => panic!("LOCK_ETCD_LINE={other}: the harness runs etcd 3.5 or 3.6"),
         }
     }
 
@@ -64,7 +64,7 @@ pub fn etcd_tool(line: EtcdLine, name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// A real component installed by the install script (`etcd`, `etcdctl`, `etcdutl`, `envoy`).
-/// etcd's three come from the line `LOCK_ETCD` selects ([`EtcdLine`]); `LOCK_DEPS_BIN`
+/// etcd's three come from the line `LOCK_ETCD_LINE` selects ([`EtcdLine`]); `LOCK_DEPS_BIN`
 /// overrides the folder of everything.
 pub fn dep(name: &str) -> anyhow::Result<PathBuf> {
     match name {
