@@ -19,6 +19,11 @@ pub const SHARED_PREFIX: &str = "pay/shared";
 /// A `shared: true` class with the bench class's TTL (60 s: a bench cell renews nothing).
 pub const BENCH_SHARED_PREFIX: &str = "pay/bench-shared";
 pub const SLOW_TTL: u32 = 30;
+/// Advisory classes with a 30 s TTL (the advisory floor): `pay-delay` has a lock-delay of
+/// [`DELAY_SECONDS`], `pay-nodelay` is the same class without one (the control).
+pub const DELAY_PREFIX: &str = "pay/delay";
+pub const NODELAY_PREFIX: &str = "pay/nodelay";
+pub const DELAY_SECONDS: u32 = 10;
 
 /// SPIFFE ID of test waiter `i` (granted `pay/fast`, `pay/fair`, `pay/slow`).
 pub fn waiter_id(i: usize) -> String {
@@ -142,6 +147,26 @@ spec:
   expires: \"{expires}\"
 "
     );
+    for (name, prefix, delay) in [
+        ("pay-delay", DELAY_PREFIX, DELAY_SECONDS),
+        ("pay-nodelay", NODELAY_PREFIX, 0),
+    ] {
+        text.push_str(&format!(
+            "---
+apiVersion: lock.dev/v1alpha1
+kind: LockClass
+metadata: {{name: {name}}}
+spec:
+  namespace: pay
+  prefixes: [{prefix}]
+  purpose: efficiency
+  tier: entity
+  enforcement: advisory
+  ttlSeconds: {SLOW_TTL}
+  lockDelaySeconds: {delay}
+"
+        ));
+    }
     for i in 0..WAITERS {
         text.push_str(&format!(
             "---
@@ -150,7 +175,7 @@ kind: LockGrant
 metadata: {{name: test-w{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}, {SLOW_PREFIX}, {SHARED_PREFIX}]
+  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}, {SLOW_PREFIX}, {SHARED_PREFIX}, {DELAY_PREFIX}, {NODELAY_PREFIX}]
 ",
             waiter_id(i)
         ));

@@ -25,7 +25,8 @@ use crate::error::ArbiterError;
 use crate::lock::sessions::{Session, Sessions};
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::layout::{
-    EPOCH_KEY, Holder, attempt_fence_key, encode, holder_key, lease_hex, session_key,
+    DelayMarker, EPOCH_KEY, Holder, attempt_fence_key, delay_key, encode, holder_key, lease_hex,
+    session_key,
 };
 use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
@@ -35,7 +36,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod verdict;
 pub use verdict::{
-    Claimant, HolderSeen, TxnSeen, Verdict, holder_seen, holder_verdict, mint, verdict,
+    Claimant, HolderSeen, TxnSeen, Verdict, delay_seen, holder_seen, holder_verdict, mint, verdict,
 };
 
 /// Attempts per request when the epoch record moved or the key was released between the
@@ -57,8 +58,10 @@ pub struct Grant {
 pub enum Attempt {
     Granted(Grant),
     /// Held by another session; the key was seen held at this revision (watch after it).
+    /// `delayed`: not held but in its lock-delay; watch its marker `/d/<key>` instead.
     Held {
         revision: i64,
+        delayed: bool,
     },
 }
 
@@ -98,7 +101,35 @@ impl Granter<'_> {
                 Ok(Verdict::Granted { revision }) => {
                     return mint(sealed.epoch(), revision, class).map(Attempt::Granted);
                 }
-                Ok(Verdict::Held { at }) => return Ok(Attempt::Held { revision: at }),
+                Ok(Verdict::Held { at }) => {
+                    return Ok(Attempt::Held {
+                        revision: at,
+                        delayed: false,
+                    });
+                }
+                Ok(Verdict::Delayed { at }) => {
+                    return Ok(Attempt::Held {
+                        revision: at,
+                        delayed: true,
+                    });
+                }
+                Ok(Verdict::EndedUnreleased {
+                    session,
+                    marker_mod_revision,
+                }) => {
+                    let started = delay::start(&sealed, key, class, session, marker_mod_revision);
+                    match started.await? {
+                        Some(at) => {
+                            return Ok(Attempt::Held {
+                                revision: at,
+                                delayed: true,
+                            });
+                        }
+                        // The marker moved (another attempt started the delay, or a
+                        // release): look again.
+                        None => sealed = self.store.sealed().await?,
+                    }
+                }
                 Ok(Verdict::LeakedHold) => return Err(ArbiterError::LeakedHold),
                 Ok(Verdict::SessionGone) => {
                     self.sessions.forget(session.lease);
@@ -175,6 +206,19 @@ impl Granter<'_> {
             record,
             Some(PutOptions::new().with_lease(session.lease)),
         )];
+        // Lock-delay: no grant while the key's marker exists; the grant puts one, on no
+        // lease, so an end without a release leaves it behind (`delay.rs`).
+        let dkey = class.lock_delay_seconds().map(|_| delay_key(key));
+        if let Some(d) = &dkey {
+            compares.push(Compare::create_revision(d.as_str(), CompareOp::Equal, 0));
+            let marker = encode(&DelayMarker {
+                session: lease.clone(),
+                delay_from_ms: None,
+            });
+            bytes += marker.len() + 2 * d.len();
+            success.push(TxnOp::put(d.as_str(), marker, None));
+            writes.push(d.clone());
+        }
         if let Some(q) = queued {
             writes.push(q.key.clone());
             bytes += 2 * q.key.len();
@@ -191,6 +235,11 @@ impl Granter<'_> {
             TxnOp::get(skey.as_str(), None),
         ];
         failure.extend(epoch.fence_read());
+        // Last, so the reads above keep their places.
+        let delay_at = failure.len();
+        if let Some(d) = &dkey {
+            failure.push(TxnOp::get(d.as_str(), None));
+        }
         let txn = Txn::new().when(compares).and_then(success).or_else(failure);
         let resp = match sealed.txn_creating_batched(txn, &hkey, writes, bytes).await {
             Ok(r) => r,
@@ -243,6 +292,7 @@ impl Granter<'_> {
                     .map(KeyValue::mod_revision),
                 session_create_revision: got(2).map(KeyValue::create_revision),
                 read_at,
+                delay: dkey.as_ref().and(got(delay_at)).map(delay_seen),
             }
         };
         Ok(verdict(&claimant, &seen))
@@ -297,6 +347,7 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+mod delay;
 mod settle;
 
 #[cfg(test)]

@@ -17,7 +17,9 @@ use crate::lock::sessions::Sessions;
 use crate::lock::wait::durable::FirstWaiter;
 use crate::lock::wait::queue::{Handed, Offer, Queues};
 use crate::ops::bugs::{Bug, Bugs};
-use crate::store::layout::{EPOCH_KEY, Holder, decode, encode, holder_key, lease_hex, session_key};
+use crate::store::layout::{
+    DelayMarker, EPOCH_KEY, Holder, decode, delay_key, encode, holder_key, lease_hex, session_key,
+};
 use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_config::{FencingToken, LockKey};
@@ -114,6 +116,9 @@ pub struct Releaser<'a> {
     pub bugs: &'a Bugs,
     /// A head found here gets the key in the release's own transaction (one write for both).
     pub heads: Heads<'a>,
+    /// The key's class has a lock-delay: a handoff moves the key's marker `/d/<key>` to
+    /// the head (`grant/delay.rs`). Every release deletes the marker either way.
+    pub delay: bool,
 }
 
 impl Releaser<'_> {
@@ -215,7 +220,7 @@ impl Releaser<'_> {
                     }
                 };
                 if let Some(head) = head {
-                    return self.try_handoff(sealed, hkey, revision, lease, head).await;
+                    return self.try_handoff(sealed, key, revision, lease, head).await;
                 }
                 compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
             }
@@ -233,16 +238,26 @@ impl Releaser<'_> {
                 ));
             }
         }
+        // The lock-delay marker goes with the hold it marks: a release is no reason to delay
+        // the next grant. Deleting an absent key writes nothing (a class with no delay).
+        let dkey = delay_key(key);
         let txn = Txn::new()
             .when(compares)
-            .and_then(vec![TxnOp::delete(hkey, None)])
+            .and_then(vec![
+                TxnOp::delete(hkey, None),
+                TxnOp::delete(dkey.as_str(), None),
+            ])
             .or_else(
                 std::iter::once(TxnOp::get(EPOCH_KEY, None))
                     .chain(epoch.fence_read())
                     .collect::<Vec<_>>(),
             );
         let resp = sealed
-            .txn_batched(txn, vec![hkey.to_owned()], 3 * hkey.len() + 64)
+            .txn_batched(
+                txn,
+                vec![hkey.to_owned(), dkey.clone()],
+                3 * hkey.len() + 2 * dkey.len() + 64,
+            )
             .await?;
         let ops = resp.op_responses();
         let got = |i: usize| match ops.get(i) {
@@ -269,11 +284,13 @@ impl Releaser<'_> {
     async fn try_handoff(
         &self,
         sealed: &Sealed,
-        hkey: &str,
+        key: &LockKey,
         revision: i64,
         lease: i64,
         mut head: Head,
     ) -> Result<Released, ArbiterError> {
+        let hkey = holder_key(key);
+        let hkey = hkey.as_str();
         let epoch = sealed.epoch();
         let head_session = session_key(head.lease);
         let mut compares = vec![Compare::mod_revision(
@@ -302,6 +319,17 @@ impl Releaser<'_> {
         )];
         let mut writes = vec![hkey.to_owned()];
         let mut bytes = 3 * hkey.len() + 2 * head_session.len() + 256;
+        if self.delay {
+            // The head's hold gets its marker, as its own grant would have put it.
+            let dkey = delay_key(key);
+            let marker = encode(&DelayMarker {
+                session: lease_hex(head.lease),
+                delay_from_ms: None,
+            });
+            bytes += marker.len() + 2 * dkey.len();
+            success.push(TxnOp::put(dkey.as_str(), marker, None));
+            writes.push(dkey);
+        }
         if let Some(entry) = &head.entry {
             compares.push(Compare::create_revision(
                 entry.key.as_str(),

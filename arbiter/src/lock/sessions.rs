@@ -36,7 +36,7 @@ pub const MAX_SESSIONS_PER_STREAM: usize = 16;
 /// With several clusters the top 8 bits (below the sign) are the cluster's tag
 /// (`lock_config::shards::lease_tag`), so any arbiter routes a session id to its cluster;
 /// 55 random bits remain.
-async fn grant_random_lease(
+pub(crate) async fn grant_random_lease(
     sealed: &Sealed,
     ttl_seconds: u32,
     tag: Option<u8>,

@@ -290,6 +290,9 @@ impl Engine {
             sessions: &self.sessions,
             bugs: &self.bugs,
             heads,
+            delay: class
+                .as_ref()
+                .is_some_and(|c| c.lock_delay_seconds().is_some()),
         };
         let outcome = releaser.release(identity, key, token, lease).await?;
         if let Some(c) = &class {

@@ -18,9 +18,9 @@
 //! reads etcd, plans, applies, and enables auth, idempotently: a second run changes nothing.
 
 use crate::store::layout::{
-    ADVANCE_REQUEST_PREFIX, ATTEMPT_FENCE_PREFIX, AUDIT_PREFIX, EPOCH_KEYS_PREFIX, FORCE_PREFIX,
-    FORCE_REQUEST_PREFIX, HOLDER_PREFIX, KEYSPACE_PREFIX, QUEUE_PREFIX, SESSION_PREFIX,
-    SHARD_KEYS_PREFIX, SHARED_PREFIX, SYS_PREFIX,
+    ADVANCE_REQUEST_PREFIX, ATTEMPT_FENCE_PREFIX, AUDIT_PREFIX, DELAY_PREFIX, EPOCH_KEYS_PREFIX,
+    FORCE_PREFIX, FORCE_REQUEST_PREFIX, HOLDER_PREFIX, KEYSPACE_PREFIX, QUEUE_PREFIX,
+    SESSION_PREFIX, SHARD_KEYS_PREFIX, SHARED_PREFIX, SYS_PREFIX,
 };
 use etcd_client::{AuthClient, Permission, PermissionType, UserAddOptions};
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,13 +50,14 @@ pub struct UserSpec {
 }
 
 /// Holds, sessions, durable waiters, settled grant attempts, shared holds and their
-/// waiting writers (`layout.rs`).
-const LOCK_PREFIXES: [&str; 5] = [
+/// waiting writers, and lock-delay markers (`layout.rs`).
+const LOCK_PREFIXES: [&str; 6] = [
     HOLDER_PREFIX,
     SESSION_PREFIX,
     QUEUE_PREFIX,
     ATTEMPT_FENCE_PREFIX,
     SHARED_PREFIX,
+    DELAY_PREFIX,
 ];
 
 /// The roles this service needs ("root" is etcd's built-in role: not listed, never edited).
@@ -70,6 +71,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[2], Access::ReadWrite),
             (LOCK_PREFIXES[3], Access::ReadWrite),
             (LOCK_PREFIXES[4], Access::ReadWrite),
+            (LOCK_PREFIXES[5], Access::ReadWrite),
         ],
     },
     // An operator reads everything the service keeps and moves shards (the map document
@@ -86,6 +88,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[2], Access::Read),
             (LOCK_PREFIXES[3], Access::Read),
             (LOCK_PREFIXES[4], Access::Read),
+            (LOCK_PREFIXES[5], Access::Read),
         ],
     },
     RoleSpec {
@@ -101,7 +104,8 @@ pub const ROLES: &[RoleSpec] = &[
     // `/s/`, `/q/`, `/x/`, `/r/`), and it runs the approved advance (`/sys/epoch`), with the
     // new epoch from the coord cluster's allocator (`/sys/epoch-allocator`) once there are
     // shards: it reads `/sys/shard*` to know (a shard's fence, the map). It cannot move
-    // shards.
+    // shards. It never touches lock-delay markers (`/d/`): a hold it ends keeps its marker,
+    // which is what makes the key's delay start (`lock/grant/delay.rs`).
     RoleSpec {
         name: "force",
         grants: &[

@@ -9,6 +9,7 @@
 //! /s/<lease-hex>             SessionRecord {spiffe_id, instance?, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>//<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! /x/<lease-hex>/<nonce>     a settled grant attempt's fence (empty), on its session lease
+//! /d/<namespace>/<path>      DelayMarker {session}: a lock-delay class's hold (no lease), then its delay (on a lease of the delay)
 //! /r/<namespace>/<path>//s/<lease-hex>  a shared hold (`shared: true` class): Holder, on its session lease
 //! /r/<namespace>/<path>//w/<lease-hex>  an exclusive waiter of a shared class (empty), on its session lease
 //! /sys/force-request/<id>    a filed force release awaiting a second operator (lock-force)
@@ -45,6 +46,14 @@ pub const QUEUE_PREFIX: &str = "/q/";
 /// be applied later (held in a member cut from the leader). Each attempt compares its own
 /// key here absent; putting that key settles the attempt, which can then never commit.
 pub const ATTEMPT_FENCE_PREFIX: &str = "/x/";
+/// Lock-delay (issue 53), for a class with `lockDelaySeconds`: the grant puts
+/// `/d/<key>` with no lease beside the holder record, and every release deletes both in
+/// one transaction. A holder record gone while its marker stays is a hold that ended
+/// without a release (its session expired, a force release, an epoch advance): the next
+/// grant attempt that sees it rewrites the marker on a lease of the delay, and no grant
+/// passes while a marker exists (each compares it absent). The delay thus runs from
+/// when the end is seen, never shorter than from the end itself.
+pub const DELAY_PREFIX: &str = "/d/";
 /// Executed force releases (ADR-20): written in the release's own transaction, so the
 /// audit trail classifies the hold's delete at that revision as a force release.
 pub const FORCE_PREFIX: &str = "/sys/force/";
@@ -91,6 +100,11 @@ pub fn writers_waiting_prefix(key: &LockKey) -> String {
 /// The exclusive waiter mark of the session `lease` on `key`.
 pub fn writer_waiting_key(key: &LockKey, lease: i64) -> String {
     format!("{}{}", writers_waiting_prefix(key), lease_hex(lease))
+}
+
+/// The lock-delay marker of `key` (see [`DELAY_PREFIX`]).
+pub fn delay_key(key: &LockKey) -> String {
+    format!("{DELAY_PREFIX}{}", key.as_str())
 }
 
 pub fn holder_key(key: &LockKey) -> String {
@@ -166,6 +180,16 @@ pub struct Holder {
     pub session: String,
     pub class: String,
     pub acquired_at_ms: u64,
+}
+
+/// A lock-delay marker `/d/<key>` ([`DELAY_PREFIX`]): the session whose hold it marks. With
+/// no lease it marks a hold; on a lease it is that hold's delay, seen to start at
+/// `delay_from_ms` (wall clock of the arbiter that saw the end; shown, never compared).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelayMarker {
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_from_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -52,7 +52,8 @@
 //                                             past `after_revision`; observe from now (0)
 //   KEY_SET_REFUSED      FAILED_PRECONDITION  AcquireAll: the set cannot be granted as one
 //                                             (metadata `why`: spans-stores, durable-class,
-//                                             shared-class, mixed-ttl, own-hold)
+//                                             delayed-class, shared-class, mixed-ttl,
+//                                             own-hold)
 //   UNKNOWN_METHOD       UNIMPLEMENTED        a method the edge cannot authorise
 // Retry UNAVAILABLE (NO_QUORUM: the transaction may have committed; a retried Acquire
 // on the same session gets its grant back), RATE_LIMITED (after retry_after_ms) and HELD with a wait inside your

@@ -155,6 +155,10 @@ fn class_fields(c: &ResolvedClass<'_>) -> Vec<(&'static str, String)> {
                 QuorumPosture::Open => "open".into(),
             },
         ),
+        (
+            "lockDelaySeconds",
+            c.spec.lock_delay_seconds.unwrap_or(0).to_string(),
+        ),
         ("fairness", word(c.spec.fairness)),
         ("shared", c.spec.shared.to_string()),
         ("tier", word(c.spec.tier)),

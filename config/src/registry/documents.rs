@@ -163,6 +163,13 @@ pub struct LockClassSpec {
     /// At least the class's TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_hold_seconds: Option<u32>,
+    /// Lock-delay (Chubby's, Consul's): after a hold of this class ends without a release
+    /// (its session expired or was closed holding it, a force release, an epoch advance),
+    /// the key is not granted again for this many seconds, so a paused or late holder has
+    /// time to die or have its in-flight writes land first. Advisory classes only, `0` to
+    /// the class's TTL; unset or 0: none. A mitigation, not exclusion: see the class page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_seconds: Option<u32>,
     /// The resource this class's tokens are checked by, as its PauseTestResult names it
     /// (e.g. `postgres://ledger-db/ledger`). Required for a fenced class (ADR-01, 17):
     /// fenced means this resource.

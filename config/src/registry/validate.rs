@@ -40,6 +40,13 @@ pub struct ResolvedClass<'a> {
     pub ttl_seconds: u32,
 }
 
+impl ResolvedClass<'_> {
+    /// The class's lock-delay in seconds, if it has one (`lockDelaySeconds` > 0).
+    pub fn lock_delay_seconds(&self) -> Option<u32> {
+        self.spec.lock_delay_seconds.filter(|d| *d > 0)
+    }
+}
+
 impl Registry {
     /// Parses every source and validates all rules. `today` decides expiry of waivers and
     /// pause-test results (a parameter, so validation stays pure and testable).

@@ -1,6 +1,7 @@
 //! The grant verdict, case by case.
 
 use super::settle::{SettleSeen, settled};
+use super::verdict::DelaySeen;
 use super::*;
 
 const ME: &str = "spiffe://example.org/ns/pay/sa/a";
@@ -32,6 +33,35 @@ fn refused(epoch: Option<i64>, session: Option<i64>, h: Option<HolderSeen>) -> T
         session_create_revision: session,
         holder: h,
         read_at: Some(90),
+        delay: None,
+    }
+}
+
+fn marker(session: &str, leased: bool) -> Option<DelaySeen> {
+    Some(DelaySeen {
+        session: Some(session.into()),
+        mod_revision: 70,
+        leased,
+    })
+}
+
+/// A class with `lockDelaySeconds`: the transaction also read the key's marker.
+fn refused_delayed(h: Option<HolderSeen>, d: Option<DelaySeen>) -> TxnSeen {
+    match refused(Some(5), Some(40), h) {
+        TxnSeen::Refused {
+            epoch_mod_revision,
+            session_create_revision,
+            holder,
+            read_at,
+            ..
+        } => TxnSeen::Refused {
+            epoch_mod_revision,
+            session_create_revision,
+            holder,
+            read_at,
+            delay: d,
+        },
+        committed => committed,
     }
 }
 
@@ -85,6 +115,38 @@ fn verdict_table() {
         (
             "released between compare and read",
             refused(Some(5), Some(40), None),
+            Verdict::ReleasedMeanwhile,
+        ),
+        // Lock-delay (a class with lockDelaySeconds): the marker beside the holder.
+        (
+            "delay class, held: the holder decides, whatever the marker",
+            refused_delayed(holder("9", OTHER, 60), marker("9", false)),
+            Verdict::Held { at: 90 },
+        ),
+        (
+            "delay class, holder gone, marker on no lease: ended without a release",
+            refused_delayed(None, marker("9", false)),
+            Verdict::EndedUnreleased {
+                session: Some("9".into()),
+                marker_mod_revision: 70,
+            },
+        ),
+        (
+            "delay class, own hold ended without a release: the delay is everyone's",
+            refused_delayed(None, marker("7a", false)),
+            Verdict::EndedUnreleased {
+                session: Some("7a".into()),
+                marker_mod_revision: 70,
+            },
+        ),
+        (
+            "delay class, marker on a lease: in the delay, watch it",
+            refused_delayed(None, marker("9", true)),
+            Verdict::Delayed { at: 90 },
+        ),
+        (
+            "delay class, neither: released between compare and read",
+            refused_delayed(None, None),
             Verdict::ReleasedMeanwhile,
         ),
         (
@@ -188,6 +250,7 @@ fn held_without_a_header_watches_from_the_holder_write() {
         session_create_revision: Some(40),
         holder: holder("9", OTHER, 60),
         read_at: None,
+        delay: None,
     };
     assert_eq!(verdict(&me(), &seen), Verdict::Held { at: 60 });
 }

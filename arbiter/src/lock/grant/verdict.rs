@@ -5,7 +5,7 @@
 use super::Grant;
 use crate::error::ArbiterError;
 use crate::store::epoch::Epoch;
-use crate::store::layout::{Holder, decode};
+use crate::store::layout::{DelayMarker, Holder, decode};
 use etcd_client::KeyValue;
 use lock_config::FencingToken;
 use lock_config::registry::ResolvedClass;
@@ -32,6 +32,16 @@ pub struct HolderSeen {
     pub mod_revision: i64,
 }
 
+/// A lock-delay marker as read from `/d/<key>` (a class with `lockDelaySeconds`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelaySeen {
+    /// The session the marker names (None: not decodable).
+    pub session: Option<String>,
+    pub mod_revision: i64,
+    /// On a lease: the key is in its delay. Without one: it marks a hold.
+    pub leased: bool,
+}
+
 /// What the transaction returned, reduced to what the verdict needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnSeen {
@@ -43,10 +53,12 @@ pub enum TxnSeen {
         session_create_revision: Option<i64>,
         holder: Option<HolderSeen>,
         read_at: Option<i64>,
+        /// The lock-delay marker (read only for a class with a delay).
+        delay: Option<DelaySeen>,
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Granted at `revision`: just now, or earlier to this very session (a retried Acquire
     /// whose first answer was lost gets the same grant back).
@@ -62,6 +74,15 @@ pub enum Verdict {
     EpochMoved,
     /// Released between the compare and the read: try again.
     ReleasedMeanwhile,
+    /// The key is in its lock-delay (its marker is on a lease), seen at revision `at`:
+    /// not granted until the marker's lease ends it (watch the marker).
+    Delayed { at: i64 },
+    /// The holder is gone and its marker still marks the hold: it ended without a release.
+    /// Start the delay (the marker, unchanged since `marker_mod_revision`, goes on a lease).
+    EndedUnreleased {
+        session: Option<String>,
+        marker_mod_revision: i64,
+    },
 }
 
 /// What a transaction's answer means (ADR-13). The order matters: an epoch that moved
@@ -76,6 +97,7 @@ pub fn verdict(claimant: &Claimant<'_>, seen: &TxnSeen) -> Verdict {
             session_create_revision,
             holder,
             read_at,
+            delay,
         } => {
             if *epoch_mod_revision != Some(claimant.epoch_mod_revision) {
                 return Verdict::EpochMoved;
@@ -83,9 +105,16 @@ pub fn verdict(claimant: &Claimant<'_>, seen: &TxnSeen) -> Verdict {
             if *session_create_revision != Some(claimant.session_create_revision) {
                 return Verdict::SessionGone;
             }
-            match holder {
-                None => Verdict::ReleasedMeanwhile,
-                Some(h) => holder_verdict(claimant, h, read_at.unwrap_or(h.mod_revision)),
+            match (holder, delay) {
+                (Some(h), _) => holder_verdict(claimant, h, read_at.unwrap_or(h.mod_revision)),
+                (None, Some(d)) if d.leased => Verdict::Delayed {
+                    at: read_at.unwrap_or(d.mod_revision),
+                },
+                (None, Some(d)) => Verdict::EndedUnreleased {
+                    session: d.session.clone(),
+                    marker_mod_revision: d.mod_revision,
+                },
+                (None, None) => Verdict::ReleasedMeanwhile,
             }
         }
     }
@@ -113,6 +142,15 @@ pub fn holder_verdict(claimant: &Claimant<'_>, holder: &HolderSeen, read_at: i64
         Verdict::LeakedHold
     } else {
         Verdict::Held { at: read_at }
+    }
+}
+
+/// A lock-delay marker key-value as plain data.
+pub fn delay_seen(kv: &KeyValue) -> DelaySeen {
+    DelaySeen {
+        session: decode::<DelayMarker>(kv.value()).map(|m| m.session),
+        mod_revision: kv.mod_revision(),
+        leased: kv.lease() != 0,
     }
 }
 

@@ -152,7 +152,8 @@ impl InLine<'_> {
                     None => match Box::pin(granter.attempt(session, key, class, Some(entry))).await
                     {
                         Ok(Attempt::Granted(g)) => return Ok(g),
-                        Ok(Attempt::Held { revision }) => {
+                        // A durable class has no lock-delay (registry validation).
+                        Ok(Attempt::Held { revision, .. }) => {
                             release_watch::wait_or_overwrite(store, &hkey, revision + 1, self.end)
                                 .await
                         }

@@ -15,7 +15,7 @@ use crate::lock::wait::release_watch::{self, Wake};
 use crate::lock::wait::wait_end::WaitEnd;
 use crate::lock::wait::waiter::{self, Effect, Event, Then, Transition};
 use crate::ops::bugs::Bug;
-use crate::store::layout::holder_key;
+use crate::store::layout::{delay_key, holder_key};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::future::Future;
@@ -104,6 +104,10 @@ impl<'a> Waiter<'a> {
     /// Drives the waiter's transitions until one answers.
     async fn run(self) -> Result<Grant, ArbiterError> {
         let hkey = holder_key(self.key);
+        // What the head watches: the holder record, or, while the key is in its lock-delay
+        // (`grant/delay.rs`), the delay's marker, whose lease ending deletes it.
+        let dkey = delay_key(self.key);
+        let mut delayed = false;
         let mut answer: Option<Answer> = None;
         let mut in_flight: Option<InFlight<'a>> = None;
         let Transition {
@@ -142,17 +146,18 @@ impl<'a> Waiter<'a> {
                         biased;
                         result = txn => {
                             in_flight = None;
-                            attempted(result)
+                            attempted(result, &mut delayed)
                         }
                         ended = self.end.reached() => Event::Ended(ended),
                     }
                 }
                 Then::AwaitAttempt => match in_flight.take() {
-                    Some(txn) => attempted(txn.await),
+                    Some(txn) => attempted(txn.await, &mut delayed),
                     None => Event::Refused(ArbiterError::Store("no transaction in flight".into())),
                 },
                 Then::Watch { from } => {
-                    let watched = release_watch::wait(self.granter.store, &hkey, from, self.end);
+                    let watching = if delayed { &dkey } else { &hkey };
+                    let watched = release_watch::wait(self.granter.store, watching, from, self.end);
                     let signal = self.ticket.release_signal();
                     let released = async {
                         match &signal {
@@ -242,11 +247,18 @@ impl<'a> Waiter<'a> {
     }
 }
 
-/// A grant transaction's result, as an event.
-fn attempted(result: Result<Attempt, ArbiterError>) -> Event {
+/// A grant transaction's result, as an event; `delayed` notes which key a watch must
+/// follow (a key in its lock-delay is free of holders but not grantable: its marker is).
+fn attempted(result: Result<Attempt, ArbiterError>, delayed: &mut bool) -> Event {
     match result {
         Ok(Attempt::Granted(g)) => Event::Granted(g),
-        Ok(Attempt::Held { revision }) => Event::Held { revision },
+        Ok(Attempt::Held {
+            revision,
+            delayed: d,
+        }) => {
+            *delayed = d;
+            Event::Held { revision }
+        }
         Err(e) => Event::Refused(e),
     }
 }

@@ -20,7 +20,7 @@ impl Engine {
     /// AcquireAll: grants every key of `set` to the session in one transaction, waiting up
     /// to `wait` (capped at [`MAX_WAIT`]) until all are free at once (`lock/set.rs`).
     /// Refused before etcd when the set cannot be one transaction's: a key of a durable
-    /// class, keys on more than one store, or a class whose TTL is not the session's.
+    /// class or of one with a lock-delay, keys on more than one store, or a class whose TTL is not the session's.
     pub async fn acquire_all(
         &self,
         identity: &str,
@@ -49,6 +49,15 @@ impl Engine {
                     why: "durable-class",
                     detail: format!(
                         "a key is of class {}, whose waiters queue in etcd (fairness: durable): a set would overtake them",
+                        class.name
+                    ),
+                });
+            }
+            if class.lock_delay_seconds().is_some() {
+                return Err(ArbiterError::KeySetRefused {
+                    why: "delayed-class",
+                    detail: format!(
+                        "a key is of class {}, which has a lock-delay; a set would not honour it (take its keys one by one)",
                         class.name
                     ),
                 });

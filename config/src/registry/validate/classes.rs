@@ -125,8 +125,52 @@ impl Validator {
                 "shared holds need fairness: memory (a durable queue would be overtaken by every shared grant)",
             );
         }
+        if let Some(delay) = spec.lock_delay_seconds {
+            self.lock_delay(source, id, spec, ttl, delay);
+        }
         if spec.enforcement == Enforcement::Fenced {
             self.fenced_by_its_result(source, id, name, spec, results, today);
+        }
+    }
+
+    /// Lock-delay (issue 53): a mitigation for resources that cannot refuse a stale write,
+    /// so advisory classes only (a fenced resource refuses the late write itself, and a
+    /// delay would only cost availability). At most the TTL: a longer delay than the time a
+    /// holder is given to notice its loss buys nothing more. Durable and shared classes
+    /// keep their waiters and holds in records the delay's marker does not cover yet.
+    fn lock_delay(&mut self, source: &str, id: &str, spec: &LockClassSpec, ttl: u32, delay: u32) {
+        let field = "spec.lockDelaySeconds";
+        if spec.enforcement == Enforcement::Fenced && delay > 0 {
+            self.err(
+                source,
+                id,
+                field,
+                "lock-delay is for advisory classes: a fenced class's resource refuses the late write itself",
+            );
+        }
+        if delay > ttl {
+            self.err(
+                source,
+                id,
+                field,
+                format!("{delay} is above the class's TTL ({ttl} s): 0 to the TTL"),
+            );
+        }
+        if delay > 0 && spec.fairness == Fairness::Durable {
+            self.err(
+                source,
+                id,
+                field,
+                "lock-delay needs fairness: memory (durable queues are not delayed yet)",
+            );
+        }
+        if delay > 0 && spec.shared {
+            self.err(
+                source,
+                id,
+                field,
+                "lock-delay is not built for shared classes yet",
+            );
         }
     }
 

@@ -104,6 +104,23 @@ fn each_invalid_class_is_refused_naming_it() {
             "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: sometimes\n",
             "spec",
         ),
+        // Lock-delay: advisory only, at most the TTL, memory fairness, not shared.
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: fenced\n  resource: pg/ledger\n  schemaVersion: \"3\"\n  lockDelaySeconds: 5\n",
+            "spec.lockDelaySeconds",
+        ),
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  lockDelaySeconds: 31\n",
+            "spec.lockDelaySeconds",
+        ),
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: durable\n  lockDelaySeconds: 10\n",
+            "spec.lockDelaySeconds",
+        ),
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  shared: true\n  lockDelaySeconds: 10\n",
+            "spec.lockDelaySeconds",
+        ),
         // Shared holds with a durable queue: every shared grant would overtake the queue.
         (
             "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: durable\n  shared: true\n",
@@ -311,4 +328,16 @@ fn a_namespace_owner_is_a_label_value_alerts_route_on() {
     }
     // Without one: allowed (the alerts carry owner="" and take the default route).
     assert!(Registry::load(&src(NS), TODAY).is_ok());
+}
+
+#[test]
+fn lock_delay_is_accepted_on_advisory_classes_up_to_the_ttl() {
+    for (delay, want) in [(0, None), (1, Some(1)), (30, Some(30))] {
+        let text = class(&format!(
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  lockDelaySeconds: {delay}\n"
+        ));
+        let reg = Registry::load(&src(&text), TODAY).unwrap();
+        let c = reg.classes().next().unwrap();
+        assert_eq!(c.lock_delay_seconds(), want, "{delay}");
+    }
 }
