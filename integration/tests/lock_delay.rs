@@ -13,6 +13,8 @@
 //! holder's last writes (it finishes its work for lockctl's 3 s grace) land first; without
 //! it, the successor is granted at once and those writes land after its grant. The counts are printed (the docs quote a run).
 //!
+//! An epoch advance, which ends every hold without a release, starts the delay too.
+//!
 //! Times asserted are the feature's own rule (the delay, 10 s) with a second of slack for
 //! observing the end, never performance.
 
@@ -264,4 +266,41 @@ async fn a_released_hold_is_not_delayed() {
         .release()
         .await
         .unwrap();
+}
+
+/// An epoch advance (after a restore) ends every hold without a release: a delayed key is
+/// not granted again before its delay, and a key of the class without one is at once.
+/// The advance goes through lock-admin's own two-person code, as an operator runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_epoch_advance_ends_a_hold_without_a_release() {
+    let (stack, _reg) = Stack::with_test_registry().await.unwrap();
+    let delayed = format!("{DELAY_PREFIX}/advanced");
+    let control = format!("{NODELAY_PREFIX}/advanced");
+    let a = stack.lock_client(&waiter_id(1)).unwrap();
+    let _held = a.acquire(&delayed, Duration::ZERO, || {}).await.unwrap();
+    let _held_too = a.acquire(&control, Duration::ZERO, || {}).await.unwrap();
+    stack.advance_epoch(1).await.unwrap();
+    let advanced = std::time::Instant::now();
+    let b = stack.lock_client(&waiter_id(2)).unwrap();
+    let wait = Duration::from_secs(60);
+    let (d, c) = tokio::join!(
+        async {
+            let h = b.acquire(&delayed, wait, || {}).await.unwrap();
+            (advanced.elapsed(), h)
+        },
+        async {
+            let h = b.acquire(&control, wait, || {}).await.unwrap();
+            (advanced.elapsed(), h)
+        },
+    );
+    println!(
+        "after the advance: the delayed key granted in {:.1} s, the control in {:.1} s",
+        d.0.as_secs_f64(),
+        c.0.as_secs_f64()
+    );
+    let delay = Duration::from_secs(u64::from(DELAY_SECONDS));
+    assert!(d.0 >= delay, "granted {:?} after the advance", d.0);
+    assert!(c.0 < delay, "the control waited {:?}", c.0);
+    d.1.release().await.unwrap();
+    c.1.release().await.unwrap();
 }
