@@ -43,6 +43,11 @@ pub fn limits_page() -> String {
             "`lock_config::registry::{TTL_RANGE, DEFAULT_TTL_SECONDS, ADVISORY_TTL_FLOOR}`",
         ),
         (
+            "Lock-delay (`lockDelaySeconds`)",
+            "0 to the class's TTL; advisory classes only, not with `fairness: durable` or `shared: true`".to_owned(),
+            "registry validation (`lock_config::registry`, `validate/classes.rs`)",
+        ),
+        (
             "A wait (`wait_millis`)",
             format!(
                 "at most {} s a call; a client waits longer by asking again",
