@@ -43,6 +43,9 @@
 #                 integration/etcd/go.mod pins, built once per machine into the tool cache and
 #                 linked as .deps/etcd-3.6/bin/{etcd,etcdctl,etcdutl}; LOCK_ETCD_LINE=3.6 (make ETCD=3.6)
 #                 runs the tests, the gate and the bench on it instead of Debian's 3.5
+#   gate-porcupine  integration/porcupine (Go; Porcupine at the version its go.mod pins), built
+#                 once per go.mod/go.sum and source into the tool cache and linked as
+#                 .deps/bin/gate-porcupine: the gate checks every history with it too
 #   helm          Go module helm.sh/helm/v4 (go install), built once into the machine's cache
 #                 ($LOCK_TOOL_CACHE, outside the clone) and linked as .deps/bin/helm: the chart's
 #                 lint and template checks
@@ -386,6 +389,22 @@ install_etcd36() {
   for b in etcd etcdctl etcdutl; do ln -sf "$out/$b" "$DEPS/etcd-3.6/bin/$b"; done
 }
 
+install_gate_porcupine() {
+  # The gate's second checker (integration/porcupine): built into the tool cache keyed by
+  # the module's go.mod, go.sum and sources, so an edit builds once and a clone on the same
+  # machine links the build it already has.
+  command -v go >/dev/null 2>&1 || { log "gate-porcupine: needs Go (the machine's toolchain)"; exit 1; }
+  local src="$ROOT/integration/porcupine"
+  local key; key=$(cd "$src" && cat go.mod go.sum $(ls *.go | grep -v '_test\.go$') | sha256sum | cut -c1-16)
+  local out="$TOOL_CACHE/gate-porcupine-$key"
+  if [ ! -x "$out/gate-porcupine" ]; then
+    log "gate-porcupine: go build of integration/porcupine into $out"
+    (cd "$src" && go build -trimpath -o "$out/gate-porcupine" .)
+  fi
+  mkdir -p "$DEPS/bin"
+  ln -sf "$out/gate-porcupine" "$DEPS/bin/gate-porcupine"
+}
+
 STATICCHECK_VERSION="v0.8.2"
 install_go_client() {
   # The Go client (clients/go): its modules into Go's own cache (GOMODCACHE, outside the
@@ -532,6 +551,7 @@ install_iproute2
 install_wasm_target
 install_etcd
 install_etcd36
+install_gate_porcupine
 install_envoy
 install_prometheus
 install_alertmanager

@@ -1,7 +1,8 @@
 //! The release gate (ADR-23, issue 7): real etcd (3 members, each in its own network
 //! namespace), two arbiters, Envoy with the filter, and worker processes taking locks
 //! under injected faults; every operation recorded, then checked per key
-//! ([`checker`]) and for linearizability against a fenced mutex ([`linearize`]).
+//! ([`checker`]) and for linearizability against a fenced mutex ([`linearize`]), and by
+//! Porcupine beside it ([`porcupine`]).
 
 pub mod checker;
 pub mod effects;
@@ -10,6 +11,7 @@ pub mod history;
 pub mod linearize;
 pub mod observed;
 pub mod observer;
+pub mod porcupine;
 pub mod refusal;
 pub mod register;
 pub mod round;
@@ -176,6 +178,8 @@ pub struct GateReport {
     pub unchecked: Vec<String>,
     /// The key whose linearizability check took longest, and how long.
     pub slowest_key: Option<(String, Duration)>,
+    /// Porcupine's verdicts on the same history against the gate's (`porcupine`).
+    pub porcupine: porcupine::Agreement,
     /// Observe answers by change, each held to the store log (`observed`).
     pub observed: BTreeMap<String, usize>,
     pub dir: PathBuf,
@@ -184,7 +188,9 @@ pub struct GateReport {
 
 impl GateReport {
     pub fn passed(&self) -> bool {
-        self.violations.is_empty() && self.not_linearizable.is_empty()
+        self.violations.is_empty()
+            && self.not_linearizable.is_empty()
+            && self.porcupine.disagreements.is_empty()
     }
 
     /// The printed summary.
@@ -306,6 +312,9 @@ impl GateReport {
                 "    [linearizability] {k}: no sequential fenced-mutex order fits\n"
             ));
         }
+        for d in self.porcupine.disagreements.iter().take(10) {
+            s.push_str(&format!("    {d}\n"));
+        }
         if !self.passed() {
             s.push_str(&format!("  history: {}\n", self.dir.display()));
         }
@@ -358,6 +367,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
         }
     }
     let verdicts = linearize::check_all(&ops, &truth, steps);
+    let porcupine = porcupine::check(history_dir, &verdicts, &violations)?;
     let rw = shared_rules::replay(&truth.rw_events);
     let effects = fault_effects(history_dir, &ops, &truth);
     let mut by_kind = BTreeMap::new();
@@ -484,6 +494,7 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
             .iter()
             .max_by_key(|(_, (_, took))| *took)
             .map(|(k, (_, took))| (k.clone(), *took)),
+        porcupine,
         observed,
         dir: history_dir.to_path_buf(),
         elapsed: started.elapsed(),
@@ -545,6 +556,12 @@ pub fn write_timelines(
             .entry(k.clone())
             .or_default()
             .push("[linearizability] no sequential fenced-mutex order fits".into());
+    }
+    for d in &report.porcupine.disagreements {
+        findings
+            .entry(d.key.clone())
+            .or_default()
+            .push(d.to_string());
     }
     if findings.is_empty() {
         return Ok(Vec::new());

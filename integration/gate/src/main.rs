@@ -189,6 +189,7 @@ fn main() -> std::process::ExitCode {
         }
         Cmd::Check { dir, steps } => match lock_gate::check_history(&dir, steps) {
             Ok(report) => {
+                println!("gate: {}", report.porcupine.line());
                 print!("{}", report.summary());
                 print_timelines(&dir, &report);
                 if report.passed() {

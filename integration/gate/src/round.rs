@@ -366,6 +366,7 @@ pub async fn round(
         serde_json::to_string(&spans)?,
     )?;
     let mut report = check_history(&history_dir, opts.linearizability_steps)?;
+    println!("gate: {}", report.porcupine.line());
     report.faults = injected;
     report.dir = dir.to_path_buf();
     report.elapsed = started.elapsed();
