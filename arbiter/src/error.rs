@@ -73,6 +73,16 @@ pub enum ArbiterError {
     KeySetRefused { why: &'static str, detail: String },
     #[error("class {class} does not allow shared holds (shared: true): acquire it exclusive")]
     NotShared { class: String },
+    #[error("class {class} is not a semaphore (permits: N): acquire it without PERMIT")]
+    NotSemaphore { class: String },
+    #[error(
+        "class {class} is a semaphore of {permits} permits: acquire and release with mode PERMIT"
+    )]
+    SemaphoreMode { class: String, permits: u32 },
+    #[error(
+        "class {class} is a semaphore of {permits} permits: Observe reports one holder, not permits (use Inspect)"
+    )]
+    SemaphoreNotObservable { class: String, permits: u32 },
     #[error("store error: {0}")]
     Store(String),
 }
@@ -86,7 +96,10 @@ impl ArbiterError {
             | ArbiterError::UnknownMode(_)
             | ArbiterError::BadInstance(_)
             | ArbiterError::HoldOutOfOrder(_)
-            | ArbiterError::NotShared { .. } => Reason::MalformedRequest,
+            | ArbiterError::NotShared { .. }
+            | ArbiterError::NotSemaphore { .. }
+            | ArbiterError::SemaphoreMode { .. }
+            | ArbiterError::SemaphoreNotObservable { .. } => Reason::MalformedRequest,
             ArbiterError::InvalidKey(_) | ArbiterError::NoClass => Reason::InvalidKey,
             ArbiterError::BadKeySet(lock_config::KeySetError::Key(_)) => Reason::InvalidKey,
             ArbiterError::BadKeySet(_) => Reason::MalformedRequest,

@@ -37,7 +37,7 @@ pub use store::etcd::Etcd;
 // paths they have always used, until issue 51 item 2 moves what the tools need into a
 // crate of their own.
 pub use cluster::{clusters, rehome};
-pub use lock::{sessions, shared};
+pub use lock::{Asked, sessions, shared};
 pub use ops::{admin, bugs, https, logging, metrics, registry_files};
 pub use serve::{engine, observers, peer_tls, proto, registry_reload, server, service};
 pub use store::{batch, epoch, etcd_roles, etcd_tls, hold_end, layout, shard_map};

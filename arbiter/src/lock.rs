@@ -14,13 +14,26 @@
 //! | `shared`          | shared holds (reader–writer): their grant and its wait                    |
 //! | `shared/verdict`  | a shared class's grant verdict, for either mode (pure)                    |
 //! | `shared/release`  | a shared hold's release; Inspect's and ValidateToken's reads              |
+//! | `permit`          | semaphores (`permits: N`): a permit's grant Txn; the permits' reads       |
+//! | `permit/verdict`  | a permit grant's verdict: own, leak, the lowest free permit, or full      |
 //!
 //! Inside, in this order, each module imports only those above it: `sessions`, `grant`,
-//! `wait`, then `release`, `set` and `shared`.
+//! `permit`, `wait`, then `release`, `set` and `shared`.
 //! May import: `store`, `error`, `ops`. Never `cluster` or `serve` (the engine in `serve`
 //! picks the cluster and calls in here).
 
+/// The hold a caller asks for (the wire's `HoldMode`): the key's one holder, one of its
+/// readers (a `shared: true` class), or one of its permits (a `permits: N` class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Asked {
+    #[default]
+    Exclusive,
+    Shared,
+    Permit,
+}
+
 pub(crate) mod grant;
+pub(crate) mod permit;
 pub(crate) mod release;
 pub mod sessions;
 pub(crate) mod set;

@@ -50,6 +50,7 @@ mod hold_stream;
 pub mod liveness;
 mod metrics;
 mod observe;
+mod permit;
 pub mod proto;
 mod retry;
 mod session;
@@ -71,6 +72,7 @@ pub use lock_config::Reason;
 pub use lock_config::status_details::Refusal;
 pub use metrics::ClientMetrics;
 pub use observe::{Change, Holder, Observation, Observed};
+pub use permit::Permit;
 pub use set::HeldSet;
 pub use shared::SharedHold;
 

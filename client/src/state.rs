@@ -52,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) places: Mutex<HashMap<String, u8>>,
     /// Re-entrancy: outermost holds by key.
     pub(crate) holds: Mutex<HashMap<String, Reentry>>,
+    /// Re-entrancy of semaphore permits: the outermost permit grant by key (`permit.rs`).
+    pub(crate) permits: Mutex<HashMap<String, crate::permit::PermitEntry>>,
     pub(crate) next_hold: AtomicU64,
     /// Open hold streams and their bound (`hold_stream`).
     pub(crate) hold_streams: crate::hold_stream::Budget,
@@ -76,6 +78,7 @@ impl Inner {
             opening: tokio::sync::Mutex::new(()),
             places: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
+            permits: Mutex::new(HashMap::new()),
             next_hold: AtomicU64::new(1),
             hold_streams: crate::hold_stream::Budget::default(),
             metrics: metrics.map(Recorder::new),

@@ -23,6 +23,9 @@ pub const DEFAULT_TTL_SECONDS: u32 = 15;
 pub const TTL_RANGE: std::ops::RangeInclusive<u32> = 5..=300;
 /// Advisory classes may not go below this: a false expiry there can produce a duplicate write.
 pub const ADVISORY_TTL_FLOOR: u32 = 30;
+/// The most permits a semaphore class may have: each acquire reads every permit of the key
+/// back in its transaction, so N is kept small.
+pub const MAX_PERMITS: u32 = 64;
 
 /// One input file: its name (for error messages) and its text.
 #[derive(Debug, Clone)]

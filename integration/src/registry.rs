@@ -19,6 +19,9 @@ pub const SHARED_PREFIX: &str = "pay/shared";
 /// A `shared: true` class with the bench class's TTL (60 s: a bench cell renews nothing).
 pub const BENCH_SHARED_PREFIX: &str = "pay/bench-shared";
 pub const SLOW_TTL: u32 = 30;
+/// A fenced semaphore class of [`SEM_PERMITS`] permits, TTL [`FAST_TTL`].
+pub const SEM_PREFIX: &str = "pay/sem";
+pub const SEM_PERMITS: u32 = 3;
 /// Advisory classes with a 30 s TTL (the advisory floor): `pay-delay` has a lock-delay of
 /// [`DELAY_SECONDS`], `pay-nodelay` is the same class without one (the control).
 pub const DELAY_PREFIX: &str = "pay/delay";
@@ -147,6 +150,33 @@ spec:
   expires: \"{expires}\"
 "
     );
+    text.push_str(&format!(
+        "---
+apiVersion: lock.dev/v1alpha1
+kind: LockClass
+metadata: {{name: pay-sem}}
+spec:
+  namespace: pay
+  prefixes: [{SEM_PREFIX}]
+  purpose: correctness
+  tier: entity
+  enforcement: fenced
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
+  ttlSeconds: {FAST_TTL}
+  permits: {SEM_PERMITS}
+---
+apiVersion: lock.dev/v1alpha1
+kind: PauseTestResult
+metadata: {{name: pay-sem-test-fixture}}
+spec:
+  class: pay-sem
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
+  passedAt: \"{today}\"
+  expires: \"{expires}\"
+"
+    ));
     for (name, prefix, delay) in [
         ("pay-delay", DELAY_PREFIX, DELAY_SECONDS),
         ("pay-nodelay", NODELAY_PREFIX, 0),
@@ -175,7 +205,7 @@ kind: LockGrant
 metadata: {{name: test-w{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}, {SLOW_PREFIX}, {SHARED_PREFIX}, {DELAY_PREFIX}, {NODELAY_PREFIX}]
+  prefixes: [{FAST_PREFIX}, {FAIR_PREFIX}, {SLOW_PREFIX}, {SHARED_PREFIX}, {DELAY_PREFIX}, {NODELAY_PREFIX}, {SEM_PREFIX}]
 ",
             waiter_id(i)
         ));
@@ -251,7 +281,7 @@ kind: LockGrant
 metadata: {{name: gate-c{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}, {SHARED_PREFIX}, {BENCH_SHARED_PREFIX}]
+  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}, {SHARED_PREFIX}, {BENCH_SHARED_PREFIX}, {SEM_PREFIX}]
 ",
             gate_id(i)
         ));
@@ -309,6 +339,8 @@ pub fn client_suite_env(
         ("LOCK_TEST_PREFIX", FAST_PREFIX.into()),
         ("LOCK_TEST_SLOW_PREFIX", SLOW_PREFIX.into()),
         ("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX.into()),
+        ("LOCK_TEST_SEM_PREFIX", SEM_PREFIX.into()),
+        ("LOCK_TEST_SEM_PERMITS", SEM_PERMITS.to_string().into()),
         ("LOCK_TEST_TTL", FAST_TTL.to_string().into()),
     ]
 }

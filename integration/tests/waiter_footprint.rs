@@ -37,7 +37,7 @@ async fn a_waiting_acquire_keeps_a_small_future() {
         &key,
         1,
         Duration::from_secs(1),
-        lock_arbiter::shared::Mode::Exclusive,
+        lock_arbiter::Asked::Exclusive,
     );
     let engine_bytes = std::mem::size_of_val(&engine_future);
     let service = LockService::new(engine.clone(), "footprint");

@@ -52,17 +52,30 @@ pub struct Grant {
     pub revision: i64,
     pub class: String,
     pub ttl_seconds: u32,
+    /// A semaphore's permit (`permit.rs`); None for every other hold.
+    pub permit: Option<u32>,
 }
 
 /// One grant attempt's result for a caller that may wait.
 pub enum Attempt {
     Granted(Grant),
-    /// Held by another session; the key was seen held at this revision (watch after it).
-    /// `delayed`: not held but in its lock-delay; watch its marker `/d/<key>` instead.
+    /// Held by another session; the key was seen held at this revision: watch `watch`
+    /// after it.
     Held {
         revision: i64,
-        delayed: bool,
+        watch: Watch,
     },
+}
+
+/// What a waiter watches for the next change that may let it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// The holder record `/l/<key>` (its delete).
+    Holder,
+    /// The key's lock-delay marker `/d/<key>`: not held, but in its delay (`delay.rs`).
+    Delay,
+    /// Every permit of a semaphore `/p/<key>//` (a delete of any).
+    Permits,
 }
 
 /// A durable waiter's place `/q/<key>//<lease>`: the grant also requires it to still exist
@@ -104,13 +117,13 @@ impl Granter<'_> {
                 Ok(Verdict::Held { at }) => {
                     return Ok(Attempt::Held {
                         revision: at,
-                        delayed: false,
+                        watch: Watch::Holder,
                     });
                 }
                 Ok(Verdict::Delayed { at }) => {
                     return Ok(Attempt::Held {
                         revision: at,
-                        delayed: true,
+                        watch: Watch::Delay,
                     });
                 }
                 Ok(Verdict::EndedUnreleased {
@@ -122,7 +135,7 @@ impl Granter<'_> {
                         Some(at) => {
                             return Ok(Attempt::Held {
                                 revision: at,
-                                delayed: true,
+                                watch: Watch::Delay,
                             });
                         }
                         // The marker moved (another attempt started the delay, or a

@@ -18,7 +18,8 @@ use crate::lock::wait::durable::FirstWaiter;
 use crate::lock::wait::queue::{Handed, Offer, Queues};
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::layout::{
-    DelayMarker, EPOCH_KEY, Holder, decode, delay_key, encode, holder_key, lease_hex, session_key,
+    DelayMarker, EPOCH_KEY, Holder, decode, delay_key, encode, holder_key, lease_hex, permit_key,
+    permits_prefix, session_key,
 };
 use crate::store::{Sealed, Store};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
@@ -92,6 +93,14 @@ impl Head {
     }
 }
 
+/// What a handoff overwrites: the key's holder record, or the releaser's permit.
+#[derive(Clone, Copy)]
+struct HandoffAt<'a> {
+    key: &'a LockKey,
+    hkey: &'a str,
+    permit: Option<u32>,
+}
+
 /// Where a release attempt stands among its retries.
 #[derive(Debug, Clone, Copy)]
 struct Round {
@@ -119,6 +128,9 @@ pub struct Releaser<'a> {
     /// The key's class has a lock-delay: a handoff moves the key's marker `/d/<key>` to
     /// the head (`grant/delay.rs`). Every release deletes the marker either way.
     pub delay: bool,
+    /// The key is a semaphore's: the hold is the permit the token names (`permit.rs`), and
+    /// a handoff gives the head that permit.
+    pub permits: bool,
 }
 
 impl Releaser<'_> {
@@ -184,13 +196,22 @@ impl Releaser<'_> {
         lease: Option<i64>,
         round: Round,
     ) -> Result<Released, ArbiterError> {
-        let hkey = holder_key(key);
-        let hkey = hkey.as_str();
         let revision = i64::try_from(token.revision()).map_err(|_| ArbiterError::MalformedToken)?;
         let epoch = sealed.epoch();
         if let Err(not_now) = token_epoch_verdict(token.epoch(), epoch.record.epoch, round.fresh) {
             return Ok(not_now);
         }
+        // The record the token names: the key's holder, or the semaphore's permit written
+        // at the token's revision (none: that grant has ended).
+        let (hkey, permit) = if self.permits {
+            match crate::lock::permit::record_of(sealed, key, token).await? {
+                Some((permit, _)) => (permit_key(key, permit), Some(permit)),
+                None => return Ok(Released::Stale),
+            }
+        } else {
+            (holder_key(key), None)
+        };
+        let hkey = hkey.as_str();
         let mut compares = vec![Compare::mod_revision(
             EPOCH_KEY,
             CompareOp::Equal,
@@ -220,7 +241,8 @@ impl Releaser<'_> {
                     }
                 };
                 if let Some(head) = head {
-                    return self.try_handoff(sealed, key, revision, lease, head).await;
+                    let at = HandoffAt { key, hkey, permit };
+                    return self.try_handoff(sealed, at, revision, lease, head).await;
                 }
                 compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
             }
@@ -284,13 +306,12 @@ impl Releaser<'_> {
     async fn try_handoff(
         &self,
         sealed: &Sealed,
-        key: &LockKey,
+        at: HandoffAt<'_>,
         revision: i64,
         lease: i64,
         mut head: Head,
     ) -> Result<Released, ArbiterError> {
-        let hkey = holder_key(key);
-        let hkey = hkey.as_str();
+        let HandoffAt { key, hkey, permit } = at;
         let epoch = sealed.epoch();
         let head_session = session_key(head.lease);
         let mut compares = vec![Compare::mod_revision(
@@ -319,6 +340,10 @@ impl Releaser<'_> {
         )];
         let mut writes = vec![hkey.to_owned()];
         let mut bytes = 3 * hkey.len() + 2 * head_session.len() + 256;
+        if permit.is_some() {
+            // A grant of a permit: no other grant of the key in the same batch (`permit.rs`).
+            writes.push(permits_prefix(key));
+        }
         if self.delay {
             // The head's hold gets its marker, as its own grant would have put it.
             let dkey = delay_key(key);
@@ -359,6 +384,7 @@ impl Releaser<'_> {
             head.tell(Handed::Granted {
                 revision: at,
                 epoch: epoch.clone(),
+                permit,
             });
             return Ok(Released::HandedOn(at));
         }

@@ -96,6 +96,10 @@ pub enum Bug {
     /// check that no two clusters ever serve one epoch names it (`gate shards --inject-bug
     /// advance-without-coord`). Honoured by lock-force's `AdvanceStore`, not the arbiter.
     AdvanceWithoutCoord,
+    /// A semaphore counts one permit more than its class has: the N+1st session is granted
+    /// permit N while N are held. The semaphore test (and, when it carries semaphores, the
+    /// gate's load) names it: more than N inside at once.
+    SemaphoreOverGrant,
 }
 
 impl FromStr for Bug {
@@ -125,8 +129,9 @@ impl FromStr for Bug {
             "shared-ignores-writer" => Ok(Bug::SharedIgnoresWriter),
             "release-in-doubt-as-released" => Ok(Bug::ReleaseInDoubtAsReleased),
             "advance-without-coord" => Ok(Bug::AdvanceWithoutCoord),
+            "semaphore-over-grant" => Ok(Bug::SemaphoreOverGrant),
             _ => Err(format!(
-                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare, shared-ignores-writer, release-in-doubt-as-released, advance-without-coord)"
+                "unknown bug {s:?} (grant-without-epoch-compare, release-without-token-compare, grant-on-watch-event, edge-headers-from-metadata, admit-any-peer, seal-without-cluster-id, handoff-without-holder-compare, batch-cross-answer, shard-fence-off, leak-by-identity, hold-key-from-message, wall-clock-deadline, token-in-span, durable-leave-without-read-back, in-doubt-grant-as-held, grant-without-settle, renewal-ignores-expiry, observe-token-to-all, observe-end-as-release, set-without-one-compare, shared-ignores-writer, release-in-doubt-as-released, advance-without-coord, semaphore-over-grant)"
             )),
         }
     }

@@ -3,6 +3,7 @@
 //! a stream can do nothing a unary call could not.
 
 use crate::error::ArbiterError;
+use crate::lock::Asked;
 use crate::ops::metrics::METRICS;
 use crate::serve::edge::EdgeContext;
 use crate::serve::engine::Engine;
@@ -45,6 +46,7 @@ pub async fn acquire(
         }),
         class_name: g.class,
         ttl_seconds: g.ttl_seconds,
+        permit: g.permit.unwrap_or(0),
     })
 }
 
@@ -68,13 +70,14 @@ pub async fn release(
     })
 }
 
-/// The wire's hold mode: SHARED, or exclusive (unspecified or EXCLUSIVE). A number this
-/// arbiter does not know is refused (MALFORMED_REQUEST), as every unknown enum value is: a
-/// client that asked for a mode it believes exists must not be granted another.
-fn mode_of(mode: i32) -> Result<crate::lock::shared::Mode, ArbiterError> {
+/// The wire's hold mode: SHARED, PERMIT, or exclusive (unspecified or EXCLUSIVE). A number
+/// this arbiter does not know is refused (MALFORMED_REQUEST), as every unknown enum value
+/// is: a client that asked for a mode it believes exists must not be granted another.
+fn mode_of(mode: i32) -> Result<Asked, ArbiterError> {
     match HoldMode::try_from(mode) {
-        Ok(HoldMode::Shared) => Ok(crate::lock::shared::Mode::Shared),
-        Ok(HoldMode::Exclusive | HoldMode::Unspecified) => Ok(crate::lock::shared::Mode::Exclusive),
+        Ok(HoldMode::Shared) => Ok(Asked::Shared),
+        Ok(HoldMode::Permit) => Ok(Asked::Permit),
+        Ok(HoldMode::Exclusive | HoldMode::Unspecified) => Ok(Asked::Exclusive),
         Err(_) => Err(ArbiterError::UnknownMode(mode)),
     }
 }
@@ -147,18 +150,18 @@ mod tests {
 
     #[test]
     fn hold_modes_the_wire_may_carry() {
-        use crate::lock::shared::Mode;
         for (wire, want) in [
-            (0, Some(Mode::Exclusive)),
-            (1, Some(Mode::Exclusive)),
-            (2, Some(Mode::Shared)),
-            (3, None),
+            (0, Some(Asked::Exclusive)),
+            (1, Some(Asked::Exclusive)),
+            (2, Some(Asked::Shared)),
+            (3, Some(Asked::Permit)),
+            (4, None),
             (-1, None),
             (i32::MAX, None),
             (i32::MIN, None),
         ] {
             assert_eq!(mode_of(wire).ok(), want, "{wire}");
         }
-        assert!(matches!(mode_of(3), Err(ArbiterError::UnknownMode(3))));
+        assert!(matches!(mode_of(4), Err(ArbiterError::UnknownMode(4))));
     }
 }

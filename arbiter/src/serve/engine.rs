@@ -11,6 +11,7 @@
 
 use crate::cluster::clusters::{Clusters, Route};
 use crate::error::ArbiterError;
+use crate::lock::Asked;
 use crate::lock::grant::{Grant, Granter};
 use crate::lock::release::{Heads, Releaser};
 use crate::lock::sessions::{Keepers, Session, Sessions};
@@ -171,15 +172,35 @@ impl Engine {
         key: &LockKey,
         lease: i64,
         wait: Duration,
-        mode: Mode,
+        asked: Asked,
     ) -> Result<Grant, ArbiterError> {
         let registry = self.registry();
         let class = registry.class_for(key).ok_or(ArbiterError::NoClass)?;
-        if mode == Mode::Shared && !class.spec.shared {
+        if asked == Asked::Shared && !class.spec.shared {
             return Err(ArbiterError::NotShared {
                 class: class.name.to_owned(),
             });
         }
+        // A semaphore's keys are taken by permit only, and only they are: an exclusive
+        // acquire would be one more permit its caller cannot fence by.
+        match (class.permits(), asked) {
+            (Some(_), Asked::Permit) | (None, Asked::Exclusive | Asked::Shared) => {}
+            (None, Asked::Permit) => {
+                return Err(ArbiterError::NotSemaphore {
+                    class: class.name.to_owned(),
+                });
+            }
+            (Some(permits), _) => {
+                return Err(ArbiterError::SemaphoreMode {
+                    class: class.name.to_owned(),
+                    permits,
+                });
+            }
+        }
+        let mode = match asked {
+            Asked::Shared => Mode::Shared,
+            Asked::Exclusive | Asked::Permit => Mode::Exclusive,
+        };
         // Boxed, as every large await here: a queued waiter keeps this future alive, and
         // routing may connect to a shard (`waiter_footprint.rs` bounds the size).
         let route = Box::pin(self.clusters.for_key(class.spec.tier, key)).await?;
@@ -260,11 +281,24 @@ impl Engine {
         key: &LockKey,
         token: FencingToken,
         lease: Option<i64>,
-        mode: Mode,
+        asked: Asked,
     ) -> Result<i64, ArbiterError> {
         // A key with no class (the registry changed under a hold) is released plainly.
         let registry = self.registry();
         let class = registry.class_for(key);
+        if let Some(c) = &class
+            && let Some(permits) = c.permits()
+            && asked != Asked::Permit
+        {
+            return Err(ArbiterError::SemaphoreMode {
+                class: c.name.to_owned(),
+                permits,
+            });
+        }
+        let mode = match asked {
+            Asked::Shared => Mode::Shared,
+            Asked::Exclusive | Asked::Permit => Mode::Exclusive,
+        };
         let tier = class.as_ref().map(|c| c.spec.tier).unwrap_or_default();
         let route = self.clusters.for_key(tier, key).await?;
         if mode == Mode::Shared {
@@ -293,6 +327,8 @@ impl Engine {
             delay: class
                 .as_ref()
                 .is_some_and(|c| c.lock_delay_seconds().is_some()),
+            // By the mode it was taken in, whatever the class says now (as for shared).
+            permits: asked == Asked::Permit,
         };
         let outcome = releaser.release(identity, key, token, lease).await?;
         if let Some(c) = &class {

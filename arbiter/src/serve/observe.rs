@@ -124,10 +124,16 @@ pub fn serve(
 ) -> Result<impl Stream<Item = Result<ObserveResponse, Status>> + Send + use<>, ArbiterError> {
     let identity = edge.identity()?;
     let key = edge.keyed(&req.key)?;
-    engine
-        .registry()
-        .class_for(&key)
-        .ok_or(ArbiterError::NoClass)?;
+    let registry = engine.registry();
+    let class = registry.class_for(&key).ok_or(ArbiterError::NoClass)?;
+    // Observe reports one holder record; a semaphore has N permits and no such record, so
+    // its stream would report the key free forever. Refused until Observe reports permits.
+    if let Some(permits) = class.permits() {
+        return Err(ArbiterError::SemaphoreNotObservable {
+            class: class.name.to_owned(),
+            permits,
+        });
+    }
     let slot = engine.observers().admit()?;
     let viewer = Viewer {
         identity,

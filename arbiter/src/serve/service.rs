@@ -142,13 +142,20 @@ impl LockService {
         let key = edge.keyed(&req.get_ref().key)?;
         let i = self.engine.inspect(&key).await?;
         let holder = i.holder.unwrap_or_default();
+        let permits_held = u32::try_from(i.permits_held).unwrap_or(u32::MAX);
         Ok(self.reply(InspectResponse {
-            held: !holder.spiffe_id.is_empty(),
+            held: !holder.spiffe_id.is_empty() || permits_held > 0,
             holder_spiffe_id: holder.spiffe_id,
-            class_name: holder.class,
+            // A semaphore has no one holder record to name its class: the registry does.
+            class_name: match i.permits {
+                0 => holder.class,
+                _ => i.class.unwrap_or_default(),
+            },
             acquired_at_unix_ms: holder.acquired_at_ms,
             waiters: u32::try_from(i.waiters).unwrap_or(u32::MAX),
             shared_holders: u32::try_from(i.shared_holders).unwrap_or(u32::MAX),
+            permits_held,
+            permits: i.permits,
         }))
     }
 }

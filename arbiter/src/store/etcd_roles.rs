@@ -19,8 +19,8 @@
 
 use crate::store::layout::{
     ADVANCE_REQUEST_PREFIX, ATTEMPT_FENCE_PREFIX, AUDIT_PREFIX, DELAY_PREFIX, EPOCH_KEYS_PREFIX,
-    FORCE_PREFIX, FORCE_REQUEST_PREFIX, HOLDER_PREFIX, KEYSPACE_PREFIX, QUEUE_PREFIX,
-    SESSION_PREFIX, SHARD_KEYS_PREFIX, SHARED_PREFIX, SYS_PREFIX,
+    FORCE_PREFIX, FORCE_REQUEST_PREFIX, HOLDER_PREFIX, KEYSPACE_PREFIX, PERMIT_PREFIX,
+    QUEUE_PREFIX, SESSION_PREFIX, SHARD_KEYS_PREFIX, SHARED_PREFIX, SYS_PREFIX,
 };
 use etcd_client::{AuthClient, Permission, PermissionType, UserAddOptions};
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,13 +51,14 @@ pub struct UserSpec {
 
 /// Holds, sessions, durable waiters, settled grant attempts, shared holds and their
 /// waiting writers, and lock-delay markers (`layout.rs`).
-const LOCK_PREFIXES: [&str; 6] = [
+const LOCK_PREFIXES: [&str; 7] = [
     HOLDER_PREFIX,
     SESSION_PREFIX,
     QUEUE_PREFIX,
     ATTEMPT_FENCE_PREFIX,
     SHARED_PREFIX,
     DELAY_PREFIX,
+    PERMIT_PREFIX,
 ];
 
 /// The roles this service needs ("root" is etcd's built-in role: not listed, never edited).
@@ -72,6 +73,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[3], Access::ReadWrite),
             (LOCK_PREFIXES[4], Access::ReadWrite),
             (LOCK_PREFIXES[5], Access::ReadWrite),
+            (LOCK_PREFIXES[6], Access::ReadWrite),
         ],
     },
     // An operator reads everything the service keeps and moves shards (the map document
@@ -89,6 +91,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[3], Access::Read),
             (LOCK_PREFIXES[4], Access::Read),
             (LOCK_PREFIXES[5], Access::Read),
+            (LOCK_PREFIXES[6], Access::Read),
         ],
     },
     RoleSpec {
@@ -101,7 +104,7 @@ pub const ROLES: &[RoleSpec] = &[
     // The admin server (lock-admin): two-person force releases (ADR-20) and epoch
     // advances (ADR-03). It deletes holds (etcd has no delete-only permission: write on
     // `/l/`), revoking a session's lease needs write on every key attached to it (`/l/`,
-    // `/s/`, `/q/`, `/x/`, `/r/`), and it runs the approved advance (`/sys/epoch`), with the
+    // `/s/`, `/q/`, `/x/`, `/r/`, and `/p/`: a semaphore's permits), and it runs the approved advance (`/sys/epoch`), with the
     // new epoch from the coord cluster's allocator (`/sys/epoch-allocator`) once there are
     // shards: it reads `/sys/shard*` to know (a shard's fence, the map). It cannot move
     // shards. It never touches lock-delay markers (`/d/`): a hold it ends keeps its marker,
@@ -114,6 +117,7 @@ pub const ROLES: &[RoleSpec] = &[
             (LOCK_PREFIXES[2], Access::ReadWrite),
             (LOCK_PREFIXES[3], Access::ReadWrite),
             (LOCK_PREFIXES[4], Access::ReadWrite),
+            (LOCK_PREFIXES[6], Access::ReadWrite),
             (FORCE_PREFIX, Access::ReadWrite),
             (FORCE_REQUEST_PREFIX, Access::ReadWrite),
             (EPOCH_KEYS_PREFIX, Access::ReadWrite),

@@ -9,6 +9,7 @@
 //! /s/<lease-hex>             SessionRecord {spiffe_id, instance?, ttl_seconds, closing?}   on the session lease
 //! /q/<namespace>/<path>//<lease-hex>  a durable waiter (`fairness: durable`), on its session lease
 //! /x/<lease-hex>/<nonce>     a settled grant attempt's fence (empty), on its session lease
+//! /p/<namespace>/<path>//<i>  Holder: permit i (0..N-1) of a semaphore (`permits: N` class), on its session lease
 //! /d/<namespace>/<path>      DelayMarker {session}: a lock-delay class's hold (no lease), then its delay (on a lease of the delay)
 //! /r/<namespace>/<path>//s/<lease-hex>  a shared hold (`shared: true` class): Holder, on its session lease
 //! /r/<namespace>/<path>//w/<lease-hex>  an exclusive waiter of a shared class (empty), on its session lease
@@ -46,6 +47,11 @@ pub const QUEUE_PREFIX: &str = "/q/";
 /// be applied later (held in a member cut from the leader). Each attempt compares its own
 /// key here absent; putting that key settles the attempt, which can then never commit.
 pub const ATTEMPT_FENCE_PREFIX: &str = "/x/";
+/// Semaphores (issue 53): permit `i` of a `permits: N` class's key is `/p/<key>//<i>`, a
+/// holder record on its session's lease. After the key comes `//`, an empty segment no key
+/// can have, so `/p/<key>//` is a prefix of exactly that key's permits (as `/r/`).
+pub const PERMIT_PREFIX: &str = "/p/";
+
 /// Lock-delay (issue 53), for a class with `lockDelaySeconds`: the grant puts
 /// `/d/<key>` with no lease beside the holder record, and every release deletes both in
 /// one transaction. A holder record gone while its marker stays is a hold that ended
@@ -100,6 +106,25 @@ pub fn writers_waiting_prefix(key: &LockKey) -> String {
 /// The exclusive waiter mark of the session `lease` on `key`.
 pub fn writer_waiting_key(key: &LockKey, lease: i64) -> String {
     format!("{}{}", writers_waiting_prefix(key), lease_hex(lease))
+}
+
+/// Every permit of `key`: `/p/<key>//`.
+pub fn permits_prefix(key: &LockKey) -> String {
+    format!("{PERMIT_PREFIX}{}//", key.as_str())
+}
+
+/// Permit `i` of `key`.
+pub fn permit_key(key: &LockKey, i: u32) -> String {
+    format!("{}{i}", permits_prefix(key))
+}
+
+/// The permit number of a key under `permits_prefix` (None: not a permit key).
+pub fn permit_of(prefix: &str, etcd_key: &[u8]) -> Option<u32> {
+    std::str::from_utf8(etcd_key)
+        .ok()?
+        .strip_prefix(prefix)?
+        .parse()
+        .ok()
 }
 
 /// The lock-delay marker of `key` (see [`DELAY_PREFIX`]).

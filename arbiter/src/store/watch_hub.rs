@@ -48,6 +48,8 @@ enum Cmd {
         key: String,
         from_revision: i64,
         overwrites: bool,
+        /// `key` is a prefix: every key under it (a semaphore's permits).
+        prefix: bool,
         reply: oneshot::Sender<Wake>,
     },
     Cancel {
@@ -96,13 +98,24 @@ impl WatchHub {
     /// `overwrites`, for its first put too (a durable head: a release may hand the key on
     /// to it by overwriting the record, and that is a release for whoever waits).
     pub fn watch(&self, holder_key: &str, from_revision: i64, overwrites: bool) -> Watching {
+        self.watch_any(holder_key, from_revision, overwrites, false)
+    }
+
+    /// Watches every key under `prefix` for the first delete at or after `from_revision`
+    /// (a semaphore's head: any permit's end may let it in).
+    pub fn watch_prefix(&self, prefix: &str, from_revision: i64) -> Watching {
+        self.watch_any(prefix, from_revision, false, true)
+    }
+
+    fn watch_any(&self, key: &str, from_revision: i64, overwrites: bool, prefix: bool) -> Watching {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         let _ = self.tx.send(Cmd::Watch {
             id,
-            key: holder_key.to_owned(),
+            key: key.to_owned(),
             from_revision,
             overwrites,
+            prefix,
             reply,
         });
         Watching {
@@ -113,10 +126,15 @@ impl WatchHub {
     }
 }
 
-fn options(id: i64, from_revision: i64, overwrites: bool) -> WatchOptions {
+fn options(id: i64, from_revision: i64, overwrites: bool, prefix: bool) -> WatchOptions {
     let options = WatchOptions::new()
         .with_watch_id(id)
         .with_start_revision(from_revision);
+    let options = if prefix {
+        options.with_prefix()
+    } else {
+        options
+    };
     if overwrites {
         options
     } else {
@@ -150,6 +168,7 @@ async fn run(source: impl StreamSource, mut rx: mpsc::UnboundedReceiver<Cmd>) {
             key,
             from_revision,
             overwrites,
+            prefix,
             reply,
         } = cmd
         else {
@@ -158,7 +177,7 @@ async fn run(source: impl StreamSource, mut rx: mpsc::UnboundedReceiver<Cmd>) {
         // The stream is opened with the first head's watch, under the current epoch: a
         // response from another cluster breaks it, and the heads' grants answer SEALED.
         let opened = source
-            .open(&key, options(id, from_revision, overwrites))
+            .open(&key, options(id, from_revision, overwrites, prefix))
             .await;
         let (epoch, mut stream) = match opened {
             Ok(s) => s,
@@ -172,8 +191,8 @@ async fn run(source: impl StreamSource, mut rx: mpsc::UnboundedReceiver<Cmd>) {
         loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
-                    Some(Cmd::Watch { id, key, from_revision, overwrites, reply }) => {
-                        if stream.watch(key.as_str(), Some(options(id, from_revision, overwrites))).await.is_err() {
+                    Some(Cmd::Watch { id, key, from_revision, overwrites, prefix, reply }) => {
+                        if stream.watch(key.as_str(), Some(options(id, from_revision, overwrites, prefix))).await.is_err() {
                             let _ = reply.send(Wake::Broken);
                             break;
                         }

@@ -156,6 +156,12 @@ fn class_fields(c: &ResolvedClass<'_>) -> Vec<(&'static str, String)> {
             },
         ),
         (
+            "permits",
+            c.spec
+                .permits
+                .map_or_else(|| "none".to_owned(), |n| n.to_string()),
+        ),
+        (
             "lockDelaySeconds",
             c.spec.lock_delay_seconds.unwrap_or(0).to_string(),
         ),

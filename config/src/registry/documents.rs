@@ -192,6 +192,13 @@ pub struct LockClassSpec {
     /// `fairness: memory`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared: bool,
+    /// A semaphore: up to this many sessions hold a key of the class at once, each on its
+    /// own numbered permit with its own token (`HOLD_MODE_PERMIT`). 2..=64
+    /// (registry::MAX_PERMITS); unset: an exclusive lock. Needs `fairness: memory`, not
+    /// `shared`, no `lockDelaySeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 2, max = 64)))]
+    pub permits: Option<u32>,
     /// Required (ADR-07: routing is decided once, by the owner, in review): `coord` for
     /// the few long-held, highly available locks such as leader election; `entity` for the
     /// many short, high-churn locks on business entities (sharded clusters).

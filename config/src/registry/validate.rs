@@ -45,6 +45,11 @@ impl ResolvedClass<'_> {
     pub fn lock_delay_seconds(&self) -> Option<u32> {
         self.spec.lock_delay_seconds.filter(|d| *d > 0)
     }
+
+    /// A semaphore class's permits (`permits: N`, N >= 2); None: an exclusive lock.
+    pub fn permits(&self) -> Option<u32> {
+        self.spec.permits.filter(|n| *n >= 2)
+    }
 }
 
 impl Registry {

@@ -181,5 +181,6 @@ pub fn mint(
         revision,
         class: class.name.to_owned(),
         ttl_seconds: class.ttl_seconds,
+        permit: None,
     })
 }

@@ -6,16 +6,19 @@
 //!
 //! What a waiter does next is decided by one pure function (`waiter::step`); this module is
 //! its driver: it performs each `Then` and reports what happened as the next event.
+//!
+//! A semaphore's waiters (`permits: N`) queue the same way: the head's attempt is a permit
+//! grant (`lock/permit.rs`) and its watch covers every permit of the key.
 
 use crate::error::ArbiterError;
-use crate::lock::grant::{Attempt, Grant, Granter, holder_record, mint};
+use crate::lock::grant::{Attempt, Grant, Granter, Watch, holder_record, mint};
 use crate::lock::sessions::Session;
 use crate::lock::wait::queue::{Handed, Offer, Queues, Ticket};
 use crate::lock::wait::release_watch::{self, Wake};
 use crate::lock::wait::wait_end::WaitEnd;
 use crate::lock::wait::waiter::{self, Effect, Event, Then, Transition};
 use crate::ops::bugs::Bug;
-use crate::store::layout::{delay_key, holder_key};
+use crate::store::layout::{delay_key, holder_key, permits_prefix};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::future::Future;
@@ -35,11 +38,12 @@ pub async fn acquire(
     wait: Duration,
     drain: &crate::ops::drain::Drain,
 ) -> Result<Grant, ArbiterError> {
+    let target = Target::of(class);
     // The calls below that talk to etcd are boxed: a queued waiter's future then holds only
     // its ticket, not room for the largest etcd call it might make (measured by `make
     // bench`'s memory row: the size of this future is paid per waiter).
     if wait.is_zero() {
-        return match Box::pin(granter.attempt(session, key, class, None)).await? {
+        return match Box::pin(target.attempt(granter, session, key, class)).await? {
             Attempt::Granted(g) => Ok(g),
             Attempt::Held { .. } => Err(ArbiterError::Held),
         };
@@ -48,7 +52,7 @@ pub async fn acquire(
     // behind waiters for a key it holds (found by the release gate); a leaked hold is named
     // as one rather than queued (with no queue, the head's first attempt classifies it).
     if queues.len(key.as_str()) > 0
-        && let Some(g) = Box::pin(granter.held_by(session, key, class)).await?
+        && let Some(g) = Box::pin(target.held_by(granter, session, key, class)).await?
     {
         return Ok(g);
     }
@@ -63,8 +67,55 @@ pub async fn acquire(
         key,
         class,
         end: &end,
+        target,
     };
     Box::pin(waiter.run()).await
+}
+
+/// What a waiter waits for: one key's hold, or one of a semaphore's N permits.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Key,
+    Permit { n: u32 },
+}
+
+impl Target {
+    fn of(class: &ResolvedClass<'_>) -> Self {
+        match class.permits() {
+            Some(n) => Target::Permit { n },
+            None => Target::Key,
+        }
+    }
+
+    async fn attempt(
+        self,
+        granter: &Granter<'_>,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+    ) -> Result<Attempt, ArbiterError> {
+        match self {
+            Target::Key => granter.attempt(session, key, class, None).await,
+            Target::Permit { n } => {
+                crate::lock::permit::attempt(granter, session, key, class, n).await
+            }
+        }
+    }
+
+    async fn held_by(
+        self,
+        granter: &Granter<'_>,
+        session: &Session,
+        key: &LockKey,
+        class: &ResolvedClass<'_>,
+    ) -> Result<Option<Grant>, ArbiterError> {
+        match self {
+            Target::Key => granter.held_by(session, key, class).await,
+            Target::Permit { n } => {
+                crate::lock::permit::held_by(granter, session, key, class, n).await
+            }
+        }
+    }
 }
 
 /// How long a head whose offer a release took waits for that release's answer: the
@@ -98,6 +149,7 @@ struct Waiter<'a> {
     key: &'a LockKey,
     class: &'a ResolvedClass<'a>,
     end: &'a WaitEnd,
+    target: Target,
 }
 
 impl<'a> Waiter<'a> {
@@ -107,7 +159,8 @@ impl<'a> Waiter<'a> {
         // What the head watches: the holder record, or, while the key is in its lock-delay
         // (`grant/delay.rs`), the delay's marker, whose lease ending deletes it.
         let dkey = delay_key(self.key);
-        let mut delayed = false;
+        let pprefix = permits_prefix(self.key);
+        let mut watch = Watch::Holder;
         let mut answer: Option<Answer> = None;
         let mut in_flight: Option<InFlight<'a>> = None;
         let Transition {
@@ -137,27 +190,37 @@ impl<'a> Waiter<'a> {
                     Some(Err(oneshot::error::TryRecvError::Closed)) | None => Event::AnswerLost,
                 },
                 Then::Attempt => {
-                    let attempt = self
-                        .granter
-                        .attempt(self.session, self.key, self.class, None);
+                    let attempt =
+                        self.target
+                            .attempt(self.granter, self.session, self.key, self.class);
                     let txn = in_flight.insert(Box::pin(attempt));
                     // Only reported: the transaction is never cut short (the step decides).
                     tokio::select! {
                         biased;
                         result = txn => {
                             in_flight = None;
-                            attempted(result, &mut delayed)
+                            attempted(result, &mut watch)
                         }
                         ended = self.end.reached() => Event::Ended(ended),
                     }
                 }
                 Then::AwaitAttempt => match in_flight.take() {
-                    Some(txn) => attempted(txn.await, &mut delayed),
+                    Some(txn) => attempted(txn.await, &mut watch),
                     None => Event::Refused(ArbiterError::Store("no transaction in flight".into())),
                 },
                 Then::Watch { from } => {
-                    let watching = if delayed { &dkey } else { &hkey };
-                    let watched = release_watch::wait(self.granter.store, watching, from, self.end);
+                    let store = self.granter.store;
+                    let watched = async {
+                        match watch {
+                            Watch::Holder => {
+                                release_watch::wait(store, &hkey, from, self.end).await
+                            }
+                            Watch::Delay => release_watch::wait(store, &dkey, from, self.end).await,
+                            Watch::Permits => {
+                                release_watch::wait_prefix(store, &pprefix, from, self.end).await
+                            }
+                        }
+                    };
                     let signal = self.ticket.release_signal();
                     let released = async {
                         match &signal {
@@ -211,7 +274,9 @@ impl<'a> Waiter<'a> {
                     None => Event::AnswerLost,
                 },
                 Then::ReadBack => {
-                    let held = self.granter.held_by(self.session, self.key, self.class);
+                    let held =
+                        self.target
+                            .held_by(self.granter, self.session, self.key, self.class);
                     match Box::pin(held).await {
                         Ok(grant) => Event::ReadBack(grant),
                         Err(e) => Event::Refused(e),
@@ -229,8 +294,12 @@ impl<'a> Waiter<'a> {
     /// A release's answer to this waiter's offer, as an event.
     fn handed(&self, handed: Handed) -> Event {
         match handed {
-            Handed::Granted { revision, epoch } => match mint(&epoch, revision, self.class) {
-                Ok(g) => Event::HandedOn(g),
+            Handed::Granted {
+                revision,
+                epoch,
+                permit,
+            } => match mint(&epoch, revision, self.class) {
+                Ok(g) => Event::HandedOn(Grant { permit, ..g }),
                 Err(e) => Event::Refused(e),
             },
             Handed::SessionGone => Event::HandedSessionGone,
@@ -247,16 +316,14 @@ impl<'a> Waiter<'a> {
     }
 }
 
-/// A grant transaction's result, as an event; `delayed` notes which key a watch must
-/// follow (a key in its lock-delay is free of holders but not grantable: its marker is).
-fn attempted(result: Result<Attempt, ArbiterError>, delayed: &mut bool) -> Event {
+/// A grant transaction's result, as an event; `watch` notes what a watch must follow (a
+/// key in its lock-delay is free of holders but not grantable: its marker is; a
+/// semaphore's head watches every permit).
+fn attempted(result: Result<Attempt, ArbiterError>, watch: &mut Watch) -> Event {
     match result {
         Ok(Attempt::Granted(g)) => Event::Granted(g),
-        Ok(Attempt::Held {
-            revision,
-            delayed: d,
-        }) => {
-            *delayed = d;
+        Ok(Attempt::Held { revision, watch: w }) => {
+            *watch = w;
             Event::Held { revision }
         }
         Err(e) => Event::Refused(e),

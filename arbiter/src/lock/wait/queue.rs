@@ -31,8 +31,13 @@ pub struct Offer {
 /// What became of an offer a release took.
 #[derive(Debug)]
 pub enum Handed {
-    /// The key is the head's, written at `revision` in `epoch`.
-    Granted { revision: i64, epoch: Epoch },
+    /// The key is the head's, written at `revision` in `epoch` (a semaphore's: that
+    /// `permit`, the releaser's).
+    Granted {
+        revision: i64,
+        epoch: Epoch,
+        permit: Option<u32>,
+    },
     /// The head's session had ended: the release went ahead without it.
     SessionGone,
     /// Not handed on (the releaser's token was stale, or the epoch moved): keep waiting.

@@ -25,6 +25,13 @@ pub async fn wait_or_overwrite(
     wait_for(store, holder_key, from_revision, true, end).await
 }
 
+/// Waits until any key under `prefix` is deleted at or after `from_revision` (a
+/// semaphore's permits: the end of any may free one), on the same stream.
+pub async fn wait_prefix(store: &Store, prefix: &str, from_revision: i64, end: &WaitEnd) -> Wake {
+    let mut watching = store.watch_hub().watch_prefix(prefix, from_revision);
+    end.bound(watching.next()).await.unwrap_or_else(Wake::Ended)
+}
+
 async fn wait_for(
     store: &Store,
     holder_key: &str,

@@ -16,6 +16,10 @@ pub struct Inspection {
     pub waiters: usize,
     /// Shared holds of the key (a `shared: true` class).
     pub shared_holders: usize,
+    /// A semaphore (`permits: N` class): its permits held now, N, and the class's name.
+    pub permits_held: usize,
+    pub permits: u32,
+    pub class: Option<String>,
 }
 
 impl Engine {
@@ -56,9 +60,12 @@ impl Engine {
                 return Ok(true);
             }
             // A shared hold's token names its own record (a class that is shared now, or
-            // was: the records say, not the registry).
+            // was: the records say, not the registry); so does a semaphore's permit.
             return match revision {
-                Some(r) => crate::lock::shared::is_current(&sealed, key, r).await,
+                Some(r) if crate::lock::shared::is_current(&sealed, key, r).await? => Ok(true),
+                Some(_) => Ok(crate::lock::permit::record_of(&sealed, key, token)
+                    .await?
+                    .is_some()),
                 None => Ok(false),
             };
         }
@@ -78,12 +85,21 @@ impl Engine {
         } else {
             self.queues.len(key.as_str())
         };
-        let shared_holders = match self.registry().class_for(key) {
+        let registry = self.registry();
+        let class = registry.class_for(key);
+        let shared_holders = match &class {
             Some(c) if c.spec.shared => crate::lock::shared::count(&sealed, key).await?,
             _ => 0,
         };
+        let (permits_held, permits) = match class.as_ref().and_then(|c| c.permits()) {
+            Some(n) => (crate::lock::permit::count(&sealed, key).await?, n),
+            None => (0, 0),
+        };
         Ok(Inspection {
             shared_holders,
+            permits_held,
+            permits,
+            class: class.map(|c| c.name.to_owned()),
             holder: resp
                 .kvs()
                 .first()

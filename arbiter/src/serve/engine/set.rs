@@ -53,6 +53,15 @@ impl Engine {
                     ),
                 });
             }
+            if class.permits().is_some() {
+                return Err(ArbiterError::KeySetRefused {
+                    why: "semaphore-class",
+                    detail: format!(
+                        "a key is of class {}, a semaphore: a set takes exclusive holds of plain classes only",
+                        class.name
+                    ),
+                });
+            }
             if class.lock_delay_seconds().is_some() {
                 return Err(ArbiterError::KeySetRefused {
                     why: "delayed-class",

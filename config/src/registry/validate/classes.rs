@@ -5,7 +5,7 @@ use super::Validator;
 use crate::key::KeyPrefix;
 use crate::registry::date::Date;
 use crate::registry::documents::*;
-use crate::registry::{ADVISORY_TTL_FLOOR, TTL_RANGE};
+use crate::registry::{ADVISORY_TTL_FLOOR, MAX_PERMITS, TTL_RANGE};
 use std::collections::BTreeMap;
 
 impl Validator {
@@ -125,11 +125,50 @@ impl Validator {
                 "shared holds need fairness: memory (a durable queue would be overtaken by every shared grant)",
             );
         }
+        if let Some(n) = spec.permits {
+            self.permits(source, id, spec, n);
+        }
         if let Some(delay) = spec.lock_delay_seconds {
             self.lock_delay(source, id, spec, ttl, delay);
         }
         if spec.enforcement == Enforcement::Fenced {
             self.fenced_by_its_result(source, id, name, spec, results, today);
+        }
+    }
+
+    /// Semaphores (issue 53): N permits of one key, each held by one session. Their waiters
+    /// queue in the key's arbiter's memory (a durable queue is not built for them), a
+    /// shared hold has no permit, and a lock-delay's marker covers one holder, not N.
+    fn permits(&mut self, source: &str, id: &str, spec: &LockClassSpec, n: u32) {
+        let field = "spec.permits";
+        if !(2..=MAX_PERMITS).contains(&n) {
+            self.err(
+                source,
+                id,
+                field,
+                format!(
+                    "{n} is outside 2..={MAX_PERMITS} (1 is an exclusive lock: leave it unset)"
+                ),
+            );
+        }
+        if spec.fairness == Fairness::Durable {
+            self.err(source, id, field, "a semaphore needs fairness: memory");
+        }
+        if spec.shared {
+            self.err(
+                source,
+                id,
+                field,
+                "a class is shared or a semaphore, not both",
+            );
+        }
+        if spec.lock_delay_seconds.is_some_and(|d| d > 0) {
+            self.err(
+                source,
+                id,
+                field,
+                "lock-delay is not built for semaphores yet",
+            );
         }
     }
 

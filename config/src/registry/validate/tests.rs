@@ -121,6 +121,27 @@ fn each_invalid_class_is_refused_naming_it() {
             "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  shared: true\n  lockDelaySeconds: 10\n",
             "spec.lockDelaySeconds",
         ),
+        // Semaphores: 2..=64 permits, memory fairness, not shared, no lock-delay.
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  permits: 1\n",
+            "spec.permits",
+        ),
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  permits: 65\n",
+            "spec.permits",
+        ),
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: durable\n  permits: 3\n",
+            "spec.permits",
+        ),
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  shared: true\n  permits: 3\n",
+            "spec.permits",
+        ),
+        (
+            "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  lockDelaySeconds: 5\n  permits: 3\n",
+            "spec.permits",
+        ),
         // Shared holds with a durable queue: every shared grant would overtake the queue.
         (
             "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  fairness: durable\n  shared: true\n",
@@ -340,4 +361,13 @@ fn lock_delay_is_accepted_on_advisory_classes_up_to_the_ttl() {
         let c = reg.classes().next().unwrap();
         assert_eq!(c.lock_delay_seconds(), want, "{delay}");
     }
+}
+
+#[test]
+fn a_semaphore_class_has_its_permits() {
+    let text = class(
+        "  purpose: efficiency\n  tier: entity\n  enforcement: advisory\n  ttlSeconds: 30\n  permits: 3\n",
+    );
+    let reg = Registry::load(&src(&text), TODAY).unwrap();
+    assert_eq!(reg.classes().next().unwrap().permits(), Some(3));
 }

@@ -11,6 +11,7 @@ fn grant(revision: i64) -> Grant {
         revision,
         class: "c".into(),
         ttl_seconds: 15,
+        permit: None,
     }
 }
 
