@@ -1,4 +1,3 @@
-
 use super::*;
 use lock_arbiter::layout::encode;
 
