@@ -7,7 +7,7 @@ use crate::hold_stream::{self, Link};
 use crate::metrics::{ClientMetrics, WaitTimer};
 use crate::observe::Observation;
 use crate::session::{FenceFn, Session};
-use crate::state::{Inner, Reentry, Running, close_session};
+use crate::state::{Inner, Reentry, Running, close_session, locked};
 use lock_config::FencingToken;
 use lock_config::proto::v1::{AcquireRequest, OpenSessionRequest};
 use std::sync::Arc;
@@ -62,8 +62,11 @@ impl LockClient {
     pub async fn shutdown(&self) -> Result<(), LockError> {
         // A panic elsewhere while the map was locked poisons it, but the sessions in it are
         // still open: close them all the same (it skipped them and answered Ok before).
-        let sessions: Vec<Running> = take_all(&self.inner.sessions);
-        drop(take_all(&self.inner.holds));
+        let sessions: Vec<Running> = locked(&self.inner.sessions)
+            .drain()
+            .map(|(_, r)| r)
+            .collect();
+        locked(&self.inner.holds).clear();
         let mut first_error = None;
         for (session, stop) in sessions {
             drop(stop);
@@ -102,12 +105,7 @@ impl LockClient {
     /// The session this client would hold `key` on: the one it holds it on, else its
     /// session for the key's cluster.
     pub(crate) fn own_session(&self, key: &str) -> Option<i64> {
-        let held = self
-            .inner
-            .holds
-            .lock()
-            .ok()
-            .and_then(|h| h.get(key).map(|e| e.session.id));
+        let held = locked(&self.inner.holds).get(key).map(|e| e.session.id);
         held.or_else(|| self.session_for_key(key).map(|s| s.id))
     }
 
@@ -167,7 +165,7 @@ impl LockClient {
     /// A nested hold of `key` if this client holds it (no call made), with `on_fence`
     /// attached for hold `id`.
     pub(crate) fn reenter(&self, key: &str, id: u64, on_fence: FenceFn) -> Option<Hold> {
-        let mut holds = self.inner.holds.lock().ok()?;
+        let mut holds = locked(&self.inner.holds);
         let entry = holds.get_mut(key)?;
         if entry.session.is_fenced() {
             holds.remove(key);
@@ -195,23 +193,21 @@ impl LockClient {
     ) -> Hold {
         s.attach(id, on_fence);
         self.inner.granted(&s, id, key);
-        if let Ok(mut holds) = self.inner.holds.lock() {
-            holds.insert(
-                key.to_owned(),
-                Reentry {
-                    count: 1,
-                    grant: id,
-                    token,
-                    session: s.clone(),
-                    link,
-                },
-            );
-        }
+        locked(&self.inner.holds).insert(
+            key.to_owned(),
+            Reentry {
+                count: 1,
+                grant: id,
+                token,
+                session: s.clone(),
+                link,
+            },
+        );
         Hold::new(self.inner.clone(), key, id, token, s)
     }
 
     fn any_session(&self) -> Option<Arc<Session>> {
-        let sessions = self.inner.sessions.lock().ok()?;
+        let sessions = locked(&self.inner.sessions);
         sessions
             .values()
             .map(|(s, _)| s.clone())
@@ -220,7 +216,7 @@ impl LockClient {
 
     /// A live session with this TTL, on the cluster with `tag` if given.
     pub(crate) fn session_for(&self, ttl_seconds: u32, tag: Option<u8>) -> Option<Arc<Session>> {
-        let sessions = self.inner.sessions.lock().ok()?;
+        let sessions = locked(&self.inner.sessions);
         sessions
             .iter()
             .filter(|((ttl, t), _)| *ttl == ttl_seconds && tag.is_none_or(|tag| tag == *t))
@@ -233,7 +229,7 @@ impl LockClient {
         let Some(tag) = self.place_of(key) else {
             return self.any_session();
         };
-        let sessions = self.inner.sessions.lock().ok()?;
+        let sessions = locked(&self.inner.sessions);
         sessions
             .iter()
             .filter(|((_, t), _)| *t == tag)
@@ -242,22 +238,19 @@ impl LockClient {
     }
 
     pub(crate) fn place_of(&self, key: &str) -> Option<u8> {
-        self.inner.places.lock().ok()?.get(key).copied()
+        locked(&self.inner.places).get(key).copied()
     }
 
     pub(crate) fn learn_place(&self, key: &str, tag: u8) {
-        if let Ok(mut places) = self.inner.places.lock() {
-            if places.len() >= MAX_PLACES && !places.contains_key(key) {
-                places.clear();
-            }
-            places.insert(key.to_owned(), tag);
+        let mut places = locked(&self.inner.places);
+        if places.len() >= MAX_PLACES && !places.contains_key(key) {
+            places.clear();
         }
+        places.insert(key.to_owned(), tag);
     }
 
     pub(crate) fn forget_session(&self, s: &Arc<Session>) {
-        if let Ok(mut sessions) = self.inner.sessions.lock() {
-            sessions.retain(|_, (x, _)| !Arc::ptr_eq(x, s));
-        }
+        locked(&self.inner.sessions).retain(|_, (x, _)| !Arc::ptr_eq(x, s));
     }
 
     /// The session to use when none was at hand: one another acquire opened meanwhile, or
@@ -304,10 +297,8 @@ impl LockClient {
         );
         let (stop, stopped) = mpsc::channel(1);
         tokio::spawn(session.clone().keep_alive(rpc, stopped));
-        if let Ok(mut sessions) = self.inner.sessions.lock() {
-            let tag = lock_config::shards::tag_of(r.session_id);
-            sessions.insert((r.ttl_seconds, tag), (session.clone(), stop));
-        }
+        let tag = lock_config::shards::tag_of(r.session_id);
+        locked(&self.inner.sessions).insert((r.ttl_seconds, tag), (session.clone(), stop));
         Ok(session)
     }
 }
@@ -321,39 +312,5 @@ pub(crate) fn jitter(d: Duration) -> Duration {
     d - quarter + quarter * 2 * (n % 1000) / 1000
 }
 
-/// Every value of a map behind a mutex, emptying it, whether or not the mutex is poisoned
-/// (a poisoned map's contents are still the truth: a panic elsewhere closed nothing).
-fn take_all<K, V>(map: &std::sync::Mutex<std::collections::HashMap<K, V>>) -> Vec<V> {
-    map.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .drain()
-        .map(|(_, v)| v)
-        .collect()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::take_all;
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
-
-    #[test]
-    fn a_poisoned_map_still_gives_up_what_it_holds() {
-        for poisoned in [false, true] {
-            let map = Arc::new(Mutex::new(HashMap::from([(1, "a"), (2, "b")])));
-            if poisoned {
-                let m = Arc::clone(&map);
-                let _ = std::thread::spawn(move || {
-                    let _guard = m.lock();
-                    panic!("poisoning the map on purpose");
-                })
-                .join();
-                assert!(map.is_poisoned());
-            }
-            let mut got = take_all(&map);
-            got.sort_unstable();
-            assert_eq!(got, vec!["a", "b"], "poisoned: {poisoned}");
-            assert!(take_all(&map).is_empty(), "poisoned: {poisoned}");
-        }
-    }
-}
+mod tests;

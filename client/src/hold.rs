@@ -112,16 +112,16 @@ async fn finish(
     session: &Arc<Session>,
 ) -> Result<(), LockError> {
     session.detach(id);
-    let last = match client.holds.lock() {
-        Ok(mut holds) => match holds.get_mut(key) {
+    let last = {
+        let mut holds = crate::state::locked(&client.holds);
+        match holds.get_mut(key) {
             Some(e) if e.count > 1 => {
                 e.count -= 1;
                 None
             }
             Some(_) => holds.remove(key).map(|e| (e.link, Some(e.grant))),
             None => None,
-        },
-        Err(_) => Some((None, None)),
+        }
     };
     let Some((link, grant)) = last else {
         return Ok(());

@@ -197,22 +197,20 @@ impl Recorder {
         if class.is_empty() {
             return;
         }
-        if let Ok(mut classes) = self.classes.lock() {
-            if classes.get(key).is_some_and(|c| **c == *class) {
-                return;
-            }
-            if classes.len() >= MAX_CLASSES && !classes.contains_key(key) {
-                classes.clear();
-            }
-            classes.insert(key.to_owned(), Arc::from(class));
+        let mut classes = crate::state::locked(&self.classes);
+        if classes.get(key).is_some_and(|c| **c == *class) {
+            return;
         }
+        if classes.len() >= MAX_CLASSES && !classes.contains_key(key) {
+            classes.clear();
+        }
+        classes.insert(key.to_owned(), Arc::from(class));
     }
 
     pub(crate) fn class_of(&self, key: &str) -> Arc<str> {
-        self.classes
-            .lock()
-            .ok()
-            .and_then(|c| c.get(key).cloned())
+        crate::state::locked(&self.classes)
+            .get(key)
+            .cloned()
             .unwrap_or_else(|| Arc::from(UNKNOWN_CLASS))
     }
 }

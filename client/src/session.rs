@@ -58,41 +58,33 @@ impl Session {
         })
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> Option<R> {
-        self.state.lock().ok().map(|mut s| f(&mut s))
+    /// Runs `f` on the state, poisoned or not: a poisoned state still holds the fences
+    /// and the deadline, and reading it as empty would stop the renewals without running a
+    /// hold's `on_fence` (its owner would work on, untold, past the lease).
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut crate::state::locked(&self.state))
     }
 
     pub fn ttl(&self) -> Duration {
-        self.with(|s| s.live.ttl()).unwrap_or_default()
+        self.with(|s| s.live.ttl())
     }
 
     pub fn can_start(&self) -> bool {
         self.with(|s| s.live.can_start(Instant::now()))
-            .unwrap_or(false)
     }
 
     pub fn remaining(&self) -> Duration {
         self.with(|s| s.live.remaining(Instant::now()))
-            .unwrap_or_default()
     }
 
     pub fn is_fenced(&self) -> bool {
-        self.with(|s| s.live.is_fenced()).unwrap_or(true)
+        self.with(|s| s.live.is_fenced())
     }
 
     /// None while the session has covered every instant up to now (`Liveness::covered_until`).
     pub fn lapse(&self) -> Option<crate::liveness::Lapse> {
         let now = Instant::now();
-        match self.with(|s| s.live.covered_until(now)) {
-            Some(Ok(())) => None,
-            Some(Err(lapse)) => Some(lapse),
-            // A poisoned state cannot vouch for anything.
-            None => Some(crate::liveness::Lapse {
-                unrenewed: Duration::ZERO,
-                past_deadline: Duration::ZERO,
-                ttl: Duration::ZERO,
-            }),
-        }
+        self.with(|s| s.live.covered_until(now)).err()
     }
 
     pub fn attach(&self, hold: u64, on_fence: FenceFn) {
@@ -118,7 +110,7 @@ impl Session {
         let Some(metrics) = &self.metrics else {
             return;
         };
-        if let Some(Some((class, at))) = self.with(|s| s.grants.remove(&id)) {
+        if let Some((class, at)) = self.with(|s| s.grants.remove(&id)) {
             metrics.hold_ended(class, at, HoldEnd::Released);
         }
     }
@@ -135,30 +127,26 @@ impl Session {
     /// Closed by its owner (`LockClient::shutdown`): dead from now on, and the holds'
     /// `on_fence` callbacks do not run — nothing was lost that the owner did not end.
     pub fn close(&self) {
-        let grants = self
-            .with(|s| {
-                s.live.expire();
-                s.fences.clear();
-                s.grants.drain().map(|(_, g)| g).collect()
-            })
-            .unwrap_or_default();
+        let grants = self.with(|s| {
+            s.live.expire();
+            s.fences.clear();
+            s.grants.drain().map(|(_, g)| g).collect()
+        });
         self.end_all(grants, HoldEnd::Shutdown);
     }
 
     /// Fences every hold once (callbacks run outside the lock).
     fn fence_all(&self, due: impl FnOnce(&mut Liveness) -> bool) {
-        let (callbacks, grants): (Vec<FenceFn>, Vec<_>) = self
-            .with(|s| {
-                if due(&mut s.live) {
-                    (
-                        s.fences.drain().map(|(_, f)| f).collect(),
-                        s.grants.drain().map(|(_, g)| g).collect(),
-                    )
-                } else {
-                    Default::default()
-                }
-            })
-            .unwrap_or_default();
+        let (callbacks, grants): (Vec<FenceFn>, Vec<_>) = self.with(|s| {
+            if due(&mut s.live) {
+                (
+                    s.fences.drain().map(|(_, f)| f).collect(),
+                    s.grants.drain().map(|(_, g)| g).collect(),
+                )
+            } else {
+                Default::default()
+            }
+        });
         // The holds were lost where their callbacks run: recorded first, so a callback
         // that reads the metrics sees its own hold counted.
         self.end_all(grants, HoldEnd::Fenced);
@@ -173,9 +161,7 @@ impl Session {
         let mut stream: Option<KeepAliveStream> = None;
         let mut next = Instant::now() + period;
         loop {
-            let deadline = self
-                .with(|s| s.live.deadline())
-                .unwrap_or_else(Instant::now);
+            let deadline = self.with(|s| s.live.deadline());
             let wake = next.min(deadline);
             tokio::select! {
                 _ = tokio::time::sleep_until(wake.into()) => {}
@@ -267,5 +253,34 @@ async fn renew(
     match tokio::time::timeout(wait, round).await {
         Ok(r) => r,
         Err(_) => Err(LockError::Unavailable("keepalive timed out".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_poisoned_session_is_read_as_it_is_and_still_fences_its_holds() {
+        let s = Session::new(7, Duration::from_secs(30), Instant::now(), None);
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = fired.clone();
+        s.attach(1, Arc::new(move || _ = f.fetch_add(1, Ordering::SeqCst)));
+        let poisoner = s.clone();
+        let _ = std::thread::spawn(move || {
+            let _state = poisoner.state.lock();
+            panic!("poisoning the session's state on purpose");
+        })
+        .join();
+        assert!(s.state.is_poisoned());
+        // Its liveness is read as it is, not as fenced...
+        assert!(!s.is_fenced() && s.can_start() && s.lapse().is_none());
+        // ...and a fence still reaches the hold's owner, once.
+        s.fence_all(Liveness::expire);
+        s.fence_all(Liveness::expire);
+        assert_eq!(fired.load(Ordering::SeqCst), 1);
+        assert!(s.is_fenced());
     }
 }

@@ -12,13 +12,21 @@ use lock_config::FencingToken;
 use lock_config::proto::v1::{CloseSessionRequest, ReleaseRequest};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 /// Bound on one CloseSession during shutdown or drop.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every mutex of the client's state (its maps, its connection, a session's liveness),
+/// locked whether or not a panic poisoned it: what a poisoned mutex guards is still the
+/// truth (a panic elsewhere closed no session and released no hold), and reading it as
+/// empty skipped open sessions (`shutdown` answered Ok having closed nothing).
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A session and the sender whose drop stops its keepalive task.
 pub(crate) type Running = (Arc<Session>, mpsc::Sender<()>);
@@ -107,10 +115,7 @@ impl Inner {
 
     /// The RPC client, rebuilt when the credentials changed (a rotated SVID).
     pub(crate) fn rpc(&self) -> Result<Rpc<Channel>, LockError> {
-        let mut guard = self
-            .rpc
-            .lock()
-            .map_err(|_| LockError::Unavailable("client state poisoned".into()))?;
+        let mut guard = locked(&self.rpc);
         let stamp = self.config.stamp();
         if stamp != guard.1 {
             *guard = (Rpc::new(self.config.channel()?), stamp);
@@ -156,10 +161,10 @@ impl Drop for Inner {
     /// The last handle is gone without `shutdown`: close what is still open, in the
     /// background (a Drop cannot wait), if a runtime is there to run it.
     fn drop(&mut self) {
-        let Ok(sessions) = self.sessions.get_mut() else {
-            return;
-        };
-        let ids: Vec<i64> = sessions
+        let ids: Vec<i64> = self
+            .sessions
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
             .drain()
             .map(|(_, (s, _))| {
                 s.close();
@@ -169,9 +174,12 @@ impl Drop for Inner {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Ok(rpc) = self.rpc.get_mut().map(|g| g.0.clone()) else {
-            return;
-        };
+        let rpc = self
+            .rpc
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .clone();
         if !ids.is_empty() {
             handle.spawn(async move {
                 for id in ids {

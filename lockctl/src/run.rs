@@ -28,17 +28,25 @@
 //! | a signal while still waiting for the lock | never started | none taken; session closed | 128+N |
 //! | lockctl got SIGKILL | SIGKILL (parent-death signal) | lapses after the TTL | 137 (the shell's) |
 //! | refused / bad input / unreachable | never started | none | 1 / 2 / 3 |
+//!
+//! | module     | owns                                                                       |
+//! |------------|----------------------------------------------------------------------------|
+//! | `hold`     | what a run holds (a key, a shared key, a set), taking it, giving it back   |
+//! | `group`    | the command's process group: dies with lockctl, stopped and reaped whole   |
+//! | `signals`  | SIGTERM, SIGINT and SIGHUP, installed once for every run                   |
+//! | `duration` | `--wait` and `--grace` as flags give them                                  |
+//!
+//! This file is one run from start to exit: the hold taken, the command started in its
+//! group, then the first of its exit, a fence or a signal, and the group stopped and the
+//! hold given back.
 
-use crate::keys::{self, Take};
+use crate::keys::Take;
 use crate::{Conn, Failure};
-use lock_client::{HeldSet, Hold, LockClient, LockError, SharedHold};
+use lock_client::LockClient;
 use rustix::process::{Pid, Signal};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{SignalKind, signal};
-
-pub const EXIT_FENCED: u8 = 4;
+use std::time::Duration;
+use tokio::process::Command;
 
 /// A message on stderr that cannot fail: `eprintln!` panics when stderr is closed, and a
 /// panic here would skip the release on the way out.
@@ -48,12 +56,19 @@ macro_rules! say {
         let _ = writeln!(std::io::stderr(), $($arg)*);
     }};
 }
-/// Bound on the release and the session close on the way out.
-const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
-/// After SIGKILL, how long to wait for the group to be reaped before giving up on it.
-const KILL_REAP_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often to look whether the group is gone.
-const POLL: Duration = Duration::from_millis(20);
+
+mod duration;
+mod group;
+mod hold;
+mod signals;
+
+pub use duration::parse_duration;
+pub use group::group_guard;
+use group::{die_with_parent, spawn_guard, stop_group};
+use hold::{Held, acquire, shutdown};
+pub use signals::{Signals, signal_exit};
+
+pub const EXIT_FENCED: u8 = 4;
 
 pub async fn run(
     conn: &Conn,
@@ -193,83 +208,10 @@ pub async fn run_once(
     Ok(Ran { code, signalled })
 }
 
-/// A hold `run` took: of one key (exclusive or shared) or of a set.
-enum Held {
-    One(Hold),
-    Shared(SharedHold),
-    Set(HeldSet),
-}
-
-impl Held {
-    fn token(&self) -> u64 {
-        match self {
-            Held::One(h) => h.token(),
-            Held::Shared(h) => h.token(),
-            Held::Set(h) => h.token(),
-        }
-        .as_u64()
-    }
-
-    fn is_fenced(&self) -> bool {
-        match self {
-            Held::One(h) => h.is_fenced(),
-            Held::Shared(h) => h.is_fenced(),
-            Held::Set(h) => h.is_fenced(),
-        }
-    }
-
-    /// Why the hold did not cover every instant since its grant, if it did not.
-    fn lapse(&self) -> Option<String> {
-        match self {
-            Held::One(h) => h.lapse().map(|l| l.to_string()),
-            Held::Shared(h) => (!h.was_continuous()).then(|| LAPSED.to_owned()),
-            Held::Set(h) => (!h.was_continuous()).then(|| LAPSED.to_owned()),
-        }
-    }
-
-    async fn release(self) -> Result<(), LockError> {
-        match self {
-            Held::One(h) => h.release().await,
-            Held::Shared(h) => h.release().await,
-            Held::Set(h) => h.release().await,
-        }
-    }
-}
-
-/// The lapse of a shared hold or a set, whose client does not say by how much.
-const LAPSED: &str = "its session passed its local deadline unrenewed";
-
-/// Takes what `take` names, waiting up to `wait`; a wait longer than the service's (300 s)
-/// is asked again while the key is still held, so `--wait` means what it says.
-async fn acquire(
-    client: &LockClient,
-    take: &Take,
-    wait: Duration,
-    on_fence: impl Fn() + Clone + Send + Sync + 'static,
-) -> Result<Held, LockError> {
-    let deadline = Instant::now() + wait;
-    loop {
-        let ask = keys::service_wait(deadline.saturating_duration_since(Instant::now()));
-        let got = match take {
-            Take::One { key, shared: false } => client
-                .acquire(key, ask, on_fence.clone())
-                .await
-                .map(Held::One),
-            Take::One { key, shared: true } => client
-                .acquire_shared(key, ask, on_fence.clone())
-                .await
-                .map(Held::Shared),
-            Take::Set(keys) => client
-                .acquire_all(keys, ask, on_fence.clone())
-                .await
-                .map(Held::Set),
-        };
-        match got {
-            Err(LockError::Held)
-                if keys::ask_again(true, deadline.saturating_duration_since(Instant::now())) => {}
-            got => return got,
-        }
-    }
+enum Outcome {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    Fenced,
+    Signalled(Signal),
 }
 
 /// Debug builds only: `LOCKCTL_INJECT_BUG=run-skips-lapse-check` removes the check at the
@@ -280,224 +222,11 @@ fn skip_lapse_check() -> bool {
         && std::env::var("LOCKCTL_INJECT_BUG").is_ok_and(|v| v == "run-skips-lapse-check")
 }
 
-/// How often the guard looks whether lockctl is still its parent.
-const GUARD_POLL: Duration = Duration::from_millis(50);
-
-/// Starts the guard of `group`: lockctl itself as `lockctl group-guard`, in a process group
-/// of its own (a terminal's Ctrl-C does not reach it). None if it cannot start (reported:
-/// the command still dies with lockctl, its other group members might not).
-fn spawn_guard(group: Pid) -> Option<Child> {
-    let exe = std::env::current_exe().ok()?;
-    let spawned = Command::new(exe)
-        .args([
-            "group-guard",
-            "--pgid",
-            &group.as_raw_nonzero().to_string(),
-            "--parent",
-            &rustix::process::getpid().as_raw_nonzero().to_string(),
-        ])
-        .stdin(std::process::Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
-    match spawned {
-        Ok(c) => Some(c),
-        Err(e) => {
-            say!("lockctl: cannot start the group guard ({e}); continuing");
-            None
-        }
-    }
-}
-
-/// `lockctl group-guard --pgid G --parent P`: polls until P is no longer this process's
-/// parent (lockctl died, however), then SIGKILLs process group G. Polling rather than a
-/// death signal: no window where a signal arrives before a handler is installed, and a
-/// parent already gone at start is seen on the first look. lockctl kills the guard
-/// itself once the group is gone, before it exits.
-pub async fn group_guard(pgid: i32, parent: i32) -> ExitCode {
-    let (Some(group), Some(parent)) = (Pid::from_raw(pgid), Pid::from_raw(parent)) else {
-        return ExitCode::from(2);
-    };
-    while rustix::process::getppid() == Some(parent) {
-        tokio::time::sleep(GUARD_POLL).await;
-    }
-    let _ = rustix::process::kill_process_group(group, Signal::KILL);
-    ExitCode::SUCCESS
-}
-
-enum Outcome {
-    Exited(std::io::Result<std::process::ExitStatus>),
-    Fenced,
-    Signalled(Signal),
-}
-
-/// SIGTERM, SIGINT and SIGHUP, as a stream of which arrived.
-pub struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    /// Installed before the first wait, so a signal while waiting still closes the
-    /// session. Once installed, tokio keeps the handlers for the process's life: a signal
-    /// arriving while nobody listens would be lost, so one set serves every run.
-    pub fn install() -> Result<Self, Failure> {
-        let on = |k| signal(k).map_err(|e| Failure::input(format!("cannot handle signals: {e}")));
-        Ok(Self {
-            term: on(SignalKind::terminate())?,
-            int: on(SignalKind::interrupt())?,
-            hup: on(SignalKind::hangup())?,
-        })
-    }
-
-    pub async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.term.recv() => Signal::TERM,
-            _ = self.int.recv() => Signal::INT,
-            _ = self.hup.recv() => Signal::HUP,
-        }
-    }
-}
-
-pub fn signal_exit(sig: Signal) -> u8 {
-    u8::try_from(128 + sig.as_raw()).unwrap_or(255)
-}
-
-/// Releases the hold (if any) and closes the client's sessions, each bounded; failures
-/// are reported, not fatal: the session's TTL is the backstop.
-async fn shutdown(client: &LockClient, hold: Option<Held>) {
-    if let Some(hold) = hold
-        && !hold.is_fenced()
-    {
-        match tokio::time::timeout(FINISH_TIMEOUT, hold.release()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => say!("lockctl: release: {e}"),
-            Err(_) => say!("lockctl: release timed out"),
-        }
-    }
-    match tokio::time::timeout(FINISH_TIMEOUT, client.shutdown()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => say!("lockctl: closing the session: {e}"),
-        Err(_) => say!("lockctl: closing the session timed out"),
-    }
-}
-
-/// Sends `first` to the command's process group, waits up to `grace` for the whole group
-/// to be gone, then SIGKILLs it and waits (bounded) again.
-async fn stop_group(child: &mut Child, group: Option<Pid>, first: Signal, grace: Duration) {
-    let Some(group) = group else {
-        let _ = child.kill().await;
-        return;
-    };
-    let _ = rustix::process::kill_process_group(group, first);
-    if gone_within(child, group, grace).await {
-        return;
-    }
-    let _ = rustix::process::kill_process_group(group, Signal::KILL);
-    if !gone_within(child, group, KILL_REAP_TIMEOUT).await {
-        say!("lockctl: the command's process group outlived SIGKILL");
-    }
-}
-
-/// Polls until no process of `group` is left (reaping the direct child, then any orphaned
-/// descendant reparented to this subreaper), or `limit` passes.
-async fn gone_within(child: &mut Child, group: Pid, limit: Duration) -> bool {
-    let until = Instant::now() + limit;
-    let mut child_reaped = false;
-    loop {
-        if !child_reaped {
-            child_reaped = !matches!(child.try_wait(), Ok(None));
-        }
-        if child_reaped {
-            // Only once tokio has reaped its own child: waiting for any child earlier
-            // could take its status from tokio.
-            while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
-        }
-        if child_reaped && rustix::process::test_kill_process_group(group).is_err() {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// The command gets SIGKILL when lockctl dies, however it dies.
-///
-/// The only `unsafe` in lockctl: `pre_exec` runs its closure in the forked child before
-/// `exec`, where only async-signal-safe work is allowed.
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    let parent = rustix::process::getpid();
-    // SAFETY: the closure makes two raw system calls through rustix (prctl(PR_SET_PDEATHSIG)
-    // and getppid), allocates nothing, takes no lock and reads only `parent`, a copied
-    // integer; an error becomes an `io::Error` from a raw errno, which does not allocate.
-    // Checking the parent after the prctl closes the race where lockctl died between the
-    // fork and the prctl (the signal would then never come): the child refuses to run.
-    // lockctl's runtime is single-threaded, so the thread that forks is the main thread,
-    // whose exit is the process's: the death signal is not sent early by a worker exiting.
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-            if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::from_raw_os_error(3)); // ESRCH: parent gone
-            }
-            Ok(())
-        });
-    }
-}
-
 fn exit_code(status: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt as _;
     match (status.code(), status.signal()) {
         (Some(c), _) => u8::try_from(c).unwrap_or(1),
         (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
         _ => 1,
-    }
-}
-
-/// Largest duration a flag may give: a day is longer than any wait the service allows
-/// (300 s) or any grace anyone means, and keeps `Instant` arithmetic far from overflow.
-const MAX_FLAG_DURATION: Duration = Duration::from_secs(24 * 3600);
-
-/// `10s`, `500ms`, `2m` or plain seconds, at most a day.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((s, "s"), |i| s.split_at(i));
-    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m)")),
-    };
-    if d > MAX_FLAG_DURATION {
-        return Err(format!("duration {s:?} is longer than a day"));
-    }
-    Ok(d)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        for bad in [
-            "",
-            "x",
-            "5h",
-            "18446744073709551615s",
-            "18446744073709551615m",
-            "25h",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
     }
 }

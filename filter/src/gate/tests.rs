@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::frame::frame;
+use crate::xfcc::XFCC_HEADER;
 use lock_config::GrpcCode;
+use lock_config::edge_headers::encode_key;
 use lock_config::filter_config::{FilterConfig, FilterGrant};
 use lock_config::proto::v1;
 use lock_config::status_details::decode_error_info;
@@ -569,7 +571,6 @@ mod fuzz {
     //! exactly one local reply, which the fake host enforces). Paused with no reply — a
     //! request stuck at the edge — fails, as does a forwarded request with another key.
     use super::*;
-    use lock_config::edge_headers::encode_key;
     use proptest::prelude::*;
 
     /// Headers, then `body` in chunks of `chunk` bytes, the last with end of stream (a

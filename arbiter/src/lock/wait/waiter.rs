@@ -17,29 +17,30 @@
 //! ```
 //!
 //! Five rules, each a bug the release gate found; the table of cases in `waiter/tests.rs`
-//! pins every one down:
-//! - A wait ends only at a waiting point, never while a grant transaction is in flight: an
-//!   end that comes during an attempt is remembered and the transaction's result decides
-//!   (a drain that cut a transaction off told a waiter DRAINING while a holder record
-//!   named it).
-//! - A refusal is never answered while a release may have taken the waiter's offer: the
-//!   offer is withdrawn first, and a taken one's answer decides (a head refused LEAKED_HOLD
-//!   while a release handed it the key left the key held with nobody told).
-//! - A release that took the offer and could not say what its handoff did leaves the
-//!   outcome unknown: the holder record is read back, and "not yet ours" is NO_QUORUM, never
-//!   a definite refusal a late commit could contradict (HELD_DEADLINE was answered and the
-//!   handoff committed 2.5 s later).
-//! - A wait whose own grant transaction could not be settled (`grant.rs`: its answer lost,
-//!   and the fence that would stop it could not be put) answers nothing definite after it,
-//!   not even a handoff: that transaction may commit once the key is free again, so a
-//!   grant answered now and released would leave a hold on a session whose every request
-//!   was answered (the gate's bridge partition found it). NO_QUORUM says the acquire may
-//!   yet take effect.
-//! - That doubt outlives the offer: a head whose taken offer's answer was lost stands a
-//!   fresh one and keeps waiting, but the lost handoff may still commit (a transaction sent
-//!   to a stopped etcd leader is applied when it resumes, long after its caller gave up),
-//!   so every refusal that wait ends with is read back first and answered NO_QUORUM, never
-//!   the definite one (HELD_DEADLINE was answered, the handoff committed 1.4 s later).
+//! pins each one down, in the rows under its "Bug N" comment:
+//! 1. A wait ends only at a waiting point, never while a grant transaction is in flight: an
+//!    end that comes during an attempt is remembered and the transaction's result decides
+//!    (a drain that cut a transaction off told a waiter DRAINING while a holder record
+//!    named it).
+//! 2. A refusal is never answered while a release may have taken the waiter's offer: the
+//!    offer is withdrawn first, and a taken one's answer decides (a head refused
+//!    LEAKED_HOLD while a release handed it the key left the key held with nobody told).
+//! 3. A release that took the offer and could not say what its handoff did leaves the
+//!    outcome unknown: the holder record is read back, and "not yet ours" is NO_QUORUM,
+//!    never a definite refusal a late commit could contradict (HELD_DEADLINE was answered
+//!    and the handoff committed 2.5 s later).
+//! 4. That doubt outlives the offer: a head whose taken offer's answer was lost stands a
+//!    fresh one and keeps waiting, but the lost handoff may still commit (a transaction
+//!    sent to a stopped etcd leader is applied when it resumes, long after its caller gave
+//!    up), so every refusal that wait ends with is read back first and answered NO_QUORUM,
+//!    never the definite one (HELD_DEADLINE was answered, the handoff committed 1.4 s
+//!    later).
+//! 5. A wait whose own grant transaction could not be settled (`grant.rs`: its answer lost,
+//!    and the fence that would stop it could not be put) answers nothing definite after it,
+//!    not even a handoff: that transaction may commit once the key is free again, so a
+//!    grant answered now and released would leave a hold on a session whose every request
+//!    was answered (the gate's bridge partition found it). NO_QUORUM says the acquire may
+//!    yet take effect.
 
 use crate::error::ArbiterError;
 use crate::lock::grant::Grant;
