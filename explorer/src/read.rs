@@ -9,10 +9,10 @@
 
 use crate::view::{Seen, SessionSeen};
 use etcd_client::{GetOptions, LeaseTimeToLiveOptions, Txn, TxnOp, TxnOpResponse};
-use lock_arbiter::layout::{
+use lock_store::layout::{
     HOLDER_PREFIX, Holder, QUEUE_PREFIX, SHARED_PREFIX, SessionRecord, decode, session_key,
 };
-use lock_arbiter::{ArbiterError, Etcd};
+use lock_store::{Etcd, StoreError};
 use std::collections::BTreeSet;
 
 /// Most keys one page holds.
@@ -23,7 +23,7 @@ const TXN_OPS: usize = 120;
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("{0}")]
-    Store(#[from] ArbiterError),
+    Store(#[from] StoreError),
     #[error("a page holds 1 to {MAX_PAGE} keys, not {0}")]
     PageSize(usize),
     #[error("not a namespace: {0:?} (one path segment, no '/')")]

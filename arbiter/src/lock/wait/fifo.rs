@@ -7,7 +7,7 @@
 //! What a waiter does next is decided by one pure function (`waiter::step`); this module is
 //! its driver: it performs each `Then` and reports what happened as the next event.
 
-use crate::error::ArbiterError;
+use crate::error::{ArbiterError, Internal};
 use crate::lock::grant::{Attempt, Grant, Granter, holder_record, mint};
 use crate::lock::sessions::Session;
 use crate::lock::wait::queue::{Handed, Offer, Queues, Ticket};
@@ -149,7 +149,7 @@ impl<'a> Waiter<'a> {
                 }
                 Then::AwaitAttempt => match in_flight.take() {
                     Some(txn) => attempted(txn.await),
-                    None => Event::Refused(ArbiterError::Store("no transaction in flight".into())),
+                    None => Event::Refused(ArbiterError::Internal(Internal::NoAttemptInFlight)),
                 },
                 Then::Watch { from } => {
                     let watched = release_watch::wait(self.granter.store, &hkey, from, self.end);

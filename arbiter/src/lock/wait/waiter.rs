@@ -41,7 +41,7 @@
 //!   so every refusal that wait ends with is read back first and answered NO_QUORUM, never
 //!   the definite one (HELD_DEADLINE was answered, the handoff committed 1.4 s later).
 
-use crate::error::ArbiterError;
+use crate::error::{ArbiterError, Internal};
 use crate::lock::grant::Grant;
 use crate::lock::wait::wait_end::Ended;
 
@@ -320,8 +320,8 @@ pub fn step(state: State, event: Event) -> Transition {
         (S::Unsure { .. }, E::Refused(e)) => answer(Err(e)),
 
         // Debug forms only: a grant's token prints redacted (`FencingToken`'s Debug).
-        (state, event) => answer(Err(ArbiterError::Store(format!(
-            "waiter: no transition from {state:?} on {event:?}"
+        (state, event) => answer(Err(ArbiterError::Internal(Internal::NoTransition(
+            format!("{state:?} on {event:?}"),
         )))),
     }
 }
