@@ -40,8 +40,3 @@ pub use lock::{sessions, shared};
 pub use ops::{admin, logging, metrics};
 pub use serve::{engine, observers, peer_tls, proto, registry_reload, server, service};
 pub use store::batch;
-
-// The harness still reads these at their old paths here, until it reads `lock_store`.
-pub use lock_store::{
-    Etcd, bugs, epoch, etcd_roles, etcd_tls, hold_end, layout, registry_files, shard_map,
-};
