@@ -3,6 +3,7 @@
 
 use lock_config::status_details::encode_status;
 use lock_config::{GrpcCode, KeyError, Reason};
+use lock_store::StoreError;
 use tonic::{Code, Status};
 
 #[derive(Debug, thiserror::Error)]
@@ -83,8 +84,31 @@ pub enum ArbiterError {
         "class {class} is a semaphore of {permits} permits: Observe reports one holder, not permits (use Inspect)"
     )]
     SemaphoreNotObservable { class: String, permits: u32 },
+    /// A store failure that is not a refusal the contract names (those are `NoQuorum` and
+    /// `StoreFull`, which [`From<StoreError>`] picks out): INTERNAL, in the store's words.
+    #[error(transparent)]
+    Store(StoreError),
+    /// A state the arbiter's own code holds impossible. Its words keep the `store error: `
+    /// they have always been answered with.
     #[error("store error: {0}")]
-    Store(String),
+    Internal(Internal),
+}
+
+/// What the arbiter's own code holds impossible (INTERNAL if it happens).
+#[derive(Debug, thiserror::Error)]
+pub enum Internal {
+    /// A waiter's state machine given an event its state has no rule for.
+    #[error("waiter: no transition from {0}")]
+    NoTransition(String),
+    /// A FIFO wait told to await its grant attempt when none was sent.
+    #[error("no transaction in flight")]
+    NoAttemptInFlight,
+    /// A durable wait leaving with a step its driver does not run there.
+    #[error("durable wait: no driver for {0} while leaving")]
+    NoDriver(String),
+    /// A revision the fencing token cannot carry (or an epoch outside its range).
+    #[error("cannot mint token: {0}")]
+    Mint(lock_config::token::TokenError),
 }
 
 impl ArbiterError {
@@ -120,7 +144,7 @@ impl ArbiterError {
             ArbiterError::Draining => Reason::Draining,
             ArbiterError::Moving => Reason::Moving,
             ArbiterError::WrongSessionPlace { .. } => Reason::WrongSessionPlace,
-            ArbiterError::Store(_) => Reason::Internal,
+            ArbiterError::Store(_) | ArbiterError::Internal(_) => Reason::Internal,
         }
     }
 
@@ -179,54 +203,33 @@ impl From<ArbiterError> for Status {
     }
 }
 
-/// etcd errors: unavailability and timeouts are "no quorum" (closed posture, ADR-04);
-/// anything else is an internal store error.
+/// The store's failures: its two the contract names (NO_QUORUM: unavailable or timed out,
+/// the closed posture of ADR-04; STORE_FULL), every other cause INTERNAL in its own words.
+/// Listed whole, so a new cause is a decision here.
+impl From<StoreError> for ArbiterError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NoQuorum => ArbiterError::NoQuorum,
+            StoreError::Full => ArbiterError::StoreFull,
+            StoreError::Etcd(_)
+            | StoreError::Connect(_)
+            | StoreError::Undecodable(_)
+            | StoreError::Absent(_)
+            | StoreError::Malformed(_)
+            | StoreError::Contended(_)
+            | StoreError::Epoch(_)
+            | StoreError::Map(_)
+            | StoreError::Move(_)
+            | StoreError::Stopped(_) => ArbiterError::Store(e),
+        }
+    }
+}
+
+/// etcd's errors as the store reads them (`lock_store`'s `error.rs`), for the arbiter's own
+/// calls on etcd-client's clients (watches, the seal's reads).
 impl From<etcd_client::Error> for ArbiterError {
     fn from(e: etcd_client::Error) -> Self {
-        match &e {
-            // Cancelled is what the channel's own request timeout produces ("Timeout
-            // expired"): the store did not answer in time, like a deadline.
-            etcd_client::Error::GRpcStatus(s)
-                if matches!(
-                    s.code(),
-                    Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
-                ) =>
-            {
-                ArbiterError::NoQuorum
-            }
-            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
-                ArbiterError::NoQuorum
-            }
-            // A keepalive or watch stream that closed under us ("channel closed"): with
-            // the arbiter given every member, that is the member it streamed to going
-            // away, i.e. the store out of reach for now.
-            etcd_client::Error::LeaseKeepAliveError(_) | etcd_client::Error::WatchError(_) => {
-                ArbiterError::NoQuorum
-            }
-            // A connection that broke under the call (h2 reset, broken pipe, a member
-            // killed) comes back as Unknown, or Internal from the h2 layer: the request
-            // may have been applied. Found by the release gate: such a grant answered
-            // INTERNAL had committed. As NO_QUORUM it gets the read-back, and clients retry.
-            etcd_client::Error::GRpcStatus(s)
-                if s.code() == Code::Unknown
-                    || (s.code() == Code::Internal
-                        && (s.message().contains("h2") || s.message().contains("transport"))) =>
-            {
-                tracing::warn!(code = ?s.code(), message = s.message(), "store call broke; outcome unknown");
-                ArbiterError::NoQuorum
-            }
-            // etcd's capped mode after a NOSPACE alarm rejects every write that puts.
-            etcd_client::Error::GRpcStatus(s)
-                if s.code() == Code::ResourceExhausted
-                    && s.message().contains("database space exceeded") =>
-            {
-                ArbiterError::StoreFull
-            }
-            _ => {
-                tracing::warn!(error = %e, "store error");
-                ArbiterError::Store(e.to_string())
-            }
-        }
+        StoreError::from(e).into()
     }
 }
 

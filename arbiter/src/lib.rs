@@ -30,14 +30,13 @@ pub(crate) mod ops;
 
 pub use error::ArbiterError;
 pub use serve::engine::Engine;
-pub use store::etcd::Etcd;
+pub use store::calls::connect_etcd;
 
-// The crate's public surface for the workspace's tools (lockctl, lock-audit, lock-admin,
-// lock-kube, lock-explorer, the harness and its tests) and the `arbiter` binary, at the
-// paths they have always used, until issue 51 item 2 moves what the tools need into a
-// crate of their own.
-pub use cluster::{clusters, rehome};
+// What the `arbiter` binary and the harness (lock-integration, lock-gate, lock-pause-test)
+// use of the service. The store as the tools read it (the connection, the key layout,
+// epochs, the shard map, logging, the admin listener) is `lock_store`'s.
+pub use cluster::clusters;
 pub use lock::{Asked, sessions, shared};
-pub use ops::{admin, bugs, https, logging, metrics, registry_files};
+pub use ops::{admin, logging, metrics};
 pub use serve::{engine, observers, peer_tls, proto, registry_reload, server, service};
-pub use store::{batch, epoch, etcd_roles, etcd_tls, hold_end, layout, shard_map};
+pub use store::batch;

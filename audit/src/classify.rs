@@ -11,16 +11,16 @@
 //! - an **epoch advance** puts `/sys/epoch` and deletes every hold at one revision;
 //! - a **force release** writes `/sys/force/<id>` with the delete (issue 22, item 2).
 //!
-//! The rule for a hold's end is `lock_arbiter::hold_end`, shared with Observe.
+//! The rule for a hold's end is `lock_store::hold_end`, shared with Observe.
 //!
 //! Durable waiters (`/q/`) are not audited: a wait is not a hold.
 
-use lock_arbiter::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
-use lock_arbiter::layout::{
+use lock_store::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
+use lock_store::layout::{
     EPOCH_KEY, EpochRecord, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARD_FENCE_KEY, SessionRecord,
     decode,
 };
-pub use lock_arbiter::layout::{FORCE_PREFIX, FORCE_REQUEST_PREFIX};
+pub use lock_store::layout::{FORCE_PREFIX, FORCE_REQUEST_PREFIX};
 use std::collections::BTreeSet;
 
 /// One key's change at a revision, as the watch reports it (with the previous value).

@@ -10,7 +10,7 @@
 
 use crate::metrics::{ClassLabel, METRICS};
 use etcd_client::{Client, GetOptions};
-use lock_arbiter::layout::{HOLDER_PREFIX, Holder, decode};
+use lock_store::layout::{HOLDER_PREFIX, Holder, decode};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ pub fn longest_per_class(holds: &[(String, u64)], now_ms: u64) -> BTreeMap<Strin
 
 /// Every hold's (class, acquired at), read in pages at the first page's revision.
 pub async fn scan(client: &mut Client) -> Result<Vec<(String, u64)>, etcd_client::Error> {
-    let end = lock_arbiter::etcd_roles::prefix_range_end(HOLDER_PREFIX.as_bytes());
+    let end = lock_store::etcd_roles::prefix_range_end(HOLDER_PREFIX.as_bytes());
     let mut from = HOLDER_PREFIX.as_bytes().to_vec();
     let mut revision = 0;
     let mut holds = Vec::new();

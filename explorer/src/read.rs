@@ -29,10 +29,10 @@ mod range;
 mod session;
 
 pub use cursor::Cursor;
-use lock_arbiter::layout::{
+use lock_store::layout::{
     HOLDER_PREFIX, Holder, QUEUE_PREFIX, SHARED_PREFIX, SessionRecord, decode, session_key,
 };
-use lock_arbiter::{ArbiterError, Etcd};
+use lock_store::{Etcd, StoreError};
 pub use namespaces::{held_count, namespaces};
 pub use one_key::one_key;
 pub use page::{Page, page};
@@ -46,7 +46,7 @@ const TXN_OPS: usize = 120;
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("{0}")]
-    Store(#[from] ArbiterError),
+    Store(#[from] StoreError),
     #[error("a page holds 1 to {MAX_PAGE} keys, not {0}")]
     PageSize(usize),
     #[error("not a namespace: {0:?} (one path segment, no '/')")]

@@ -12,7 +12,7 @@
 //!   store is deleting it; a read between the two).
 //! - **waiver expired**: an advisory class past its risk waiver (ADR-01).
 
-use lock_arbiter::layout::{Holder, SessionRecord};
+use lock_store::layout::{Holder, SessionRecord};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -202,7 +202,7 @@ pub struct SessionView {
 /// The keys on a session's lease, sorted into what it holds and what it waits for (its
 /// own `/s/` record and attempt fences are neither). At most `limit` of each.
 pub fn session_view(keys: &[String], ttl_left_s: Option<i64>, limit: usize) -> SessionView {
-    use lock_arbiter::layout::{HOLDER_PREFIX, QUEUE_PREFIX, SHARED_PREFIX};
+    use lock_store::layout::{HOLDER_PREFIX, QUEUE_PREFIX, SHARED_PREFIX};
     let mut v = SessionView {
         ttl_left_s,
         ..SessionView::default()

@@ -11,7 +11,7 @@
 //!                                the request
 //! ```
 //!
-//! Which N is `lock_arbiter::epoch::next`'s decision, the same as break-glass's: no two
+//! Which N is `lock_store::epoch::next`'s decision, the same as break-glass's: no two
 //! clusters ever serve one epoch (ADR-03, 09).
 //!
 //! An advance ends every hold on the cluster, so no one person may run it: one operator
@@ -22,8 +22,8 @@
 
 use crate::oidc::Operator;
 use crate::request::{MAX_REASON, Refusal};
-use lock_arbiter::epoch::next;
-use lock_arbiter::layout::AdvancedBy;
+use lock_store::epoch::next;
+use lock_store::layout::AdvancedBy;
 use serde::{Deserialize, Serialize};
 
 /// A filed advance, waiting for a second operator (`/sys/advance-request/<id>`).

@@ -1,6 +1,6 @@
 //! The etcd side of the two-person epoch advance: file the request, and execute the
 //! approval as the compare-and-advance transaction with the request's own compare and
-//! delete inside it (`lock_arbiter::epoch::advance`):
+//! delete inside it (`lock_store::epoch::advance`):
 //!
 //! ```text
 //! if   mod_revision(/sys/epoch)                  == as read (still epoch E)
@@ -10,10 +10,10 @@
 //! ```
 //!
 //! N is E+1 on a lone cluster. Once there are shards it is allocated first, by the coord
-//! cluster's allocator's own compare-and-put (`lock_arbiter::shard_map`), as break-glass
+//! cluster's allocator's own compare-and-put (`lock_store::shard_map`), as break-glass
 //! and shard moves allocate: two clusters, so two transactions, the allocation first. An
 //! advance that then fails leaves a gap in the numbers, never one number on two clusters.
-//! Which source is `lock_arbiter::epoch::next`'s decision, on what [`AdvanceStore`] reads:
+//! Which source is `lock_store::epoch::next`'s decision, on what [`AdvanceStore`] reads:
 //! the cluster's shard fence, and the coord cluster's map and allocator (`--coord`, or the
 //! cluster itself when it is the coord).
 //!
@@ -26,10 +26,10 @@ use crate::oidc::Operator;
 use crate::request::Refusal;
 use crate::store::{ForceError, delete_if_unchanged, is_request_id, new_id, now_ms};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, TxnOp};
-use lock_arbiter::bugs::{Bug, Bugs};
-use lock_arbiter::epoch::next::{self, Source};
-use lock_arbiter::layout::{ADVANCE_REQUEST_PREFIX, EPOCH_KEY, EpochRecord, decode, encode};
-use lock_arbiter::{Etcd, epoch, shard_map};
+use lock_store::bugs::{Bug, Bugs};
+use lock_store::epoch::next::{self, Source};
+use lock_store::layout::{ADVANCE_REQUEST_PREFIX, EPOCH_KEY, EpochRecord, decode, encode};
+use lock_store::{Etcd, epoch, shard_map};
 use std::time::Duration;
 
 fn request_key(id: &str) -> String {
@@ -229,7 +229,7 @@ impl AdvanceStore {
         let ops = vec![TxnOp::delete(request_key(id), None)];
         match epoch::advance::run(&self.etcd, &plan, compares, ops).await {
             Ok(record) => Ok(record),
-            Err(e @ lock_arbiter::ArbiterError::NoQuorum) => Err(e.into()),
+            Err(e @ lock_store::StoreError::NoQuorum) => Err(e.into()),
             Err(e) => {
                 // Lost to a concurrent writer: say which.
                 match self.request(id).await {

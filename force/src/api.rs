@@ -307,7 +307,7 @@ pub struct AdvanceBody {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Advanced {
     /// The new epoch record, naming both operators.
-    pub record: lock_arbiter::layout::EpochRecord,
+    pub record: lock_store::layout::EpochRecord,
 }
 
 pub async fn list_advances(

@@ -250,7 +250,7 @@ pub fn transport_ok(url: &str) -> bool {
         return true;
     }
     url.strip_prefix("http://")
-        .is_some_and(lock_arbiter::etcd_tls::on_loopback)
+        .is_some_and(lock_store::etcd_tls::on_loopback)
 }
 
 /// Reads the issuer's discovery document (and checks it names the same issuer).

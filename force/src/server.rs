@@ -57,7 +57,7 @@ pub fn plaintext_allowed(addr: SocketAddr) -> Result<(), ListenError> {
 }
 
 pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ListenError> {
-    lock_arbiter::https::acceptor(cert, key).map_err(|e| ListenError::Tls(e.to_string()))
+    lock_store::https::acceptor(cert, key).map_err(|e| ListenError::Tls(e.to_string()))
 }
 
 /// Serves `app` on `listener` until the process ends.

@@ -14,17 +14,17 @@
 //! `closing` mark makes the audit trail record a close, not an expiry). The 24 h lease on
 //! the record keeps etcd small; the audit tailer copies the record to the audit store.
 //!
-//! With etcd roles this runs as the `force` user (`lock_arbiter::etcd_roles`).
+//! With etcd roles this runs as the `force` user (`lock_store::etcd_roles`).
 
 use crate::oidc::Operator;
 use crate::request::{ForceRecord, ForceRequest, HoldView, Refusal, approve_verdict, file_verdict};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use lock_arbiter::layout::{
+use lock_config::registry::Enforcement;
+use lock_store::layout::{
     FORCE_PREFIX, FORCE_REQUEST_PREFIX, HOLDER_PREFIX, Holder, SessionRecord, decode, encode,
     session_key,
 };
-use lock_arbiter::{ArbiterError, Etcd, registry_files};
-use lock_config::registry::Enforcement;
+use lock_store::{Etcd, StoreError, registry_files};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -39,8 +39,8 @@ pub enum ForceError {
     Store(String),
 }
 
-impl From<ArbiterError> for ForceError {
-    fn from(e: ArbiterError) -> Self {
+impl From<StoreError> for ForceError {
+    fn from(e: StoreError) -> Self {
         ForceError::Store(e.to_string())
     }
 }

@@ -4,14 +4,14 @@
 //! API) is tested against a real IdP in `tests/force_release.rs` and `tests/epoch_advance.rs`.
 
 use crate::etcd::Access;
-#[cfg(debug_assertions)]
-use lock_arbiter::bugs::Bug;
-use lock_arbiter::bugs::Bugs;
-use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
-use lock_arbiter::layout::EpochRecord;
 use lock_force::advance_store::AdvanceStore;
 use lock_force::oidc::Operator;
 use lock_force::store::ForceError;
+#[cfg(debug_assertions)]
+use lock_store::bugs::Bug;
+use lock_store::bugs::Bugs;
+use lock_store::etcd_tls::{self, EtcdTlsFiles};
+use lock_store::layout::EpochRecord;
 use std::time::Duration;
 
 /// An operator as the harness names one (issuer "harness").
@@ -24,7 +24,7 @@ pub fn operator(who: &str) -> Operator {
 }
 
 /// etcd as lock-admin reaches it: the `force` user's certificate.
-pub async fn force_etcd(etcd: &Access) -> anyhow::Result<lock_arbiter::Etcd> {
+pub async fn force_etcd(etcd: &Access) -> anyhow::Result<lock_store::Etcd> {
     let env: std::collections::HashMap<String, String> =
         etcd.pki.lockctl_env("force").into_iter().collect();
     let file = |name: &str| env.get(name).map(std::path::PathBuf::from);
@@ -35,7 +35,7 @@ pub async fn force_etcd(etcd: &Access) -> anyhow::Result<lock_arbiter::Etcd> {
     };
     let urls: Vec<String> = etcd.urls.split(',').map(str::to_owned).collect();
     let tls = etcd_tls::load(&urls, &creds)?;
-    Ok(lock_arbiter::Etcd::connect(&urls, Duration::from_secs(5), tls.as_ref()).await?)
+    Ok(lock_store::Etcd::connect(&urls, Duration::from_secs(5), tls.as_ref()).await?)
 }
 
 /// The two-person epoch advance from `from`: filed by one operator, approved by another.

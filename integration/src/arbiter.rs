@@ -94,7 +94,8 @@ impl Arbiter {
         let mut cmd = Command::new(workspace_bin("arbiter")?);
         cmd.args(["--listen", listen, "--admin-listen", admin])
             .args(args)
-            .env("RUST_LOG", "warn,lock_arbiter=info")
+            // The arbiter's info lines, and those of the store code it runs (`lock_store`).
+            .env("RUST_LOG", "warn,lock_arbiter=info,lock_store=info")
             .envs(env.iter().map(|(k, v)| (k, v)));
         let mut proc = Proc::spawn(id, cmd, dir)?;
         let line = proc.wait_for_line(&format!("arbiter {id} listening on "), patience())?;

@@ -358,7 +358,7 @@ pub fn metrics_page() -> String {
     METRICS.declare(std::iter::once("example"));
     METRICS.request("Acquire", Ok(()), std::time::Duration::ZERO);
     METRICS.etcd("txn", true, std::time::Duration::ZERO);
-    if let Ok(registry) = lock_arbiter::registry_files::load(&crate::paths::dev_registry()) {
+    if let Ok(registry) = lock_store::registry_files::load(&crate::paths::dev_registry()) {
         METRICS.describe(&registry);
     }
     let text = METRICS.encode();

@@ -36,6 +36,7 @@ const REPO_ROOTS: &[&str] = &[
     "kube/",
     "lockctl/",
     "spire/",
+    "store/",
 ];
 
 /// Every mention of a file outside the repository, as the text that names it.

@@ -1,7 +1,7 @@
 //! A real etcd member (single-member cluster) on loopback in a temp data dir, secured as
 //! in production: clients and peers over TLS with certificates from etcd's own CA, client
 //! certificates required, auth enabled with the service's users and roles
-//! (`lock_arbiter::etcd_roles`, applied as `lockctl roles apply` does). Tests reach it as
+//! (`lock_store::etcd_roles`, applied as `lockctl roles apply` does). Tests reach it as
 //! `root` through [`Etcd::client`]; arbiters and lockctl get their own users' certificates.
 
 use crate::netlab::NetLab;
@@ -60,8 +60,8 @@ impl EtcdPki {
     }
 
     /// The credential files for `user`, as the arbiter and lockctl take them.
-    pub fn files(&self, user: &str) -> lock_arbiter::etcd_tls::EtcdTlsFiles {
-        lock_arbiter::etcd_tls::EtcdTlsFiles {
+    pub fn files(&self, user: &str) -> lock_store::etcd_tls::EtcdTlsFiles {
+        lock_store::etcd_tls::EtcdTlsFiles {
             ca: Some(self.ca()),
             cert: Some(self.cert(user)),
             key: Some(self.key(user)),
@@ -563,7 +563,7 @@ impl Etcd {
 /// (a new cluster may still be electing its leader). On its own thread and runtime: the
 /// members are started from synchronous code.
 fn enable_roles(urls: &[String], pki: &EtcdPki) -> anyhow::Result<()> {
-    use lock_arbiter::etcd_roles;
+    use lock_store::etcd_roles;
     let urls = urls.to_vec();
     let tls = pki.tls("root")?;
     let apply = move || -> anyhow::Result<()> {

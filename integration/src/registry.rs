@@ -96,7 +96,7 @@ pub fn write_test_registry(dir: &Path) -> anyhow::Result<PathBuf> {
             std::fs::copy(&p, out.join(name))?;
         }
     }
-    let today = lock_arbiter::registry_files::today();
+    let today = lock_store::registry_files::today();
     // Valid for the year the records allow, not only today: a run that crosses midnight
     // (a long bench, a slow CI) restarts stacks on this registry after it (found when
     // `make bench`'s tmpfs stack, started at 00:07, refused the fixture dated the day before).

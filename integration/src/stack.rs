@@ -9,10 +9,10 @@ use crate::netlab::NetLab;
 use crate::paths::{dev_registry, workspace_bin};
 use crate::pki::{Pki, SvidFiles, TRUST_DOMAIN};
 use anyhow::{Context as _, bail};
-use lock_arbiter::layout::EpochRecord;
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::{self as remote, Svid};
 use lock_config::FilterConfig;
+use lock_store::layout::EpochRecord;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use tonic::transport::Channel;
@@ -277,7 +277,7 @@ impl Stack {
                 &opts.arbiter_env,
             )?);
         }
-        let registry = lock_arbiter::registry_files::load(&opts.registry)?;
+        let registry = lock_store::registry_files::load(&opts.registry)?;
         let mut filter =
             FilterConfig::from_registry(&registry, &opts.region, &[TRUST_DOMAIN.to_owned()], None);
         filter.unsafe_test_switches = opts.filter_switches.clone();

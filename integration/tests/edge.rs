@@ -307,7 +307,7 @@ async fn affinity_over_three_arbiters_metrics_and_cross_prefix_matrix() {
     );
 
     // Every identity x key combination: allowed exactly when a grant prefix covers the key.
-    let registry = lock_arbiter::registry_files::load(&dev_registry()).unwrap();
+    let registry = lock_store::registry_files::load(&dev_registry()).unwrap();
     let keys = [
         "pay/ledger",
         "pay/ledger/1",

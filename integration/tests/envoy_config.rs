@@ -10,7 +10,7 @@ use lock_integration::pki::{Pki, TRUST_DOMAIN};
 fn local_bootstrap_validates() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::create(&dir.path().join("pki")).unwrap();
-    let registry = lock_arbiter::registry_files::load(&dev_registry()).unwrap();
+    let registry = lock_store::registry_files::load(&dev_registry()).unwrap();
     let filter = FilterConfig::from_registry(&registry, "local", &[TRUST_DOMAIN.into()], None);
     let cfg = EnvoyConfig::new(
         &pki.dir,
@@ -53,7 +53,7 @@ fn production_example_validates() {
         "watched_directory: {path: /etc/lock/ecds}",
         &format!("watched_directory: {{path: {}}}", dir.path().display()),
     );
-    let registry = lock_arbiter::registry_files::load(&dev_registry()).unwrap();
+    let registry = lock_store::registry_files::load(&dev_registry()).unwrap();
     let filter = FilterConfig::from_registry(&registry, "local", &[TRUST_DOMAIN.into()], None);
     let doc = lock_config::ecds::discovery_response(
         &filter,

@@ -11,12 +11,12 @@
 //! - the audit trail's `epoch-advance` rows name who did it;
 //! - tokens after the advances are larger than every token before.
 
-use lock_arbiter::layout::EpochRecord;
 use lock_audit::classify::Kind;
 use lock_integration::oidc::{Admin, Idp};
 use lock_integration::paths::workspace_bin;
 use lock_integration::registry::{SLOW_PREFIX, waiter_id};
 use lock_integration::stack::{Stack, lockctl_etcd};
+use lock_store::layout::EpochRecord;
 use std::process::Command;
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! etcd as a trust boundary (issue 21, item 4): TLS with client certificates from etcd's own
-//! CA, auth enabled, and the roles of `lock_arbiter::etcd_roles` applied by `lockctl roles
+//! CA, auth enabled, and the roles of `lock_store::etcd_roles` applied by `lockctl roles
 //! apply`. Neither the arbiter's credential nor one operator's can move the epoch or
 //! delete a hold (lock-admin's can, after a second operator's approval); nothing without
 //! a certificate of an etcd user can read or write. Each refusal is also shown to be the roles' doing: the

@@ -2,8 +2,8 @@
 //! bounded (at most 500 rows, a bounded number of store calls), the pages together hold
 //! every hold exactly once, and the size and time of each page are reported.
 
-use lock_arbiter::layout::{Holder, SessionRecord, encode, lease_hex, session_key};
 use lock_integration::etcd::Etcd;
+use lock_store::layout::{Holder, SessionRecord, encode, lease_hex, session_key};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -78,8 +78,8 @@ async fn a_namespace_of_100_000_holds_is_read_a_bounded_page_at_a_time() {
     );
 
     let urls = std::slice::from_ref(&etcd.client_url);
-    let tls = lock_arbiter::etcd_tls::load(urls, &etcd.pki.files("operator")).unwrap();
-    let store = lock_arbiter::Etcd::connect(urls, Duration::from_secs(10), tls.as_ref())
+    let tls = lock_store::etcd_tls::load(urls, &etcd.pki.files("operator")).unwrap();
+    let store = lock_store::Etcd::connect(urls, Duration::from_secs(10), tls.as_ref())
         .await
         .unwrap();
 

@@ -4,11 +4,11 @@
 //! registry the reviewed YAML gives; and the validating webhook, over HTTPS, admits and
 //! refuses real AdmissionReview requests by the registry's one validation.
 
-use lock_arbiter::registry_files;
 use lock_config::registry::{Date, Registry};
 use lock_devca::{DevCa, Leaf};
 use lock_integration::paths::{workspace_bin, workspace_root};
 use lock_integration::process::{Proc, free_port, patience};
+use lock_store::registry_files;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;

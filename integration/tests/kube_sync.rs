@@ -6,13 +6,13 @@
 //! last good folder stays, the metric and the log say why).
 
 use base64::Engine as _;
-use lock_arbiter::registry_files;
 use lock_config::Reason;
 use lock_devca::{DevCa, Leaf};
 use lock_integration::kube_apiserver::KubeApiserver;
 use lock_integration::paths::{workspace_bin, workspace_root};
 use lock_integration::process::{Proc, eventually, free_port, patience};
 use lock_integration::{Stack, StackOptions, acquire, open_session};
+use lock_store::registry_files;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::Path;

@@ -160,10 +160,7 @@ async fn stage(bugs: &[&str], pair: Pair) -> Race {
     // The store's word, once every link is clean again.
     let mut etcd = stack.etcd_client().await.unwrap();
     let r = etcd
-        .get(
-            format!("{}{key}", lock_arbiter::layout::HOLDER_PREFIX),
-            None,
-        )
+        .get(format!("{}{key}", lock_store::layout::HOLDER_PREFIX), None)
         .await
         .unwrap();
     Race {
@@ -446,7 +443,7 @@ async fn stage_late_grant(stack: &Stack, trial: usize) -> Option<LateGrant> {
     // The held proposal is retransmitted once the route is back (TCP's back-off after a
     // few seconds of blackhole is seconds): look for its hold for a while.
     let mut etcd = stack.etcd_client().await.unwrap();
-    let holder = format!("{}{key}", lock_arbiter::layout::HOLDER_PREFIX);
+    let holder = format!("{}{key}", lock_store::layout::HOLDER_PREFIX);
     let look_until = Instant::now() + Duration::from_secs(8);
     let store_holder_lease = loop {
         let r = etcd.get(holder.as_str(), None).await.unwrap();

@@ -444,7 +444,7 @@ async fn prometheus_scrapes_arbiters_and_envoy_with_cardinality_fixed_over_a_tho
     // reasons, the code's operations and outcomes. A series may still appear late (the
     // first time an operation meets a given outcome), but never one per key or caller.
     let registry =
-        lock_arbiter::registry_files::load(&lock_integration::paths::dev_registry()).unwrap();
+        lock_store::registry_files::load(&lock_integration::paths::dev_registry()).unwrap();
     let classes: BTreeSet<&str> = registry.classes().map(|c| c.name).collect();
     let reasons: BTreeSet<&str> = lock_config::Reason::all()
         .iter()
@@ -602,7 +602,7 @@ fn alerts_route_to_the_owner_the_registry_names() {
         run(&args)
     };
     let registry =
-        lock_arbiter::registry_files::load(&lock_integration::paths::dev_registry()).unwrap();
+        lock_store::registry_files::load(&lock_integration::paths::dev_registry()).unwrap();
     let owners: Vec<String> = registry
         .namespaces()
         .filter_map(|(_, ns)| ns.owner.clone())

@@ -117,7 +117,7 @@ async fn register_lists_advisory_classes_flags_expired_waivers_and_counts_holds(
     .unwrap();
     // The dev registry's own waiver has a fixed date; the test's copy moves it a year past
     // today, so the test does not turn red on the day it passes.
-    let waiver = lock_arbiter::registry_files::today()
+    let waiver = lock_store::registry_files::today()
         .plus_one_year()
         .to_string();
     let classes = dir.path().join("classes.yaml");

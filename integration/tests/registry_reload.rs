@@ -28,7 +28,7 @@ fn set_slow_ttl(dir: &Path, from: u32, to: u32) -> u64 {
         }
     }
     assert!(changed, "no pay-slow class with ttl {from}");
-    let sources = lock_arbiter::registry_files::read_sources(dir).unwrap();
+    let sources = lock_store::registry_files::read_sources(dir).unwrap();
     lock_config::registry::sources_version(&sources)
 }
 

@@ -230,7 +230,7 @@ async fn a_drain_that_needs_an_epoch_advance_is_refused_unless_accepted() {
     assert_eq!(holder_lease(&stack.shards[0], &k1).await, None);
     let mut e1 = stack.shards[0].client().await.unwrap();
     let rec = e1.get("/sys/epoch", None).await.unwrap();
-    let rec: lock_arbiter::layout::EpochRecord =
+    let rec: lock_store::layout::EpochRecord =
         serde_json::from_slice(rec.kvs()[0].value()).unwrap();
     let by = rec.advanced_by.expect("the advance names who ran it");
     assert!(

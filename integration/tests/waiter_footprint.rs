@@ -22,12 +22,12 @@ async fn a_waiting_acquire_keeps_a_small_future() {
     let dir = tempfile::tempdir().unwrap();
     let etcd = Etcd::start(dir.path(), "footprint").unwrap();
     let urls = std::slice::from_ref(&etcd.client_url);
-    let tls = lock_arbiter::etcd_tls::load(urls, &etcd.pki.files("arbiter")).unwrap();
-    let store = lock_arbiter::Etcd::connect(urls, Duration::from_secs(5), tls.as_ref())
+    let tls = lock_store::etcd_tls::load(urls, &etcd.pki.files("arbiter")).unwrap();
+    let store = lock_store::Etcd::connect(urls, Duration::from_secs(5), tls.as_ref())
         .await
         .unwrap();
     let registry = write_test_registry(dir.path()).unwrap();
-    let registry = Arc::new(lock_arbiter::registry_files::load(&registry).unwrap());
+    let registry = Arc::new(lock_store::registry_files::load(&registry).unwrap());
     let engine = Arc::new(Engine::new(store, registry, Default::default()));
     let key = LockKey::parse("pay/bench/footprint").unwrap();
 

@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use lock_arbiter::registry_files;
+use lock_store::registry_files;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -21,7 +21,7 @@ use crate::Failure;
 use crate::store::EtcdArgs;
 use clap::Subcommand;
 // `members` takes it from here: one place to change when it leaves lock-arbiter.
-use lock_arbiter::etcd_tls::EtcdTls;
+use lock_store::etcd_tls::EtcdTls;
 use std::time::{Duration, Instant};
 
 mod members;
@@ -55,7 +55,7 @@ pub async fn run(cmd: EtcdCmd) -> Result<(), Failure> {
 }
 
 async fn defrag(store: &EtcdArgs, dry_run: bool) -> Result<(), Failure> {
-    let tls = lock_arbiter::etcd_tls::load(&store.etcd, &store.tls)
+    let tls = lock_store::etcd_tls::load(&store.etcd, &store.tls)
         .map_err(|e| Failure::input(e.to_string()))?;
     let tls = tls.as_ref();
     let (seen, corrupt, nospace) = survey(&store.etcd, tls).await?;

@@ -6,10 +6,10 @@ use crate::Failure;
 use crate::force::AdminConn;
 use crate::store::{EtcdArgs, allocate, connect, failed};
 use clap::Subcommand;
-use lock_arbiter::epoch::next::Source;
-use lock_arbiter::etcd_tls::EtcdTlsFiles;
-use lock_arbiter::layout::AdvancedBy;
-use lock_arbiter::{ArbiterError, epoch};
+use lock_store::epoch::next::Source;
+use lock_store::etcd_tls::EtcdTlsFiles;
+use lock_store::layout::AdvancedBy;
+use lock_store::{StoreError, epoch};
 
 #[derive(Subcommand)]
 pub enum EpochCmd {
@@ -139,14 +139,14 @@ async fn break_glass_epoch(
         true => None,
         false => Some(connect(coord_urls, &store.tls).await?),
     };
-    let estate = lock_arbiter::shard_map::read_estate(&cluster, coord.as_ref())
+    let estate = lock_store::shard_map::read_estate(&cluster, coord.as_ref())
         .await
         .map_err(failed)?;
     match epoch::next::source(from, &estate) {
         Ok(Source::OnCluster(_)) => Ok(None),
         Ok(Source::Coord) => {
             let coord = coord.as_ref().unwrap_or(&cluster);
-            lock_arbiter::shard_map::allocate_epoch(coord, from)
+            lock_store::shard_map::allocate_epoch(coord, from)
                 .await
                 .map(Some)
                 .map_err(failed)
@@ -171,9 +171,9 @@ async fn epoch_advance(
             );
             Ok(())
         }
-        Err(ArbiterError::Store(m)) if m.contains("permission denied") => {
+        Err(StoreError::Etcd(e)) if e.to_string().contains("permission denied") => {
             Err(Failure::refused(format!(
-                "etcd refused ({m}): break-glass needs etcd root's certificate; operators advance through lock-admin (`lockctl epoch advance request`)"
+                "etcd refused ({e}): break-glass needs etcd root's certificate; operators advance through lock-admin (`lockctl epoch advance request`)"
             )))
         }
         Err(e) => Err(failed(e)),

@@ -3,8 +3,8 @@
 
 use crate::Failure;
 use clap::Subcommand;
-use lock_arbiter::registry_files;
 use lock_config::FilterConfig;
+use lock_store::registry_files;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]

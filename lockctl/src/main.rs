@@ -335,12 +335,12 @@ mod tests {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        for role in lock_arbiter::etcd_roles::ROLES {
+        for role in lock_store::etcd_roles::ROLES {
             let at = help
                 .find(&format!("{} ", role.name))
                 .unwrap_or_else(|| panic!("role {} missing: {help}", role.name));
             let rest = &help[at..];
-            let end = lock_arbiter::etcd_roles::ROLES
+            let end = lock_store::etcd_roles::ROLES
                 .iter()
                 .filter_map(|r| rest[1..].find(&format!("; {} ", r.name)))
                 .min()

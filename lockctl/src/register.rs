@@ -1,9 +1,9 @@
 //! `lockctl register`: the standing risk register (ADR-01).
 
 use crate::Failure;
-use lock_arbiter::etcd_tls::EtcdTlsFiles;
-use lock_arbiter::{Etcd, registry_files};
 use lock_config::registry::Enforcement;
+use lock_store::etcd_tls::EtcdTlsFiles;
+use lock_store::{Etcd, registry_files};
 use std::path::PathBuf;
 
 /// The register's sources: the registry, and optionally etcd (holds now) and the arbiters
@@ -58,10 +58,10 @@ pub async fn register(args: RegisterArgs) -> Result<(), Failure> {
     } else {
         let mut total = std::collections::HashMap::<String, u64>::new();
         for addr in &metrics {
-            let text = lock_arbiter::admin::scrape(addr)
+            let text = lock_store::admin::scrape(addr)
                 .await
                 .map_err(Failure::unreachable)?;
-            for (class, n) in lock_arbiter::metrics::grants_by_class(&text) {
+            for (class, n) in lock_store::admin::grants_by_class(&text) {
                 *total.entry(class).or_insert(0) += n;
             }
         }
@@ -135,14 +135,14 @@ pub async fn register(args: RegisterArgs) -> Result<(), Failure> {
 async fn holds_by_class(store: &Etcd) -> Result<std::collections::HashMap<String, u64>, Failure> {
     let resp = store
         .range(
-            lock_arbiter::layout::HOLDER_PREFIX,
+            lock_store::layout::HOLDER_PREFIX,
             Some(etcd_client::GetOptions::new().with_prefix()),
         )
         .await
         .map_err(|e| Failure::unreachable(e.to_string()))?;
     let mut by_class = std::collections::HashMap::new();
     for kv in resp.kvs() {
-        if let Some(h) = lock_arbiter::layout::decode::<lock_arbiter::layout::Holder>(kv.value()) {
+        if let Some(h) = lock_store::layout::decode::<lock_store::layout::Holder>(kv.value()) {
             *by_class.entry(h.class).or_insert(0) += 1;
         }
     }

@@ -2,8 +2,8 @@
 
 use crate::Failure;
 use clap::Subcommand;
-use lock_arbiter::registry_files;
 use lock_config::registry::Enforcement;
+use lock_store::registry_files;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -242,7 +242,7 @@ async fn status(
     let mut rows = Vec::new();
     for addr in envoys {
         let path = "/stats?filter=^wasmcustom.lock_edge.config_version$";
-        let served = match lock_arbiter::admin::get(addr, path).await {
+        let served = match lock_store::admin::get(addr, path).await {
             Ok(body) => body
                 .lines()
                 .find_map(|l| l.strip_prefix("wasmcustom.lock_edge.config_version: "))
@@ -258,7 +258,7 @@ async fn status(
         rows.push(("envoy", addr, served, filter_want));
     }
     for addr in arbiters {
-        let served = match lock_arbiter::admin::get(addr, "/status").await {
+        let served = match lock_store::admin::get(addr, "/status").await {
             Ok(body) => serde_json::from_str::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| u64::from_str_radix(v["registry_version"].as_str()?, 16).ok())

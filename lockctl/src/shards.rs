@@ -1,16 +1,16 @@
 //! `lockctl shards`: the shard map on the coord cluster (ADR-09) — set it up, show it, and
 //! move keys by adding a shard, pinning a namespace, or draining a shard
-//! (`lock_arbiter::rehome`). `--etcd` is the coord cluster; shards are reached at their
+//! (`lock_store::rehome`). `--etcd` is the coord cluster; shards are reached at their
 //! endpoints in the map with the same credential.
 
 use crate::Failure;
 use crate::store::{EtcdArgs, failed};
 use clap::Subcommand;
-use lock_arbiter::etcd_tls::EtcdTlsFiles;
-use lock_arbiter::rehome::{self, Connect, MoveOptions};
-use lock_arbiter::shard_map::{read_doc, read_epoch, read_fence};
-use lock_arbiter::{ArbiterError, Etcd};
 use lock_config::shards::{Shard, ShardMap, moves};
+use lock_store::etcd_tls::EtcdTlsFiles;
+use lock_store::rehome::{self, Connect, MoveOptions};
+use lock_store::shard_map::{read_doc, read_epoch, read_fence};
+use lock_store::{Etcd, StoreError};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -95,8 +95,8 @@ pub struct MoveArgs {
 }
 
 impl MoveArgs {
-    fn options(&self) -> lock_arbiter::rehome::MoveOptions {
-        lock_arbiter::rehome::MoveOptions {
+    fn options(&self) -> lock_store::rehome::MoveOptions {
+        lock_store::rehome::MoveOptions {
             wait: std::time::Duration::from_secs(self.wait),
             advance_destinations: self.advance_destination,
         }
@@ -184,8 +184,8 @@ struct Connector {
 }
 
 impl Connect for Connector {
-    async fn connect(&self, shard: &Shard) -> Result<Etcd, ArbiterError> {
-        let tls = lock_arbiter::etcd_tls::load(&shard.endpoints, &self.tls)?;
+    async fn connect(&self, shard: &Shard) -> Result<Etcd, StoreError> {
+        let tls = lock_store::etcd_tls::load(&shard.endpoints, &self.tls)?;
         Etcd::connect(&shard.endpoints, Duration::from_secs(5), tls.as_ref()).await
     }
 }

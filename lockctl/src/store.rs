@@ -4,8 +4,8 @@
 
 use crate::Failure;
 use clap::Subcommand;
-use lock_arbiter::etcd_tls::EtcdTlsFiles;
-use lock_arbiter::{ArbiterError, Etcd};
+use lock_store::etcd_tls::EtcdTlsFiles;
+use lock_store::{Etcd, StoreError};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -43,9 +43,9 @@ pub enum RolesCmd {
 
 /// A store error as lockctl reports it: no quorum is "unreachable" (exit 3), anything
 /// else a refusal (exit 1).
-pub fn failed(e: ArbiterError) -> Failure {
+pub fn failed(e: StoreError) -> Failure {
     match e {
-        ArbiterError::NoQuorum => Failure::unreachable("etcd unreachable or without quorum"),
+        StoreError::NoQuorum => Failure::unreachable("etcd unreachable or without quorum"),
         e => Failure::refused(e.to_string()),
     }
 }
@@ -58,7 +58,7 @@ pub(crate) async fn allocate(
     above: u16,
 ) -> Result<u16, Failure> {
     let coord = connect(coord_urls, tls).await?;
-    lock_arbiter::shard_map::allocate_epoch(&coord, above)
+    lock_store::shard_map::allocate_epoch(&coord, above)
         .await
         .map_err(failed)
 }
@@ -72,7 +72,7 @@ pub async fn roles(cmd: RolesCmd) -> Result<(), Failure> {
 }
 
 pub(crate) async fn connect(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd, Failure> {
-    let tls = lock_arbiter::etcd_tls::load(etcd, tls).map_err(|e| Failure::input(e.to_string()))?;
+    let tls = lock_store::etcd_tls::load(etcd, tls).map_err(|e| Failure::input(e.to_string()))?;
     Etcd::connect(etcd, Duration::from_secs(5), tls.as_ref())
         .await
         .map_err(|e| Failure::unreachable(format!("etcd: {e}")))
@@ -81,7 +81,7 @@ pub(crate) async fn connect(etcd: &[String], tls: &EtcdTlsFiles) -> Result<Etcd,
 /// `lockctl roles show|apply`: reads etcd's users and roles, prints the plan to reach
 /// `etcd_roles::ROLES`/`USERS`, and with `apply` makes it and enables auth.
 async fn roles_plan(etcd: &[String], tls: &EtcdTlsFiles, apply: bool) -> Result<(), Failure> {
-    use lock_arbiter::etcd_roles;
+    use lock_store::etcd_roles;
     let store = connect(etcd, tls).await?;
     let mut auth = store.auth_client();
     let failed = |e: etcd_client::Error| Failure::unreachable(format!("etcd: {e}"));

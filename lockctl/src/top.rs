@@ -10,9 +10,9 @@ mod tui;
 
 use crate::Failure;
 use crate::store::EtcdArgs;
-use lock_arbiter::registry_files;
 use lock_config::registry::{Enforcement, Purpose};
 use lock_explorer::{MAX_PAGE, Row, Rules};
+use lock_store::registry_files;
 use screen::Screen;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -129,7 +129,7 @@ pub struct Reader {
 }
 
 impl Reader {
-    async fn read(&self, etcd: &lock_arbiter::Etcd, screen: &mut Screen) -> Result<(), Failure> {
+    async fn read(&self, etcd: &lock_store::Etcd, screen: &mut Screen) -> Result<(), Failure> {
         let failed = |e: lock_explorer::ReadError| match e {
             lock_explorer::ReadError::Store(e) => crate::store::failed(e),
             e => Failure::input(e.to_string()),

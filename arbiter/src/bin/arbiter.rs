@@ -3,11 +3,12 @@
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use lock_arbiter::bugs::Bugs;
 use lock_arbiter::clusters::Clusters;
 use lock_arbiter::peer_tls::{PeerPolicy, PeerTls, TlsFiles};
 use lock_arbiter::server::Transport;
-use lock_arbiter::{Engine, Etcd, registry_files, server};
+use lock_arbiter::{Engine, server};
+use lock_store::bugs::Bugs;
+use lock_store::registry_files;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,7 +69,7 @@ struct Args {
     shards: bool,
     /// The arbiter's etcd credential (its user `arbiter`: may read /sys/, write /l/ /s/ /q/ /x/ /r/).
     #[command(flatten)]
-    etcd_tls: lock_arbiter::etcd_tls::EtcdTlsFiles,
+    etcd_tls: lock_store::etcd_tls::EtcdTlsFiles,
     /// Registry directory (*.yaml): classes decide TTLs. Polled for changes: a valid new
     /// version applies to new requests; an invalid one is refused and reported.
     #[arg(long, env = "ARBITER_REGISTRY")]
@@ -107,7 +108,7 @@ struct Args {
     /// show it catches it. Never in a release build.
     #[cfg(debug_assertions)]
     #[arg(long = "inject-bug", hide = true)]
-    inject_bug: Vec<lock_arbiter::bugs::Bug>,
+    inject_bug: Vec<lock_store::bugs::Bug>,
 }
 
 #[cfg(feature = "dhat-heap")]
@@ -139,8 +140,8 @@ async fn main() -> anyhow::Result<()> {
         .registry_version
         .set(i64::try_from(registry_version).unwrap_or(0));
     let etcd_tls =
-        lock_arbiter::etcd_tls::load(&args.etcd, &args.etcd_tls).context("etcd transport")?;
-    let etcd = Etcd::connect(
+        lock_store::etcd_tls::load(&args.etcd, &args.etcd_tls).context("etcd transport")?;
+    let etcd = lock_arbiter::connect_etcd(
         &args.etcd,
         Duration::from_millis(args.store_timeout_ms),
         etcd_tls.as_ref(),
@@ -244,7 +245,7 @@ fn transport(args: &Args) -> anyhow::Result<Transport> {
     #[cfg(debug_assertions)]
     let admit_any = args
         .inject_bug
-        .contains(&lock_arbiter::bugs::Bug::AdmitAnyPeer);
+        .contains(&lock_store::bugs::Bug::AdmitAnyPeer);
     #[cfg(not(debug_assertions))]
     let admit_any = false;
     let tls = PeerTls::load(

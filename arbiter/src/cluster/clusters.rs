@@ -22,6 +22,7 @@ use dashmap::DashMap;
 use lock_config::LockKey;
 use lock_config::registry::Tier;
 use lock_config::shards::{COORD, lease_tag, tag_of};
+use lock_store::{Absent, MapError, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,9 +71,7 @@ impl Clusters {
     ) -> Result<Self, ArbiterError> {
         let doc = DocCache::load(coord.clone(), bugs.has(Bug::ShardFenceOff)).await?;
         if doc.get().is_none() {
-            return Err(ArbiterError::Store(
-                "no shard map on the coord cluster: run `lockctl shards init`".into(),
-            ));
+            return Err(ArbiterError::Store(StoreError::Absent(Absent::ShardMap)));
         }
         tokio::spawn(doc.clone().watch());
         Ok(Self {
@@ -188,10 +187,11 @@ impl Sharded {
             .map(|s| s.endpoints)
             .filter(|e| !e.is_empty())
             .ok_or_else(|| {
-                ArbiterError::Store(format!("shard {name} has no endpoints in the map"))
+                ArbiterError::Store(StoreError::Map(MapError::NoEndpoints(name.to_owned())))
             })?;
         let tls = crate::store::etcd_tls::load(&endpoints, &self.tls)?;
-        let etcd = Etcd::connect(&endpoints, self.timeout, tls.as_ref()).await?;
+        let etcd =
+            crate::store::calls::connect_etcd(&endpoints, self.timeout, tls.as_ref()).await?;
         tracing::info!(shard = name, ?endpoints, "connected to entity shard");
         let store = Arc::new(Store::for_cluster(
             etcd,

@@ -7,6 +7,7 @@ use crate::store::layout::{SessionRecord, decode, encode, session_key};
 use crate::store::{Sealed, Store};
 use dashmap::DashMap;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use lock_store::{Contended, StoreError};
 use std::collections::HashSet;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +51,9 @@ pub(crate) async fn grant_random_lease(
             return Ok(lease);
         }
     }
-    Err(ArbiterError::Store("no free random lease id".into()))
+    Err(ArbiterError::Store(StoreError::Contended(
+        Contended::LeaseIds,
+    )))
 }
 
 /// Uniform in 1..2^63: positive, never 0 (0 asks etcd to choose).
@@ -103,7 +106,9 @@ impl Sessions {
         };
         let Some(create_revision) = bound else {
             let _ = sealed.revoke(lease).await;
-            return Err(ArbiterError::Store("session key already existed".into()));
+            return Err(ArbiterError::Store(StoreError::Contended(
+                Contended::SessionKey,
+            )));
         };
         let session = Session {
             lease,

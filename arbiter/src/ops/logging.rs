@@ -1,20 +1,10 @@
-//! Logs for every binary of the service (arbiter, lock-audit, lock-admin, lock-webhook):
-//! `tracing` to stderr, filtered by `RUST_LOG`, `info` by default; and for the arbiter, with
-//! a trace file, its spans to the OpenTelemetry exporter (`traces.rs`).
+//! The arbiter's logs: every binary's (`lock_store::logging`), and with a trace file its
+//! spans to the OpenTelemetry exporter (`traces.rs`).
 
+use lock_store::logging::log_filter;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _};
-
-fn log_filter() -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
-}
-
-pub fn init() {
-    tracing_subscriber::fmt()
-        .with_env_filter(log_filter())
-        .init();
-}
 
 /// Keeps the trace exporter; dropping it flushes the last spans (at exit).
 pub struct Traces(Option<opentelemetry_sdk::trace::SdkTracerProvider>);
@@ -27,9 +17,9 @@ impl Drop for Traces {
     }
 }
 
-/// [`init`], and with `trace_file` the request and etcd spans exported to it (each layer
-/// filtered on its own: the log filter never turns the spans on, and no span is made when
-/// nothing exports them).
+/// `lock_store::logging::init`, and with `trace_file` the request and etcd spans exported
+/// to it (each layer filtered on its own: the log filter never turns the spans on, and no
+/// span is made when nothing exports them).
 pub fn init_with_traces(trace_file: Option<&std::path::Path>) -> std::io::Result<Traces> {
     let logs = tracing_subscriber::fmt::layer().with_filter(log_filter());
     let Some(path) = trace_file else {

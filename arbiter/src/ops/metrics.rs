@@ -254,29 +254,6 @@ impl Metrics {
     }
 }
 
-/// Grants by class in an exposition text (`lock_arbiter_grants_total{class="..."} N`
-/// lines): what `lockctl register --metrics` sums over the arbiters.
-pub fn grants_by_class(text: &str) -> std::collections::HashMap<String, u64> {
-    let mut out = std::collections::HashMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("lock_arbiter_grants_total{class=\"") else {
-            continue;
-        };
-        let Some((class, rest)) = rest.split_once("\"}") else {
-            continue;
-        };
-        let value = rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok());
-        if let Some(v) = value {
-            // Counters are whole numbers; the exposition may write them as floats.
-            *out.entry(class.to_owned()).or_insert(0) += v as u64;
-        }
-    }
-    out
-}
-
 /// Adds one to a gauge for as long as it lives (a queued waiter, a kept session).
 pub struct GaugeGuard(&'static Gauge);
 

@@ -15,10 +15,10 @@
 //! own read-back path. A batch refused as a whole for any other reason is retried member
 //! by member, so one malformed member cannot fail the others.
 
-use crate::error::ArbiterError;
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::etcd::Etcd;
 use etcd_client::{ResponseHeader, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use lock_store::{Malformed, StoreError, Task};
 use std::collections::{HashSet, VecDeque};
 use tokio::sync::{mpsc, oneshot};
 
@@ -63,7 +63,7 @@ struct Member {
     txn: Txn,
     writes: Vec<String>,
     bytes: usize,
-    reply: oneshot::Sender<Result<Answer, ArbiterError>>,
+    reply: oneshot::Sender<Result<Answer, StoreError>>,
 }
 
 #[derive(Clone)]
@@ -85,7 +85,7 @@ impl Batcher {
         txn: Txn,
         writes: Vec<String>,
         bytes: usize,
-    ) -> Result<Answer, ArbiterError> {
+    ) -> Result<Answer, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Member {
@@ -94,10 +94,8 @@ impl Batcher {
                 bytes,
                 reply,
             })
-            .map_err(|_| ArbiterError::Store("the batch sender stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| ArbiterError::Store("the batch sender stopped".into()))?
+            .map_err(|_| StoreError::Stopped(Task::Batch))?;
+        answer.await.map_err(|_| StoreError::Stopped(Task::Batch))?
     }
 }
 
@@ -162,9 +160,7 @@ async fn send(etcd: &Etcd, mut batch: Vec<Member>, bugs: &Bugs) {
             }
             if answers.len() != replies.len() {
                 for reply in replies {
-                    let _ = reply.send(Err(ArbiterError::Store(
-                        "a batch answered with the wrong number of results".into(),
-                    )));
+                    let _ = reply.send(Err(StoreError::Malformed(Malformed::BatchAnswers)));
                 }
                 return;
             }
@@ -173,7 +169,7 @@ async fn send(etcd: &Etcd, mut batch: Vec<Member>, bugs: &Bugs) {
             }
         }
         // Unknown for every member: each reads back on its own.
-        Err(e @ (ArbiterError::NoQuorum | ArbiterError::StoreFull)) => {
+        Err(e @ (StoreError::NoQuorum | StoreError::Full)) => {
             for reply in replies {
                 let _ = reply.send(Err(same(&e)));
             }
@@ -205,10 +201,10 @@ fn split(resp: &TxnResponse) -> Vec<Answer> {
         .collect()
 }
 
-fn same(e: &ArbiterError) -> ArbiterError {
+fn same(e: &StoreError) -> StoreError {
     match e {
-        ArbiterError::StoreFull => ArbiterError::StoreFull,
-        _ => ArbiterError::NoQuorum,
+        StoreError::Full => StoreError::Full,
+        _ => StoreError::NoQuorum,
     }
 }
 

@@ -1,4 +1,4 @@
-//! The epoch record and the seal (ADR-03).
+//! The seal (ADR-03), on the epoch record `lock_store::epoch` writes and advances.
 //!
 //! Every grant compares `/sys/epoch` unchanged (its mod revision) in the same transaction,
 //! and every response header's cluster ID is compared with the one the epoch was minted for:
@@ -7,13 +7,10 @@
 use crate::error::ArbiterError;
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::etcd::Etcd;
-use crate::store::layout::{AdvancedBy, EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode, encode};
-use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, Txn, TxnOp};
+use crate::store::layout::{EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode};
+use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, TxnOp};
 use lock_config::shards::ShardFence;
 use std::sync::{Arc, RwLock};
-
-pub mod advance;
-pub mod next;
 
 /// The epoch as last read, with the mod revision grants compare against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,65 +226,6 @@ impl EpochCache {
         self.check(&epoch, resp.header())?;
         Ok(epoch)
     }
-}
-
-/// `lockctl epoch init`: creates epoch `first` (1 on a lone cluster; allocated from the
-/// coord cluster when there are several) bound to the current cluster ID, if absent.
-/// Returns the record now in the store and whether this call created it. Writes
-/// `/sys/epoch`: with etcd's roles, root's (a bootstrap step beside `roles apply`).
-pub async fn init_with(store: &Etcd, first: u16) -> Result<(EpochRecord, bool), ArbiterError> {
-    // The cluster ID comes from the header of a read; the Txn's own header confirms it.
-    let probe = store.get(EPOCH_KEY).await?;
-    if let Some(kv) = probe.kvs().first() {
-        let rec = decode::<EpochRecord>(kv.value())
-            .ok_or_else(|| ArbiterError::Store("epoch record is not decodable".into()))?;
-        return Ok((rec, false));
-    }
-    let cluster = probe
-        .header()
-        .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
-        .ok_or_else(|| ArbiterError::Store("response without header".into()))?;
-    let record = EpochRecord {
-        epoch: first,
-        cluster_id: cluster.clone(),
-        advanced_by: None,
-    };
-    let txn = Txn::new()
-        .when(vec![Compare::create_revision(
-            EPOCH_KEY,
-            CompareOp::Equal,
-            0,
-        )])
-        .and_then(vec![TxnOp::put(EPOCH_KEY, encode(&record), None)]);
-    let resp = store.txn(txn).await?;
-    let committed_on = resp
-        .header()
-        .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()));
-    if committed_on.as_deref() != Some(cluster.as_str()) {
-        return Err(ArbiterError::Store(
-            "cluster ID changed between read and write".into(),
-        ));
-    }
-    if !resp.succeeded() {
-        // Someone else initialised it concurrently: report theirs.
-        return Box::pin(init_with(store, first)).await;
-    }
-    Ok((record, true))
-}
-
-/// An epoch advance, one transaction (ADR-03): compares the epoch record is still epoch
-/// `from` (unchanged since read), puts epoch `next` bound to the cluster ID the store
-/// reports now, and deletes every hold (`/l/`) and durable waiter (`/q/`). `next` is
-/// `from + 1` on a lone cluster (None), or allocated from the coord cluster
-/// ([`next::source`] decides which).
-pub async fn advance(
-    store: &Etcd,
-    from: u16,
-    next: Option<u16>,
-    by: Option<AdvancedBy>,
-) -> Result<EpochRecord, ArbiterError> {
-    let plan = advance::plan(store, from, next, by).await?;
-    advance::run(store, &plan, Vec::new(), Vec::new()).await
 }
 
 #[cfg(test)]

@@ -378,7 +378,7 @@ impl Sealed {
         options: WatchOptions,
     ) -> Result<WatchStream, ArbiterError> {
         let mut watches = self.etcd.watch_client();
-        self.etcd.bounded(watches.watch(key, Some(options))).await
+        Ok(self.etcd.bounded(watches.watch(key, Some(options))).await?)
     }
 
     /// Renews `lease` once on the arbiter's shared keepalive stream (`renewals.rs`); the

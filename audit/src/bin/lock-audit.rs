@@ -3,9 +3,9 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
 use lock_audit::store::Postgres;
 use lock_audit::tailer::{self, TailerOptions};
+use lock_store::etcd_tls::{self, EtcdTlsFiles};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -81,7 +81,7 @@ enum Cmd {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    lock_arbiter::logging::init();
+    lock_store::logging::init();
     match Args::parse().cmd {
         Cmd::Tail {
             etcd,
@@ -116,8 +116,8 @@ async fn main() -> anyhow::Result<()> {
             let admin = tokio::net::TcpListener::bind(admin_listen).await?;
             // The harness reads the bound address from here, as it does the arbiter's.
             println!("admin listening on {}", admin.local_addr()?);
-            tokio::spawn(lock_arbiter::admin::serve_with(admin, || {
-                lock_audit::metrics::METRICS.encode()
+            tokio::spawn(lock_store::admin::serve_with(admin, |path| {
+                lock_store::admin::metrics_only(path, || lock_audit::metrics::METRICS.encode())
             }));
             let (stop_tx, stop) = tokio::sync::watch::channel(false);
             tokio::spawn(async move {

@@ -1,5 +1,5 @@
 use super::*;
-use lock_arbiter::layout::encode;
+use lock_store::layout::encode;
 
 fn holder(id: &str, session: &str) -> Vec<u8> {
     encode(&Holder {

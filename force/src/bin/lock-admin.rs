@@ -3,14 +3,14 @@
 
 use anyhow::Context;
 use clap::Parser;
-use lock_arbiter::Etcd;
-use lock_arbiter::etcd_tls::{self, EtcdTlsFiles};
 use lock_force::advance_store::AdvanceStore;
 use lock_force::api::App;
 use lock_force::oidc::{OidcSettings, Verifier};
 use lock_force::server;
 use lock_force::store::ForceStore;
 use lock_force::web_session::PageState;
+use lock_store::Etcd;
+use lock_store::etcd_tls::{self, EtcdTlsFiles};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,7 +61,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    lock_arbiter::logging::init();
+    lock_store::logging::init();
     let args = Args::parse();
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => Some(server::tls_acceptor(c, k)?),

@@ -34,9 +34,9 @@ use super::history::{Kind, Op};
 use super::store_log::StoreTruth;
 use crate::store_log::hold_of;
 pub use crate::violation::{Violation, revision};
-use lock_arbiter::layout::HOLDER_PREFIX;
 use lock_config::FencingToken;
 use lock_integration::registry::gate_client_identity;
+use lock_store::layout::HOLDER_PREFIX;
 use std::collections::BTreeMap;
 
 /// Every check, over every key.

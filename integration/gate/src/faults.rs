@@ -354,9 +354,9 @@ async fn member(stack: &Stack, leader: bool, pick: usize) -> usize {
 /// The epoch number in the store, if it can be read.
 async fn current_epoch(stack: &Stack) -> Option<u16> {
     let mut c = stack.etcd_client().await.ok()?;
-    let r = c.get(lock_arbiter::layout::EPOCH_KEY, None).await.ok()?;
+    let r = c.get(lock_store::layout::EPOCH_KEY, None).await.ok()?;
     let kv = r.kvs().first()?;
-    lock_arbiter::layout::decode::<lock_arbiter::layout::EpochRecord>(kv.value()).map(|e| e.epoch)
+    lock_store::layout::decode::<lock_store::layout::EpochRecord>(kv.value()).map(|e| e.epoch)
 }
 
 /// Files and approves a force release of one held key (the `pick`-th, in key order), with
@@ -369,7 +369,7 @@ async fn force_release(
     let mut root = stack.etcd_client().await?;
     let held = root
         .get(
-            lock_arbiter::layout::HOLDER_PREFIX,
+            lock_store::layout::HOLDER_PREFIX,
             Some(
                 etcd_client::GetOptions::new()
                     .with_prefix()
@@ -381,7 +381,7 @@ async fn force_release(
         .kvs()
         .iter()
         .filter_map(|kv| kv.key_str().ok())
-        .filter_map(|k| k.strip_prefix(lock_arbiter::layout::HOLDER_PREFIX))
+        .filter_map(|k| k.strip_prefix(lock_store::layout::HOLDER_PREFIX))
         .map(str::to_owned)
         .collect();
     let Some(key) = keys.get(pick % keys.len().max(1)).cloned() else {

@@ -577,7 +577,7 @@ pub fn write_timelines(
             .iter()
             .filter(|o| o.key.as_deref() == Some(key.as_str()))
             .collect();
-        let holder = format!("{}{key}", lock_arbiter::layout::HOLDER_PREFIX);
+        let holder = format!("{}{key}", lock_store::layout::HOLDER_PREFIX);
         let key_store: Vec<&store_log::StoreEvent> =
             store_events.iter().filter(|e| e.key == holder).collect();
         let page = timeline::render(&key, &key_ops, &key_store, &faults, &found);

@@ -15,8 +15,8 @@
 
 use super::checker::Violation;
 use super::store_log::StoreEvent;
-use lock_arbiter::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
-use lock_arbiter::layout::{EPOCH_KEY, FORCE_PREFIX, HOLDER_PREFIX, SESSION_PREFIX, lease_hex};
+use lock_store::hold_end::{EndFacts, HoldEnd, SessionEnd, hold_end};
+use lock_store::layout::{EPOCH_KEY, FORCE_PREFIX, HOLDER_PREFIX, SESSION_PREFIX, lease_hex};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 

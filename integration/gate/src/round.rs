@@ -116,14 +116,12 @@ pub async fn run(opts: &GateOptions) -> anyhow::Result<GateReport> {
 /// The store's revision now and its epoch: where a round's log starts.
 async fn store_start(stack: &Stack) -> anyhow::Result<StoreStart> {
     let mut c = stack.etcd_client().await?;
-    let r = c.get(lock_arbiter::layout::EPOCH_KEY, None).await?;
+    let r = c.get(lock_store::layout::EPOCH_KEY, None).await?;
     let revision = r.header().map_or(0, |h| h.revision());
     let epoch = r
         .kvs()
         .first()
-        .and_then(|kv| {
-            lock_arbiter::layout::decode::<lock_arbiter::layout::EpochRecord>(kv.value())
-        })
+        .and_then(|kv| lock_store::layout::decode::<lock_store::layout::EpochRecord>(kv.value()))
         .map_or(0, |e| u32::from(e.epoch));
     Ok(StoreStart {
         from_revision: revision + 1,

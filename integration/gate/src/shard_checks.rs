@@ -199,7 +199,7 @@ mod tests {
 
     fn epoch_put(revision: i64) -> StoreEvent {
         StoreEvent {
-            key: lock_arbiter::layout::EPOCH_KEY.into(),
+            key: lock_store::layout::EPOCH_KEY.into(),
             holder: None,
             ..put(revision, 0)
         }

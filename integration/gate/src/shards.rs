@@ -91,7 +91,7 @@ pub enum ShardBug {
     /// The second arbiter grants without the shard fence (`--inject-bug shard-fence-off`).
     ShardFenceOff,
     /// lock-admin's two-person advance takes E+1 on its own shard
-    /// (`lock_arbiter::bugs::Bug::AdvanceWithoutCoord`).
+    /// (`lock_store::bugs::Bug::AdvanceWithoutCoord`).
     AdvanceWithoutCoord,
 }
 
@@ -620,12 +620,10 @@ async fn advance(stack: &Stack, shard: &Etcd, old_rule: bool) -> anyhow::Result<
 /// The epoch a cluster's record names.
 async fn epoch_of(c: &Etcd) -> anyhow::Result<u16> {
     let mut client = c.client().await?;
-    let r = client.get(lock_arbiter::layout::EPOCH_KEY, None).await?;
+    let r = client.get(lock_store::layout::EPOCH_KEY, None).await?;
     r.kvs()
         .first()
-        .and_then(|kv| {
-            lock_arbiter::layout::decode::<lock_arbiter::layout::EpochRecord>(kv.value())
-        })
+        .and_then(|kv| lock_store::layout::decode::<lock_store::layout::EpochRecord>(kv.value()))
         .map(|e| e.epoch)
         .ok_or_else(|| anyhow::anyhow!("{} has no epoch record", c.name))
 }

@@ -6,7 +6,7 @@
 
 use super::history::mono_ns;
 use etcd_client::{EventType, WatchOptions};
-use lock_arbiter::layout::{
+use lock_store::layout::{
     EPOCH_KEY, EpochRecord, FORCE_PREFIX, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARED_PREFIX,
     decode, lease_hex,
 };

@@ -341,7 +341,7 @@ async fn run(args: &RunArgs) -> anyhow::Result<bool> {
 }
 
 fn write_result(dir: &std::path::Path, args: &RunArgs) -> anyhow::Result<PathBuf> {
-    let today = lock_arbiter::registry_files::today();
+    let today = lock_store::registry_files::today();
     let name: String = format!("{}-{}", args.class, args.resource)
         .chars()
         .map(|c| {

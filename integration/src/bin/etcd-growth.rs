@@ -20,7 +20,7 @@ async fn main() -> anyhow::Result<()> {
     let mut c = etcd.client().await?;
     // A holder record as the arbiter writes it, at a realistic size (identity, instance,
     // session, class, time).
-    let holder = lock_arbiter::layout::encode(&lock_arbiter::layout::Holder {
+    let holder = lock_store::layout::encode(&lock_store::layout::Holder {
         spiffe_id: "spiffe://prod.example.org/ns/payments/sa/ledger-writer".into(),
         instance: Some("9f3a5c2e1b7d4e60".into()),
         session: "694d8e3f2a1b7c55".into(),

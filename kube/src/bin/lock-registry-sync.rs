@@ -30,7 +30,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    lock_arbiter::logging::init();
+    lock_store::logging::init();
     // The kube client's TLS: rustls with ring, as everywhere in the workspace.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();

@@ -24,9 +24,9 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    lock_arbiter::logging::init();
+    lock_store::logging::init();
     let args = Args::parse();
-    let tls = lock_arbiter::https::acceptor(&args.tls_cert, &args.tls_key)?;
+    let tls = lock_store::https::acceptor(&args.tls_cert, &args.tls_key)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;

@@ -1,5 +1,5 @@
 //! The output folder (I/O): the arbiters' `--registry` layout — every `*.yaml` in the
-//! folder, sorted, read as one registry (`lock_arbiter::registry_files`). This controller
+//! folder, sorted, read as one registry (`lock_store::registry_files`). This controller
 //! keeps one file, [`FILE`], and replaces it whole: written to a temp name the reader
 //! skips (not `*.yaml`), flushed, then renamed over the old one. A reader sees the old set
 //! or the new one, never a part (and a folder it cannot read it retries, keeping its set).
@@ -61,7 +61,7 @@ mod tests {
         // No temp file left, and a temp file would not be read as a registry file.
         assert!(!out.join(TEMP).exists());
         assert!(foreign(out).unwrap().is_empty());
-        let sources = lock_arbiter::registry_files::read_sources(out).unwrap();
+        let sources = lock_store::registry_files::read_sources(out).unwrap();
         assert_eq!(sources.len(), 1);
         std::fs::write(out.join("classes.yaml"), "x: 1\n").unwrap();
         assert_eq!(foreign(out).unwrap(), vec![out.join("classes.yaml")]);

@@ -158,11 +158,7 @@ pub async fn run(client: kube::Client, namespace: String, out: PathBuf) -> anyho
                 continue;
             }
         };
-        match decide(
-            &v,
-            on_disk.as_deref(),
-            lock_arbiter::registry_files::today(),
-        ) {
+        match decide(&v, on_disk.as_deref(), lock_store::registry_files::today()) {
             Decision::Wait => {}
             Decision::Unchanged => {
                 settled(&mut last_refusal, on_disk.as_deref());

@@ -6,8 +6,8 @@
 use super::screen::{Effect, Key, Screen};
 use super::{Sort, human};
 use crate::Failure;
-use lock_arbiter::Etcd;
 use lock_explorer::{Flag, Mode, Row};
+use lock_store::Etcd;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};

@@ -10,6 +10,7 @@ use crate::lock::sessions::Session;
 use crate::store::Sealed;
 use crate::store::layout::session_key;
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lock_store::{Malformed, StoreError};
 
 /// Settlements tried for one attempt whose answer was lost, each bounded by the store
 /// timeout. A new try may reach another member (etcd-client balances over the endpoints),
@@ -41,9 +42,9 @@ pub fn settled(claimant: &Claimant<'_>, seen: &SettleSeen) -> Result<Verdict, Ar
         return Ok(Verdict::SessionGone);
     }
     if !fenced {
-        return Err(ArbiterError::Store(
-            "a settlement refused with its session bound and no fence".into(),
-        ));
+        return Err(ArbiterError::Store(StoreError::Malformed(
+            Malformed::SettleUnfenced,
+        )));
     }
     match &seen.holder {
         Some(h) if h.session.as_deref() == Some(claimant.lease_hex) => Ok(Verdict::Granted {

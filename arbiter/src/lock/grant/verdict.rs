@@ -3,12 +3,13 @@
 //! ([`mint`]). Pure; the transaction is `grant.rs`'s.
 
 use super::Grant;
-use crate::error::ArbiterError;
+use crate::error::{ArbiterError, Internal};
 use crate::store::epoch::Epoch;
 use crate::store::layout::{DelayMarker, Holder, decode};
 use etcd_client::KeyValue;
 use lock_config::FencingToken;
 use lock_config::registry::ResolvedClass;
+use lock_store::{Malformed, StoreError};
 
 /// Who asks: the session the grant would be attached to, and the epoch it compared.
 #[derive(Debug, Clone)]
@@ -173,9 +174,9 @@ pub fn mint(
     class: &ResolvedClass<'_>,
 ) -> Result<Grant, ArbiterError> {
     let unsigned =
-        u64::try_from(revision).map_err(|_| ArbiterError::Store("bad revision".into()))?;
+        u64::try_from(revision).map_err(|_| StoreError::Malformed(Malformed::NegativeRevision))?;
     let token = FencingToken::pack(epoch.record.epoch, unsigned)
-        .map_err(|e| ArbiterError::Store(format!("cannot mint token: {e}")))?;
+        .map_err(|e| ArbiterError::Internal(Internal::Mint(e)))?;
     Ok(Grant {
         token,
         revision,

@@ -13,7 +13,7 @@
 //! whatever arbiter the waiter waits (`release.rs`). The first waiter therefore watches
 //! the holder record for overwrites as well as deletes, and finds the record its own.
 
-use crate::error::ArbiterError;
+use crate::error::{ArbiterError, Internal};
 use crate::lock::grant::{Attempt, Grant, Granter, QueuePlace};
 use crate::lock::sessions::Session;
 use crate::lock::wait::release_watch::{self, Wake};
@@ -221,9 +221,9 @@ async fn leave(
                 Err(e) => Event::Refused(e),
             },
             other => {
-                return Err(ArbiterError::Store(format!(
-                    "durable wait: no driver for {other:?} while leaving"
-                )));
+                return Err(ArbiterError::Internal(Internal::NoDriver(format!(
+                    "{other:?}"
+                ))));
             }
         };
         Transition { state, then, .. } = waiter::step(state, event);

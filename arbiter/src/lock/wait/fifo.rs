@@ -10,7 +10,7 @@
 //! A semaphore's waiters (`permits: N`) queue the same way: the head's attempt is a permit
 //! grant (`lock/permit.rs`) and its watch covers every permit of the key.
 
-use crate::error::ArbiterError;
+use crate::error::{ArbiterError, Internal};
 use crate::lock::grant::{Attempt, Grant, Granter, Watch, holder_record, mint};
 use crate::lock::sessions::Session;
 use crate::lock::wait::queue::{Handed, Offer, Queues, Ticket};
@@ -206,7 +206,7 @@ impl<'a> Waiter<'a> {
                 }
                 Then::AwaitAttempt => match in_flight.take() {
                     Some(txn) => attempted(txn.await, &mut watch),
-                    None => Event::Refused(ArbiterError::Store("no transaction in flight".into())),
+                    None => Event::Refused(ArbiterError::Internal(Internal::NoAttemptInFlight)),
                 },
                 Then::Watch { from } => {
                     let store = self.granter.store;

@@ -42,7 +42,7 @@
 //!    was answered (the gate's bridge partition found it). NO_QUORUM says the acquire may
 //!    yet take effect.
 
-use crate::error::ArbiterError;
+use crate::error::{ArbiterError, Internal};
 use crate::lock::grant::Grant;
 use crate::lock::wait::wait_end::Ended;
 
@@ -321,8 +321,8 @@ pub fn step(state: State, event: Event) -> Transition {
         (S::Unsure { .. }, E::Refused(e)) => answer(Err(e)),
 
         // Debug forms only: a grant's token prints redacted (`FencingToken`'s Debug).
-        (state, event) => answer(Err(ArbiterError::Store(format!(
-            "waiter: no transition from {state:?} on {event:?}"
+        (state, event) => answer(Err(ArbiterError::Internal(Internal::NoTransition(
+            format!("{state:?} on {event:?}"),
         )))),
     }
 }

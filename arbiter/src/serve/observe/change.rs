@@ -11,6 +11,7 @@ use crate::store::layout::{
 };
 use etcd_client::{Event, EventType, GetOptions};
 use lock_config::proto::v1::ObserveEvent;
+use lock_store::{Absent, Malformed, StoreError};
 use std::sync::Arc;
 
 /// Changes already read, for every Observe of their key: the reads a change needs (the
@@ -78,18 +79,20 @@ impl SeenMemo {
 /// and marks the gap). The compaction's revision is not in etcd's answer: 0.
 pub(super) fn compacted_read(e: ArbiterError) -> ArbiterError {
     match e {
-        ArbiterError::Store(m) if m.contains("compacted") => ArbiterError::HistoryCompacted {
-            compact_revision: 0,
-        },
+        ArbiterError::Store(StoreError::Etcd(e)) if e.to_string().contains("compacted") => {
+            ArbiterError::HistoryCompacted {
+                compact_revision: 0,
+            }
+        }
         e => e,
     }
 }
 
 /// One watch event as the key's state.
 async fn seen_of(sealed: &Sealed, event: &Event) -> Result<Seen, ArbiterError> {
-    let kv = event
-        .kv()
-        .ok_or_else(|| ArbiterError::Store("a watch event without its key".into()))?;
+    let kv = event.kv().ok_or(ArbiterError::Store(StoreError::Malformed(
+        Malformed::EventWithoutKey,
+    )))?;
     let revision = kv.mod_revision();
     match event.event_type() {
         EventType::Put => {
@@ -138,7 +141,9 @@ async fn epoch_at(sealed: &Sealed, revision: i64) -> Result<u16, ArbiterError> {
         .first()
         .and_then(|kv| decode::<crate::store::layout::EpochRecord>(kv.value()))
         .map(|r| r.epoch)
-        .ok_or_else(|| ArbiterError::Store(format!("no epoch record at revision {revision}")))
+        .ok_or(ArbiterError::Store(StoreError::Absent(Absent::EpochAt(
+            revision,
+        ))))
 }
 
 /// What else happened at `revision`, where a hold of `session` (hex) was deleted, and the

@@ -16,12 +16,12 @@
 //! one's) and no two clusters hold it at once (its old shard has no hold and grants none
 //! from step 2; its new shard grants none before step 5).
 
-use crate::error::ArbiterError;
-use crate::store::epoch;
-use crate::store::etcd::Etcd;
-use crate::store::layout::AdvancedBy;
-use crate::store::layout::HOLDER_PREFIX;
-use crate::store::shard_map::{
+use crate::connection::etcd::Etcd;
+use crate::epoch;
+use crate::error::{Absent, Contended, MapError, MoveRefused, StoreError};
+use crate::records::layout::AdvancedBy;
+use crate::records::layout::HOLDER_PREFIX;
+use crate::shards::shard_map::{
     allocate_epoch, may_write_epoch, read_doc, read_epoch, read_fence, write_doc, write_fence,
 };
 use etcd_client::GetOptions;
@@ -35,7 +35,7 @@ pub trait Connect {
     fn connect(
         &self,
         shard: &Shard,
-    ) -> impl std::future::Future<Output = Result<Etcd, ArbiterError>> + Send;
+    ) -> impl std::future::Future<Output = Result<Etcd, StoreError>> + Send;
 }
 
 /// How a change of map may proceed.
@@ -69,17 +69,16 @@ pub async fn init(
     coord: &Etcd,
     map: &ShardMap,
     connect: &impl Connect,
-) -> Result<ShardsDoc, ArbiterError> {
+) -> Result<ShardsDoc, StoreError> {
     map.validate()
-        .map_err(|e| ArbiterError::Store(format!("shard map: {e}")))?;
+        .map_err(|e| StoreError::Map(MapError::Invalid(e)))?;
     if let Some((doc, _)) = read_doc(coord).await? {
         if doc.current == *map && doc.pending.is_none() {
             return Ok(doc);
         }
-        return Err(ArbiterError::Store(format!(
-            "the coord cluster already has shard map version {}: use `lockctl shards add|move|drain`",
-            doc.current.version
-        )));
+        return Err(StoreError::Move(MoveRefused::MapExists {
+            version: doc.current.version,
+        }));
     }
     // The coord cluster's own epoch (it may have served alone until now) bounds the
     // allocator from below: no shard may start at or under it.
@@ -100,9 +99,7 @@ pub async fn init(
         pending: None,
     };
     if !write_doc(coord, &doc, 0).await? {
-        return Err(ArbiterError::Store(
-            "the shard map was written concurrently".into(),
-        ));
+        return Err(StoreError::Contended(Contended::ShardMapWritten));
     }
     Ok(doc)
 }
@@ -116,13 +113,13 @@ async fn start_shard(
     shard: &Shard,
     version: u64,
     floor: u16,
-) -> Result<u16, ArbiterError> {
+) -> Result<u16, StoreError> {
     match read_fence(etcd).await? {
         Some((f, _)) if f.name != shard.name => {
-            return Err(ArbiterError::Store(format!(
-                "the cluster given as shard {} is shard {}",
-                shard.name, f.name
-            )));
+            return Err(StoreError::Map(MapError::WrongShard {
+                given: shard.name.clone(),
+                is: f.name,
+            }));
         }
         Some(_) => {}
         None => {
@@ -152,7 +149,7 @@ async fn moving_holds(
     shard: &str,
     old: &ShardMap,
     new: &ShardMap,
-) -> Result<Vec<String>, ArbiterError> {
+) -> Result<Vec<String>, StoreError> {
     let resp = etcd
         .range(
             HOLDER_PREFIX,
@@ -177,26 +174,24 @@ pub async fn change(
     connect: &impl Connect,
     opts: &MoveOptions,
     progress: &mut (impl FnMut(&str) + Send),
-) -> Result<MoveReport, ArbiterError> {
+) -> Result<MoveReport, StoreError> {
     let started = Instant::now();
     next.validate()
-        .map_err(|e| ArbiterError::Store(format!("shard map: {e}")))?;
-    let (doc, doc_rev) = read_doc(coord).await?.ok_or_else(|| {
-        ArbiterError::Store("no shard map on the coord cluster: `lockctl shards init`".into())
-    })?;
+        .map_err(|e| StoreError::Map(MapError::Invalid(e)))?;
+    let (doc, doc_rev) = read_doc(coord)
+        .await?
+        .ok_or(StoreError::Absent(Absent::ShardMap))?;
     if let Some(p) = &doc.pending {
         if *p != next {
-            return Err(ArbiterError::Store(format!(
-                "a move to version {} is under way; finish it with the same command first",
-                p.version
-            )));
+            return Err(StoreError::Move(MoveRefused::UnderWay {
+                version: p.version,
+            }));
         }
     } else if next.version != doc.current.version + 1 {
-        return Err(ArbiterError::Store(format!(
-            "the next map must be version {}, not {}",
-            doc.current.version + 1,
-            next.version
-        )));
+        return Err(StoreError::Move(MoveRefused::NotNext {
+            want: doc.current.version + 1,
+            got: next.version,
+        }));
     }
     let old = doc.current.clone();
     // Every shard named by either map, connected (new ones get their epoch and fence).
@@ -212,15 +207,12 @@ pub async fn change(
             read_epoch(&etcd)
                 .await?
                 .map(|(r, _)| r.epoch)
-                .ok_or_else(|| {
-                    ArbiterError::Store(format!("shard {} has no epoch record", s.name))
-                })?
+                .ok_or_else(|| StoreError::Absent(Absent::ShardEpoch(s.name.clone())))?
         } else {
             if read_epoch(&etcd).await?.is_none() && !may_write_epoch(&etcd).await? {
-                return Err(ArbiterError::Store(format!(
-                    "shard {} has no epoch record, and creating one writes /sys/epoch, which this credential may not (ADR-03): run `lockctl epoch init --coord <coord URLs> --etcd <its URLs>` as etcd root first; nothing was written",
-                    s.name
-                )));
+                return Err(StoreError::Move(MoveRefused::MayNotStart {
+                    shard: s.name.clone(),
+                }));
             }
             progress(&format!(
                 "starting shard {} (epoch from the coord cluster)",
@@ -252,15 +244,15 @@ pub async fn change(
             .map(|(d, (e, top))| format!("{d} (epoch {e}, receives from epoch {top})"))
             .collect::<Vec<_>>()
             .join(", ");
-        return Err(ArbiterError::Store(format!(
-            "receiving shards need an epoch advance, which ends their holds: {list}; run again with --advance-destination to accept"
-        )));
+        return Err(StoreError::Move(MoveRefused::NeedsAdvance {
+            receivers: list,
+        }));
     }
     for d in to_advance.keys() {
         if !may_write_epoch(&shards[d]).await? {
-            return Err(ArbiterError::Store(format!(
-                "receiving shard {d} needs an epoch advance, which writes /sys/epoch: outside lock-admin's two-person path only etcd root may (ADR-03). Run this move with root's certificate (it is recorded as break-glass in the epoch record); nothing was written"
-            )));
+            return Err(StoreError::Move(MoveRefused::MayNotAdvance {
+                shard: d.clone(),
+            }));
         }
     }
     // 1. The pending map.
@@ -269,9 +261,7 @@ pub async fn change(
         pending: Some(next.clone()),
     };
     if doc.pending.is_none() && !write_doc(coord, &pending, doc_rev).await? {
-        return Err(ArbiterError::Store(
-            "the shard map changed under this move".into(),
-        ));
+        return Err(StoreError::Contended(Contended::ShardMapMoved));
     }
     progress(&format!("map {} -> {}: pending", old.version, next.version));
     // 2. Fences: moving keys are refused everywhere from here.
@@ -314,12 +304,11 @@ pub async fn change(
             )
             .await?;
             held.truncate(5);
-            return Err(ArbiterError::Store(format!(
-                "holds of moving keys did not end within {:?} (e.g. {}): nothing moved, map back at version {}",
-                opts.wait,
-                held.join(", "),
-                old.version
-            )));
+            return Err(StoreError::Move(MoveRefused::HoldsRemain {
+                wait: opts.wait,
+                examples: held.join(", "),
+                version: old.version,
+            }));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -351,17 +340,15 @@ pub async fn change(
     for (name, etcd) in &shards {
         write_fence(etcd, fence(name, next.version, None)).await?;
     }
-    let (_, rev) = read_doc(coord).await?.ok_or_else(|| {
-        ArbiterError::Store("the shard map document vanished during the move".into())
-    })?;
+    let (_, rev) = read_doc(coord)
+        .await?
+        .ok_or(StoreError::Contended(Contended::ShardMapVanished))?;
     let flipped = ShardsDoc {
         current: next.clone(),
         pending: None,
     };
     if !write_doc(coord, &flipped, rev).await? {
-        return Err(ArbiterError::Store(
-            "the shard map changed during the flip; run the command again to finish".into(),
-        ));
+        return Err(StoreError::Contended(Contended::ShardMapAtFlip));
     }
     progress(&format!("map version {} in force", next.version));
     Ok(MoveReport {

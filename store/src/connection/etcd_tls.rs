@@ -8,7 +8,8 @@
 //! to a loopback address (a member on the same host, as in a single-box trial), so a
 //! production flag set cannot silently send the lock keys unencrypted over a network.
 
-use crate::error::ArbiterError;
+pub use crate::error::TransportRefused;
+use crate::error::{ConnectError, StoreError};
 use etcd_client::{Certificate, Identity, TlsOptions};
 use std::path::{Path, PathBuf};
 
@@ -42,26 +43,6 @@ impl EtcdTls {
             .ca_certificate(self.ca.clone())
             .identity(self.identity.clone())
     }
-}
-
-/// Why a transport was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TransportRefused {
-    #[error("no etcd endpoints given")]
-    NoEndpoints,
-    #[error("give all three of --etcd-ca, --etcd-cert and --etcd-key, or none")]
-    PartialCredential,
-    #[error("etcd endpoint {0} is https but no --etcd-ca/--etcd-cert/--etcd-key were given")]
-    HttpsWithoutCredential(String),
-    #[error(
-        "etcd endpoint {0} is plaintext and not on loopback: the lock keys would cross the \
-         network unencrypted and unauthenticated (use https with a client certificate)"
-    )]
-    PlaintextOffLoopback(String),
-    #[error("etcd endpoint {0} is plaintext but a client certificate was given: use https://")]
-    PlaintextWithCredential(String),
-    #[error("etcd endpoint {0} is neither http:// nor https://")]
-    UnknownScheme(String),
 }
 
 /// Decides the transport for `endpoints` (URLs; a bare `host:port` is plaintext) given
@@ -111,9 +92,8 @@ pub fn on_loopback(authority: &str) -> bool {
 }
 
 /// Checks the transport and loads the credential it needs (None: plaintext to loopback).
-pub fn load(endpoints: &[String], files: &EtcdTlsFiles) -> Result<Option<EtcdTls>, ArbiterError> {
-    let tls =
-        transport_verdict(endpoints, files).map_err(|e| ArbiterError::Store(e.to_string()))?;
+pub fn load(endpoints: &[String], files: &EtcdTlsFiles) -> Result<Option<EtcdTls>, StoreError> {
+    let tls = transport_verdict(endpoints, files).map_err(ConnectError::Refused)?;
     let (Some(ca), Some(cert), Some(key), true) = (&files.ca, &files.cert, &files.key, tls) else {
         return Ok(None);
     };
@@ -123,8 +103,11 @@ pub fn load(endpoints: &[String], files: &EtcdTlsFiles) -> Result<Option<EtcdTls
     }))
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, ArbiterError> {
-    std::fs::read(path).map_err(|e| ArbiterError::Store(format!("{}: {e}", path.display())))
+fn read(path: &Path) -> Result<Vec<u8>, ConnectError> {
+    std::fs::read(path).map_err(|source| ConnectError::File {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]

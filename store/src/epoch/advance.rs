@@ -3,9 +3,9 @@
 //! into the same transaction: the advance and the request's end commit together, so an
 //! approved request runs once.
 
-use crate::error::ArbiterError;
-use crate::store::etcd::Etcd;
-use crate::store::layout::{
+use crate::connection::etcd::Etcd;
+use crate::error::{Absent, Contended, EpochRefused, Malformed, Record, StoreError};
+use crate::records::layout::{
     AdvancedBy, EPOCH_KEY, EpochRecord, HOLDER_PREFIX, QUEUE_PREFIX, SHARED_PREFIX, decode, encode,
 };
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
@@ -21,16 +21,12 @@ pub struct Plan {
 }
 
 /// Whether the store, at `current`, may advance from `from` to `next`.
-pub fn verdict(current: u16, from: u16, next: u16) -> Result<(), ArbiterError> {
+pub fn verdict(current: u16, from: u16, next: u16) -> Result<(), EpochRefused> {
     if current != from {
-        return Err(ArbiterError::Store(format!(
-            "the store is at epoch {current}, not {from}: nothing advanced"
-        )));
+        return Err(EpochRefused::NotAt { current, from });
     }
     if next <= from || next > lock_config::token::MAX_EPOCH {
-        return Err(ArbiterError::Store(format!(
-            "cannot advance from epoch {from} to {next}"
-        )));
+        return Err(EpochRefused::NotAnAdvance { from, next });
     }
     Ok(())
 }
@@ -42,26 +38,26 @@ pub async fn plan(
     from: u16,
     next: Option<u16>,
     by: Option<AdvancedBy>,
-) -> Result<Plan, ArbiterError> {
+) -> Result<Plan, StoreError> {
     let next = match next {
         Some(n) => n,
         None => from
             .checked_add(1)
             .filter(|e| *e <= lock_config::token::MAX_EPOCH)
-            .ok_or_else(|| ArbiterError::Store("epoch space exhausted".into()))?,
+            .ok_or(StoreError::Epoch(EpochRefused::Exhausted))?,
     };
     let resp = store.get(EPOCH_KEY).await?;
     let kv = resp
         .kvs()
         .first()
-        .ok_or_else(|| ArbiterError::Store("no epoch record: run `lockctl epoch init`".into()))?;
-    let current = decode::<EpochRecord>(kv.value())
-        .ok_or_else(|| ArbiterError::Store("epoch record is not decodable".into()))?;
-    verdict(current.epoch, from, next)?;
+        .ok_or(StoreError::Absent(Absent::EpochRecord))?;
+    let current =
+        decode::<EpochRecord>(kv.value()).ok_or(StoreError::Undecodable(Record::EpochRecord))?;
+    verdict(current.epoch, from, next).map_err(StoreError::Epoch)?;
     let cluster_id = resp
         .header()
         .map(|h| EpochRecord::cluster_id_hex(h.cluster_id()))
-        .ok_or_else(|| ArbiterError::Store("response without header".into()))?;
+        .ok_or(StoreError::Malformed(Malformed::NoHeader))?;
     Ok(Plan {
         from,
         mod_revision: kv.mod_revision(),
@@ -101,7 +97,7 @@ pub async fn run(
     plan: &Plan,
     compares: Vec<Compare>,
     ops: Vec<TxnOp>,
-) -> Result<EpochRecord, ArbiterError> {
+) -> Result<EpochRecord, StoreError> {
     let done = store.txn(txn(plan, compares, ops)).await?;
     if done
         .header()
@@ -109,14 +105,10 @@ pub async fn run(
         .as_deref()
         != Some(plan.cluster_id.as_str())
     {
-        return Err(ArbiterError::Store(
-            "cluster ID changed during the advance".into(),
-        ));
+        return Err(StoreError::Contended(Contended::ClusterIdAtAdvance));
     }
     if !done.succeeded() {
-        return Err(ArbiterError::Store(
-            "the epoch record (or the request) changed concurrently: nothing advanced".into(),
-        ));
+        return Err(StoreError::Contended(Contended::EpochRecord));
     }
     Ok(plan.record.clone())
 }

@@ -1,15 +1,17 @@
 //! The raw etcd connection, with a bound on every call: a store that does not answer within
 //! the timeout is NO_QUORUM (closed posture, ADR-04), never a hang.
 //!
-//! Nothing here checks the seal. Request paths never use [`Etcd`] directly: they go through
-//! [`crate::store::Store`], whose every response has passed it. Direct users are the epoch
-//! module (it reads the record the seal is made of) and operator commands that must work on
-//! a sealed store (`lockctl epoch advance`, `lockctl stats`).
+//! Nothing here checks the seal. The arbiter's request paths never use [`Etcd`] directly:
+//! they go through its `Store`, whose every response has passed it. Direct users are the
+//! epoch module (it reads the record the seal is made of) and operator commands that must
+//! work on a sealed store (`lockctl epoch advance`, `lockctl stats`).
+//!
+//! What each call took is told to the connection's [`CallObserver`] (the arbiter's spans and
+//! metrics): this crate keeps no metrics of its own.
 
-use crate::error::ArbiterError;
-use crate::ops::metrics::METRICS;
-use crate::store::etcd_tls::EtcdTls;
-use crate::store::renewals::Renewals;
+use crate::connection::etcd_tls::EtcdTls;
+use crate::connection::renewals::Renewals;
+use crate::error::StoreError;
 use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KvClient, LeaseClient, LeaseGrantOptions,
     LeaseGrantResponse, LeaseRevokeResponse, Txn, TxnResponse, WatchClient,
@@ -34,6 +36,27 @@ struct Inner {
     timeout: Duration,
     /// The one LeaseKeepAlive stream every session is renewed on.
     renewals: Renewals,
+    calls: &'static dyn CallObserver,
+}
+
+/// Hears every call a connection makes: the arbiter's spans and its
+/// `lock_arbiter_etcd_request_seconds`.
+pub trait CallObserver: Send + Sync {
+    /// The span the call runs in.
+    fn span(&self, operation: &'static str) -> tracing::Span;
+    /// The call's outcome and how long it took.
+    fn finished(&self, operation: &'static str, ok: bool, took: Duration);
+}
+
+/// The tools' connections: no span, nothing counted.
+struct Unobserved;
+
+impl CallObserver for Unobserved {
+    fn span(&self, _: &'static str) -> tracing::Span {
+        tracing::Span::none()
+    }
+
+    fn finished(&self, _: &'static str, _: bool, _: Duration) {}
 }
 
 /// What a request for one particular lease id got.
@@ -50,7 +73,17 @@ impl Etcd {
         endpoints: &[String],
         timeout: Duration,
         tls: Option<&EtcdTls>,
-    ) -> Result<Self, ArbiterError> {
+    ) -> Result<Self, StoreError> {
+        Self::connect_observed(endpoints, timeout, tls, &Unobserved).await
+    }
+
+    /// [`Etcd::connect`], with every call told to `calls`.
+    pub async fn connect_observed(
+        endpoints: &[String],
+        timeout: Duration,
+        tls: Option<&EtcdTls>,
+        calls: &'static dyn CallObserver,
+    ) -> Result<Self, StoreError> {
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
@@ -66,6 +99,7 @@ impl Etcd {
                 client,
                 timeout,
                 renewals,
+                calls,
             }),
         })
     }
@@ -92,13 +126,13 @@ impl Etcd {
         self.inner.client.watch_client()
     }
 
-    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, ArbiterError> {
+    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
         let mut kv = self.kv();
-        timed("txn", self.bounded(kv.txn(txn))).await
+        self.timed("txn", self.bounded(kv.txn(txn))).await
     }
 
     /// A linearizable read of one key.
-    pub async fn get(&self, key: &str) -> Result<GetResponse, ArbiterError> {
+    pub async fn get(&self, key: &str) -> Result<GetResponse, StoreError> {
         self.range(key, None).await
     }
 
@@ -107,13 +141,14 @@ impl Etcd {
         &self,
         key: &str,
         options: Option<GetOptions>,
-    ) -> Result<GetResponse, ArbiterError> {
+    ) -> Result<GetResponse, StoreError> {
         let mut kv = self.kv();
-        timed("range", self.bounded(kv.get(key, options))).await
+        self.timed("range", self.bounded(kv.get(key, options)))
+            .await
     }
 
     /// Asks for a lease with exactly `id`; a taken id is told apart by its status code.
-    pub async fn grant_lease(&self, ttl_seconds: u32, id: i64) -> Result<LeaseGrant, ArbiterError> {
+    pub async fn grant_lease(&self, ttl_seconds: u32, id: i64) -> Result<LeaseGrant, StoreError> {
         let mut leases = self.lease();
         let options = LeaseGrantOptions::new().with_id(id);
         let call = async {
@@ -123,7 +158,7 @@ impl Etcd {
             )
             .await
             {
-                Err(_) => Err(ArbiterError::NoQuorum),
+                Err(_) => Err(StoreError::NoQuorum),
                 Ok(Ok(r)) => Ok(LeaseGrant::Granted(r)),
                 Ok(Err(etcd_client::Error::GRpcStatus(s)))
                     if s.code() == Code::FailedPrecondition =>
@@ -133,16 +168,16 @@ impl Etcd {
                 Ok(Err(e)) => Err(e.into()),
             }
         };
-        timed("lease_grant", call).await
+        self.timed("lease_grant", call).await
     }
 
     /// Revokes a lease (etcd deletes every key on it in one committed entry). Ok(None):
     /// no such lease (etcd's `ErrGRPCLeaseNotFound`, NOT_FOUND), told apart by its code.
-    pub async fn revoke(&self, lease: i64) -> Result<Option<LeaseRevokeResponse>, ArbiterError> {
+    pub async fn revoke(&self, lease: i64) -> Result<Option<LeaseRevokeResponse>, StoreError> {
         let mut leases = self.lease();
         let call = async {
             match tokio::time::timeout(self.inner.timeout, leases.revoke(lease)).await {
-                Err(_) => Err(ArbiterError::NoQuorum),
+                Err(_) => Err(StoreError::NoQuorum),
                 Ok(Ok(r)) => Ok(Some(r)),
                 Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == Code::NotFound => {
                     Ok(None)
@@ -150,34 +185,36 @@ impl Etcd {
                 Ok(Err(e)) => Err(e.into()),
             }
         };
-        timed("lease_revoke", call).await
+        self.timed("lease_revoke", call).await
     }
 
     pub async fn bounded<T>(
         &self,
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, ArbiterError> {
+    ) -> Result<T, StoreError> {
         bounded(self.inner.timeout, fut).await
     }
-}
 
-/// `fut`'s latency and outcome in `lock_arbiter_etcd_request_seconds`.
-async fn timed<T>(
-    operation: &'static str,
-    fut: impl Future<Output = Result<T, ArbiterError>>,
-) -> Result<T, ArbiterError> {
-    let start = std::time::Instant::now();
-    let r = tracing::Instrument::instrument(fut, crate::ops::traces::etcd(operation)).await;
-    METRICS.etcd(operation, r.is_ok(), start.elapsed());
-    r
+    /// `fut` in its span, its latency and outcome told to the connection's [`CallObserver`].
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        fut: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let calls = self.inner.calls;
+        let start = std::time::Instant::now();
+        let r = tracing::Instrument::instrument(fut, calls.span(operation)).await;
+        calls.finished(operation, r.is_ok(), start.elapsed());
+        r
+    }
 }
 
 async fn bounded<T>(
     timeout: Duration,
     fut: impl Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, ArbiterError> {
+) -> Result<T, StoreError> {
     match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => r.map_err(ArbiterError::from),
-        Err(_) => Err(ArbiterError::NoQuorum),
+        Ok(r) => r.map_err(StoreError::from),
+        Err(_) => Err(StoreError::NoQuorum),
     }
 }

@@ -17,7 +17,7 @@
 //! [`plan`] is pure (what to change to get from what etcd has to [`WANTED`]); [`apply`]
 //! reads etcd, plans, applies, and enables auth, idempotently: a second run changes nothing.
 
-use crate::store::layout::{
+use crate::records::layout::{
     ADVANCE_REQUEST_PREFIX, ATTEMPT_FENCE_PREFIX, AUDIT_PREFIX, DELAY_PREFIX, EPOCH_KEYS_PREFIX,
     FORCE_PREFIX, FORCE_REQUEST_PREFIX, HOLDER_PREFIX, KEYSPACE_PREFIX, PERMIT_PREFIX,
     QUEUE_PREFIX, SESSION_PREFIX, SHARD_KEYS_PREFIX, SHARED_PREFIX, SYS_PREFIX,

@@ -4,10 +4,10 @@
 //! pure, in `lock_config::shards` ([`placement`](lock_config::shards::placement)) and, for
 //! epochs, `epoch::next`.
 
-use crate::error::ArbiterError;
-use crate::store::epoch::next::{self, Coord, Estate};
-use crate::store::etcd::Etcd;
-use crate::store::layout::{
+use crate::connection::etcd::Etcd;
+use crate::epoch::next::{self, Coord, Estate};
+use crate::error::{Contended, EpochRefused, MapError, Record, StoreError};
+use crate::records::layout::{
     EPOCH_ALLOCATOR_KEY, EPOCH_KEY, EpochAllocator, EpochRecord, SHARD_FENCE_KEY, SHARDS_KEY,
     decode, encode,
 };
@@ -21,24 +21,24 @@ use std::time::Duration;
 const CAS_ATTEMPTS: usize = 8;
 
 /// The document and the mod revision it was read at (None: no document).
-pub async fn read_doc(coord: &Etcd) -> Result<Option<(ShardsDoc, i64)>, ArbiterError> {
+pub async fn read_doc(coord: &Etcd) -> Result<Option<(ShardsDoc, i64)>, StoreError> {
     let resp = coord.get(SHARDS_KEY).await?;
     let Some(kv) = resp.kvs().first() else {
         return Ok(None);
     };
     let doc = serde_json::from_slice::<ShardsDoc>(kv.value())
-        .map_err(|e| ArbiterError::Store(format!("the shard map document is unreadable: {e}")))?;
+        .map_err(|e| StoreError::Undecodable(Record::ShardMap(e)))?;
     Ok(Some((doc, kv.mod_revision())))
 }
 
 /// Writes `doc` if the document is still at `expected` (0: absent). Ok(false): it moved.
-pub async fn write_doc(coord: &Etcd, doc: &ShardsDoc, expected: i64) -> Result<bool, ArbiterError> {
+pub async fn write_doc(coord: &Etcd, doc: &ShardsDoc, expected: i64) -> Result<bool, StoreError> {
     doc.current
         .validate()
-        .map_err(|e| ArbiterError::Store(format!("shard map: {e}")))?;
+        .map_err(|e| StoreError::Map(MapError::Invalid(e)))?;
     if let Some(p) = &doc.pending {
         p.validate()
-            .map_err(|e| ArbiterError::Store(format!("next shard map: {e}")))?;
+            .map_err(|e| StoreError::Map(MapError::InvalidNext(e)))?;
     }
     let txn = Txn::new()
         .when(vec![Compare::mod_revision(
@@ -52,12 +52,12 @@ pub async fn write_doc(coord: &Etcd, doc: &ShardsDoc, expected: i64) -> Result<b
 
 /// A fresh epoch number above every one handed out so far and above `at_least`
 /// ([`next::above`]): a shard's first epoch, a move's advance, break-glass.
-pub async fn allocate_epoch(coord: &Etcd, at_least: u16) -> Result<u16, ArbiterError> {
+pub async fn allocate_epoch(coord: &Etcd, at_least: u16) -> Result<u16, StoreError> {
     allocate_with(coord, |last| {
         next::above(last.unwrap_or(0), at_least).ok_or(())
     })
     .await?
-    .map_err(|()| ArbiterError::Store("epoch space exhausted".into()))
+    .map_err(|()| StoreError::Epoch(EpochRefused::Exhausted))
 }
 
 /// The epoch of lock-admin's two-person advance from `from` ([`next::allocation`]): as
@@ -66,7 +66,7 @@ pub async fn allocate_epoch(coord: &Etcd, at_least: u16) -> Result<u16, ArbiterE
 pub async fn allocate_for_advance(
     coord: &Etcd,
     from: u16,
-) -> Result<Result<u16, next::Refused>, ArbiterError> {
+) -> Result<Result<u16, next::Refused>, StoreError> {
     allocate_with(coord, |last| next::allocation(last, from)).await
 }
 
@@ -77,14 +77,14 @@ pub async fn allocate_for_advance(
 async fn allocate_with<E>(
     coord: &Etcd,
     step: impl Fn(Option<u16>) -> Result<u16, E>,
-) -> Result<Result<u16, E>, ArbiterError> {
+) -> Result<Result<u16, E>, StoreError> {
     for _ in 0..CAS_ATTEMPTS {
         let resp = coord.get(EPOCH_ALLOCATOR_KEY).await?;
         let (last, revision) = match resp.kvs().first() {
             Some(kv) => (
                 Some(
                     decode::<EpochAllocator>(kv.value())
-                        .ok_or_else(|| ArbiterError::Store("epoch allocator unreadable".into()))?
+                        .ok_or(StoreError::Undecodable(Record::EpochAllocator))?
                         .last,
                 ),
                 kv.mod_revision(),
@@ -110,15 +110,13 @@ async fn allocate_with<E>(
             return Ok(Ok(next));
         }
     }
-    Err(ArbiterError::Store(
-        "the epoch allocator kept changing under this call".into(),
-    ))
+    Err(StoreError::Contended(Contended::EpochAllocator))
 }
 
 /// What [`next::source`] decides on, read: whether `cluster` is an entity shard (its
 /// fence), and what the coord cluster holds (its map, its allocator). The coord cluster is
 /// `coord` when given, else `cluster` itself when it holds the map or the allocator.
-pub async fn read_estate(cluster: &Etcd, coord: Option<&Etcd>) -> Result<Estate, ArbiterError> {
+pub async fn read_estate(cluster: &Etcd, coord: Option<&Etcd>) -> Result<Estate, StoreError> {
     let shard = read_fence(cluster).await?.map(|(f, _)| f.name);
     let coord = match coord {
         Some(c) => Some(read_coord(c).await?),
@@ -127,13 +125,13 @@ pub async fn read_estate(cluster: &Etcd, coord: Option<&Etcd>) -> Result<Estate,
     Ok(Estate { shard, coord })
 }
 
-async fn read_coord(coord: &Etcd) -> Result<Coord, ArbiterError> {
+async fn read_coord(coord: &Etcd) -> Result<Coord, StoreError> {
     let map = coord.get(SHARDS_KEY).await?.count() > 0;
     let resp = coord.get(EPOCH_ALLOCATOR_KEY).await?;
     let allocator = match resp.kvs().first() {
         Some(kv) => Some(
             decode::<EpochAllocator>(kv.value())
-                .ok_or_else(|| ArbiterError::Store("epoch allocator unreadable".into()))?
+                .ok_or(StoreError::Undecodable(Record::EpochAllocator))?
                 .last,
         ),
         None => None,
@@ -142,7 +140,7 @@ async fn read_coord(coord: &Etcd) -> Result<Coord, ArbiterError> {
 }
 
 /// A shard's epoch record (and its mod revision).
-pub async fn read_epoch(shard: &Etcd) -> Result<Option<(EpochRecord, i64)>, ArbiterError> {
+pub async fn read_epoch(shard: &Etcd) -> Result<Option<(EpochRecord, i64)>, StoreError> {
     let resp = shard.get(EPOCH_KEY).await?;
     Ok(resp
         .kvs()
@@ -154,7 +152,7 @@ pub async fn read_epoch(shard: &Etcd) -> Result<Option<(EpochRecord, i64)>, Arbi
 /// whose compare never holds, with the put in its success branch. etcd checks a Txn's
 /// permissions on both branches before evaluating it, so an operator's certificate is
 /// refused here exactly as its advance would be.
-pub async fn may_write_epoch(etcd: &Etcd) -> Result<bool, ArbiterError> {
+pub async fn may_write_epoch(etcd: &Etcd) -> Result<bool, StoreError> {
     let probe = Txn::new()
         .when(vec![Compare::mod_revision(EPOCH_KEY, CompareOp::Less, 0)])
         .and_then(vec![TxnOp::put(EPOCH_KEY, "", None)]);
@@ -168,27 +166,27 @@ pub async fn may_write_epoch(etcd: &Etcd) -> Result<bool, ArbiterError> {
 }
 
 /// A shard's map fence (and its mod revision; 0: none).
-pub async fn read_fence(shard: &Etcd) -> Result<Option<(ShardFence, i64)>, ArbiterError> {
+pub async fn read_fence(shard: &Etcd) -> Result<Option<(ShardFence, i64)>, StoreError> {
     let resp = shard.get(SHARD_FENCE_KEY).await?;
     match resp.kvs().first() {
         None => Ok(None),
         Some(kv) => decode::<ShardFence>(kv.value())
             .map(|f| Some((f, kv.mod_revision())))
-            .ok_or_else(|| ArbiterError::Store("the shard fence is not decodable".into())),
+            .ok_or(StoreError::Undecodable(Record::ShardFence)),
     }
 }
 
 /// Writes a shard's fence. Every grant, handoff and release on that shard compares it, so
 /// from this write on no arbiter writes there under an older view of the map. Refused
 /// when the cluster already carries another shard's fence.
-pub async fn write_fence(shard: &Etcd, fence: ShardFence) -> Result<ShardFence, ArbiterError> {
+pub async fn write_fence(shard: &Etcd, fence: ShardFence) -> Result<ShardFence, StoreError> {
     for _ in 0..CAS_ATTEMPTS {
         let revision = match read_fence(shard).await? {
             Some((f, _)) if f.name != fence.name => {
-                return Err(ArbiterError::Store(format!(
-                    "the cluster given as shard {} is shard {}",
-                    fence.name, f.name
-                )));
+                return Err(StoreError::Map(MapError::WrongShard {
+                    given: fence.name,
+                    is: f.name,
+                }));
             }
             Some((_, rev)) => rev,
             None => 0,
@@ -204,10 +202,7 @@ pub async fn write_fence(shard: &Etcd, fence: ShardFence) -> Result<ShardFence, 
             return Ok(fence);
         }
     }
-    Err(ArbiterError::Store(format!(
-        "shard {}'s fence kept changing under the write",
-        fence.name
-    )))
+    Err(StoreError::Contended(Contended::ShardFence(fence.name)))
 }
 
 /// The document as this arbiter last saw it: kept by a watch on the coord cluster and
@@ -222,7 +217,7 @@ pub struct DocCache {
 }
 
 impl DocCache {
-    pub async fn load(coord: Etcd, frozen: bool) -> Result<Arc<Self>, ArbiterError> {
+    pub async fn load(coord: Etcd, frozen: bool) -> Result<Arc<Self>, StoreError> {
         let doc = read_doc(&coord).await?.map(|(d, _)| Arc::new(d));
         Ok(Arc::new(Self {
             coord,
@@ -236,7 +231,7 @@ impl DocCache {
     }
 
     /// A linearizable re-read (after a fence named a version this copy lacks).
-    pub async fn refresh(&self) -> Result<Option<Arc<ShardsDoc>>, ArbiterError> {
+    pub async fn refresh(&self) -> Result<Option<Arc<ShardsDoc>>, StoreError> {
         if self.frozen {
             return Ok(self.get());
         }
@@ -259,14 +254,14 @@ impl DocCache {
         }
     }
 
-    async fn watch_once(&self) -> Result<(), ArbiterError> {
+    async fn watch_once(&self) -> Result<(), StoreError> {
         let mut watches = self.coord.watch_client();
         let mut stream = watches
             .watch(SHARDS_KEY, Some(WatchOptions::new()))
             .await
-            .map_err(ArbiterError::from)?;
+            .map_err(StoreError::from)?;
         self.refresh().await?;
-        while let Some(resp) = stream.message().await.map_err(ArbiterError::from)? {
+        while let Some(resp) = stream.message().await.map_err(StoreError::from)? {
             if self.frozen {
                 continue;
             }

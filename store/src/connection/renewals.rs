@@ -16,7 +16,8 @@
 //! caller's answer is unchanged from a per-session stream's. Every answer's header passes
 //! the seal in the caller (`Sessions::renew`), as before.
 
-use crate::error::ArbiterError;
+use crate::connection::etcd_tls::EtcdTls;
+use crate::error::{ConnectError, StoreError, Task};
 use etcd_client::LeaseKeepAliveResponse;
 use etcd_client::proto::PbLeaseKeepAliveResponse;
 use std::collections::{HashMap, VecDeque};
@@ -40,7 +41,7 @@ struct PbLeaseKeepAliveRequest {
 /// Renewals queued for the stream task before callers wait for room.
 const QUEUE: usize = 4096;
 
-type Reply = oneshot::Sender<Result<LeaseKeepAliveResponse, ArbiterError>>;
+type Reply = oneshot::Sender<Result<LeaseKeepAliveResponse, StoreError>>;
 
 struct Renewal {
     lease: i64,
@@ -59,8 +60,8 @@ impl Renewals {
     pub fn start(
         endpoints: &[String],
         timeout: Duration,
-        tls: Option<&crate::store::etcd_tls::EtcdTls>,
-    ) -> Result<Self, ArbiterError> {
+        tls: Option<&EtcdTls>,
+    ) -> Result<Self, StoreError> {
         let mut list = Vec::new();
         for e in endpoints {
             let url = if e.contains("://") {
@@ -69,14 +70,14 @@ impl Renewals {
                 format!("http://{e}")
             };
             let endpoint = Endpoint::from_shared(url)
-                .map_err(|e| ArbiterError::Store(format!("etcd endpoint: {e}")))?
+                .map_err(|e| StoreError::from(ConnectError::Endpoint(e)))?
                 .connect_timeout(timeout)
                 .http2_keep_alive_interval(Duration::from_secs(5))
                 .keep_alive_timeout(timeout);
             let endpoint = match tls {
                 Some(tls) => endpoint
                     .tls_config(tls.options())
-                    .map_err(|e| ArbiterError::Store(format!("etcd TLS: {e}")))?,
+                    .map_err(|e| StoreError::from(ConnectError::Config(e)))?,
                 None => endpoint,
             };
             list.push(endpoint);
@@ -87,18 +88,18 @@ impl Renewals {
     }
 
     /// Renews `lease` once; bounded by the timeout. The answer's header is not yet checked.
-    pub async fn renew(&self, lease: i64) -> Result<LeaseKeepAliveResponse, ArbiterError> {
+    pub async fn renew(&self, lease: i64) -> Result<LeaseKeepAliveResponse, StoreError> {
         let (reply, answer) = oneshot::channel();
         let asked = async {
             self.tx
                 .send(Renewal { lease, reply })
                 .await
-                .map_err(|_| ArbiterError::Store("the renewal stream task stopped".into()))?;
-            answer.await.map_err(|_| ArbiterError::NoQuorum)?
+                .map_err(|_| StoreError::Stopped(Task::Renewals))?;
+            answer.await.map_err(|_| StoreError::NoQuorum)?
         };
         match tokio::time::timeout(self.timeout, asked).await {
             Ok(r) => r,
-            Err(_) => Err(ArbiterError::NoQuorum),
+            Err(_) => Err(StoreError::NoQuorum),
         }
     }
 }
@@ -142,7 +143,7 @@ impl Pending {
     fn fail_all(&mut self) {
         for (_, q) in self.by_lease.drain() {
             for (_, reply) in q {
-                let _ = reply.send(Err(ArbiterError::NoQuorum));
+                let _ = reply.send(Err(StoreError::NoQuorum));
             }
         }
         self.count = 0;
@@ -181,7 +182,7 @@ async fn run(endpoints: Vec<Endpoint>, mut rx: mpsc::Receiver<Renewal>, timeout:
             .await
             .is_err()
         {
-            let _ = renewal.reply.send(Err(ArbiterError::NoQuorum));
+            let _ = renewal.reply.send(Err(StoreError::NoQuorum));
             continue;
         }
         pending.push(renewal.lease, renewal.reply);
@@ -248,7 +249,7 @@ mod tests {
         p.push(2, b1);
         p.push(1, a2);
         assert_eq!(p.count, 3);
-        let _ = p.pop(1).map(|r| r.send(Err(ArbiterError::HeldDeadline)));
+        let _ = p.pop(1).map(|r| r.send(Err(StoreError::Full)));
         assert!(
             ra1.try_recv().is_ok(),
             "the first renewal of lease 1 answered first"
@@ -260,7 +261,7 @@ mod tests {
         );
         p.fail_all();
         assert_eq!(p.count, 0);
-        assert!(matches!(ra2.try_recv(), Ok(Err(ArbiterError::NoQuorum))));
-        assert!(matches!(rb1.try_recv(), Ok(Err(ArbiterError::NoQuorum))));
+        assert!(matches!(ra2.try_recv(), Ok(Err(StoreError::NoQuorum))));
+        assert!(matches!(rb1.try_recv(), Ok(Err(StoreError::NoQuorum))));
     }
 }
