@@ -180,11 +180,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: defrag::EtcdCmd,
     },
-    /// etcd users and roles: arbiter reads /sys/ and writes /l/ /s/ /q/ /x/ /r/; operator reads
-    /// /sys/ /l/ /s/ /q/ /x/ /r/ and writes /sys/shard (moves); auditor reads / and writes
-    /// /audit/; force (lock-admin) writes /l/ /s/ /q/ /x/ /r/ /sys/force/ /sys/force-request/
-    /// /sys/epoch /sys/advance-request/ and reads /sys/shard (run with the root user's client
-    /// certificate).
+    /// etcd users and roles: arbiter reads /sys/ and writes /l/ /s/ /q/ /x/ /r/ /d/ /p/;
+    /// operator reads /sys/ /l/ /s/ /q/ /x/ /r/ /d/ /p/ and writes /sys/shard (moves); auditor
+    /// reads / and writes /audit/; force (lock-admin) writes /l/ /s/ /q/ /x/ /r/ /p/
+    /// /sys/force/ /sys/force-request/ /sys/epoch /sys/advance-request/ and reads /sys/shard
+    /// (run with the root user's client certificate).
     Roles {
         #[command(subcommand)]
         cmd: store::RolesCmd,

@@ -67,7 +67,7 @@ struct Args {
     /// map on it names, reached with the same credential. Off: everything on `--etcd`.
     #[arg(long, env = "ARBITER_SHARDS")]
     shards: bool,
-    /// The arbiter's etcd credential (its user `arbiter`: may read /sys/, write /l/ /s/ /q/ /x/ /r/).
+    /// The arbiter's etcd credential (its user `arbiter`: may read /sys/, write /l/ /s/ /q/ /x/ /r/ /d/ /p/).
     #[command(flatten)]
     etcd_tls: lock_store::etcd_tls::EtcdTlsFiles,
     /// Registry directory (*.yaml): classes decide TTLs. Polled for changes: a valid new
