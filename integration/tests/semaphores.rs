@@ -292,3 +292,181 @@ async fn a_clients_second_acquire_nests_on_its_permit() {
     inner.release().await.unwrap();
     assert!(!valid(&mut look, &key, token).await);
 }
+
+/// A fenced resource for permits, in this process: it keeps the last token it accepted
+/// for each permit and accepts `enter PERMIT TOKEN` only under a greater one (the
+/// per-permit conditional write), counts who is inside, and notes the most at once and
+/// any permit entered twice at once. One line per request, `ok` or `stale`.
+#[derive(Default)]
+struct Fenced {
+    last: std::collections::HashMap<u32, u64>,
+    inside: std::collections::HashSet<u32>,
+    most: usize,
+    entered: usize,
+    refused: usize,
+    twice: usize,
+}
+
+impl Fenced {
+    fn handle(&mut self, line: &str) -> &'static str {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let (Some(what), Some(p), Some(t)) = (parts.first(), parts.get(1), parts.get(2)) else {
+            return "bad";
+        };
+        let (Ok(permit), Ok(token)) = (p.parse::<u32>(), t.parse::<u64>()) else {
+            return "bad";
+        };
+        match *what {
+            "enter" => {
+                if self.last.get(&permit).is_some_and(|last| token <= *last) {
+                    self.refused += 1;
+                    return "stale";
+                }
+                self.last.insert(permit, token);
+                if !self.inside.insert(permit) {
+                    self.twice += 1;
+                }
+                self.entered += 1;
+                self.most = self.most.max(self.inside.len());
+                "ok"
+            }
+            "leave" => {
+                self.inside.remove(&permit);
+                "ok"
+            }
+            _ => "bad",
+        }
+    }
+}
+
+/// Serves [`Fenced`] on loopback; each connection is one command's critical section.
+async fn serve_fenced() -> (u16, std::sync::Arc<std::sync::Mutex<Fenced>>) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let state = std::sync::Arc::new(std::sync::Mutex::new(Fenced::default()));
+    let shared = state.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let state = shared.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = conn.into_split();
+                let mut lines = tokio::io::BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let answer = state.lock().unwrap().handle(&line);
+                    if write
+                        .write_all(format!("{answer}\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (port, state)
+}
+
+/// The issue's test: five `lockctl run --permit` loops of one identity (five replicas:
+/// one SVID, five processes) on a semaphore of 3 take turns through a resource that fences
+/// per permit: never more than 3 inside, never one permit twice, no write refused, and
+/// more than one inside at once (a semaphore, not a lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_lockctl_run_replicas_share_three_permits() {
+    let (stack, _reg) = lock_integration::stack_with_bugs(2, &[]).await;
+    let key = k("replicas");
+    let svid = stack.pki.svid("sem-replica", &waiter_id(3)).unwrap();
+    let (port, fenced) = serve_fenced().await;
+    const LOOPS: usize = 5;
+    const ROUNDS: usize = 3;
+    // bash's /dev/tcp: enter under this permit's token, work, leave.
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; \
+         echo \"enter $LOCK_PERMIT $LOCK_TOKEN\" >&3; read -r a <&3; [ \"$a\" = ok ] || exit 9; \
+         sleep 0.8; echo \"leave $LOCK_PERMIT $LOCK_TOKEN\" >&3; read -r a <&3"
+    );
+    let loops: Vec<_> = (0..LOOPS)
+        .map(|_| {
+            let cmds: Vec<_> = (0..ROUNDS)
+                .map(|_| {
+                    stack
+                        .lockctl_cmd(
+                            &svid,
+                            &[
+                                "run", &key, "--permit", "--wait", "30s", "--", "bash", "-c",
+                                &script,
+                            ],
+                        )
+                        .unwrap()
+                })
+                .collect();
+            std::thread::spawn(move || {
+                cmds.into_iter()
+                    .map(|mut c| c.output().unwrap())
+                    .collect::<Vec<std::process::Output>>()
+            })
+        })
+        .collect();
+    for (i, l) in loops.into_iter().enumerate() {
+        for out in l.join().unwrap() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "loop{i}: {:?} {stderr}", out.status);
+        }
+    }
+    let f = fenced.lock().unwrap();
+    eprintln!(
+        "{} sections, at most {} inside at once, {} refused",
+        f.entered, f.most, f.refused
+    );
+    assert_eq!(f.entered, LOOPS * ROUNDS);
+    assert_eq!((f.refused, f.twice), (0, 0));
+    assert!(f.most <= SEM_PERMITS as usize, "{} inside at once", f.most);
+    // Five processes each waiting 0.8 s inside reach two at once on any machine (seen 1
+    // while waiters after the first watched instead of taking a free permit).
+    assert!(
+        f.most >= 2,
+        "one at a time: the permits were never held together"
+    );
+}
+
+/// Waiters fill every free permit, not one at a time: three clients that all ask with a
+/// wait at once are all granted while nobody releases, and a fourth waits out its wait.
+/// (Seen failing: a permit's grant told the queue the key was held, so every later head
+/// watched for a release while two permits stood free.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_fill_every_free_permit() {
+    let (stack, _reg) = lock_integration::stack_with_bugs(1, &[]).await;
+    let key = k("fill");
+    let asks: Vec<_> = (0..=SEM_PERMITS as usize)
+        .map(|i| {
+            let c = stack.lock_client(&waiter_id(i)).unwrap();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let got = c
+                    .acquire_permit(&key, Duration::from_secs(3), no_fence())
+                    .await;
+                // Held past the others' waits, so no permit is freed meanwhile.
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                got.map(|p| p.permit())
+            })
+        })
+        .collect();
+    let mut granted = BTreeSet::new();
+    let mut refused = 0;
+    for a in asks {
+        match a.await.unwrap() {
+            Ok(p) => {
+                granted.insert(p);
+            }
+            Err(LockError::Held) => refused += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(
+        granted,
+        BTreeSet::from([0, 1, 2]),
+        "every permit taken by a waiter"
+    );
+    assert_eq!(refused, 1, "the fourth waits out its wait");
+}

@@ -30,7 +30,7 @@ pub async fn elect(
     let mut signals = Signals::install()?;
     let take = Take::One {
         key: key.to_owned(),
-        shared: false,
+        mode: crate::keys::Mode::Exclusive,
     };
     loop {
         let Ran { code, signalled } =

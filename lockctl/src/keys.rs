@@ -11,28 +11,59 @@ pub const MAX_SET: usize = 16;
 /// `--wait` is asked again when the service's wait ends first.
 pub const SERVICE_MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// How one key is held: its one holder, one of its readers (`--shared`, a `shared: true`
+/// class), or one of its permits (`--permit`, a semaphore: a `permits: N` class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Exclusive,
+    Shared,
+    Permit,
+}
+
+impl Mode {
+    /// From the two flags (clap keeps them exclusive of each other).
+    pub fn of(shared: bool, permit: bool) -> Self {
+        match (shared, permit) {
+            (true, _) => Mode::Shared,
+            (false, true) => Mode::Permit,
+            (false, false) => Mode::Exclusive,
+        }
+    }
+
+    /// The flag that names it on the command line (empty for exclusive).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "",
+            Mode::Shared => "--shared",
+            Mode::Permit => "--permit",
+        }
+    }
+}
+
 /// What to take.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Take {
-    /// One key: exclusive, or shared (a reader hold of a `shared: true` class's key).
-    One { key: String, shared: bool },
+    /// One key, in `mode`.
+    One { key: String, mode: Mode },
     /// Several keys as one set (AcquireAll): all or none, one token. Sorted.
     Set(Vec<String>),
 }
 
 impl Take {
-    /// From the positional keys and `--shared`: one key, or a set of 2..=16 distinct keys
-    /// (always exclusive: AcquireAll has no shared mode).
-    pub fn of(keys: Vec<String>, shared: bool) -> Result<Self, String> {
+    /// From the positional keys and the mode: one key, or a set of 2..=16 distinct keys
+    /// (always exclusive: AcquireAll has no shared or permit mode).
+    pub fn of(keys: Vec<String>, mode: Mode) -> Result<Self, String> {
         match keys.len() {
             0 => Err("give a key".into()),
             1 => Ok(Take::One {
                 key: keys.into_iter().next().unwrap_or_default(),
-                shared,
+                mode,
             }),
-            _ if shared => {
-                Err("--shared takes one key: a set of several keys is always held exclusive".into())
-            }
+            _ if mode != Mode::Exclusive => Err(format!(
+                "{} takes one key: a set of several keys is always held exclusive",
+                mode.flag()
+            )),
             n if n > MAX_SET => Err(format!(
                 "{n} keys: a set has at most {MAX_SET} (AcquireAll)"
             )),
@@ -69,18 +100,14 @@ fn distinct(mut keys: Vec<String>) -> Result<Vec<String>, String> {
 /// What to release.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Release {
-    /// Release (one key), SHARED or exclusive.
-    One {
-        key: String,
-        token: u64,
-        shared: bool,
-    },
+    /// Release (one key), in the mode it was taken in.
+    One { key: String, token: u64, mode: Mode },
     /// ReleaseAll: a set AcquireAll granted.
     Set { keys: Vec<String>, token: u64 },
 }
 
 impl Release {
-    /// From the positional arguments, `--token` and `--shared`:
+    /// From the positional arguments, `--token` and the mode (`--shared`, `--permit`):
     ///
     /// - `KEY TOKEN` (no `--token`): one key, as `lockctl acquire KEY` printed it;
     /// - `--token TOKEN KEY`: the same;
@@ -88,7 +115,7 @@ impl Release {
     ///
     /// Without `--token`, anything but two arguments is refused rather than guessed at: the
     /// token of a set goes in `--token`.
-    pub fn of(args: Vec<String>, token: Option<u64>, shared: bool) -> Result<Self, String> {
+    pub fn of(args: Vec<String>, token: Option<u64>, mode: Mode) -> Result<Self, String> {
         let (keys, token) = match token {
             Some(t) => (args, t),
             None => match <[String; 2]>::try_from(args) {
@@ -108,8 +135,8 @@ impl Release {
                 Err(_) => return Err("give KEY TOKEN, or --token TOKEN KEY...".into()),
             },
         };
-        match Take::of(keys, shared)? {
-            Take::One { key, shared } => Ok(Release::One { key, token, shared }),
+        match Take::of(keys, mode)? {
+            Take::One { key, mode } => Ok(Release::One { key, token, mode }),
             Take::Set(keys) => Ok(Release::Set { keys, token }),
         }
     }
@@ -144,78 +171,92 @@ mod tests {
     #[test]
     fn takes() {
         assert_eq!(
-            Take::of(v(&["a"]), false),
+            Take::of(v(&["a"]), Mode::Exclusive),
             Ok(Take::One {
                 key: "a".into(),
-                shared: false
+                mode: Mode::Exclusive
             })
         );
         assert_eq!(
-            Take::of(v(&["a"]), true),
+            Take::of(v(&["a"]), Mode::Shared),
             Ok(Take::One {
                 key: "a".into(),
-                shared: true
+                mode: Mode::Shared
             })
         );
         assert_eq!(
-            Take::of(v(&["c", "a", "b"]), false),
+            Take::of(v(&["c", "a", "b"]), Mode::Exclusive),
             Ok(Take::Set(v(&["a", "b", "c"])))
         );
         assert_eq!(
-            Take::of(v(&["c", "a", "b"]), false).unwrap().label(),
+            Take::of(v(&["c", "a", "b"]), Mode::Exclusive)
+                .unwrap()
+                .label(),
             "a b c"
         );
-        assert!(Take::of(v(&[]), false).is_err());
+        assert!(Take::of(v(&[]), Mode::Exclusive).is_err());
+        assert_eq!(
+            Take::of(v(&["a"]), Mode::Permit),
+            Ok(Take::One {
+                key: "a".into(),
+                mode: Mode::Permit
+            })
+        );
         assert!(
-            Take::of(v(&["a", "b"]), true)
+            Take::of(v(&["a", "b"]), Mode::Permit)
+                .unwrap_err()
+                .contains("--permit")
+        );
+        assert!(
+            Take::of(v(&["a", "b"]), Mode::Shared)
                 .unwrap_err()
                 .contains("--shared")
         );
         assert!(
-            Take::of(v(&["a", "b", "a"]), false)
+            Take::of(v(&["a", "b", "a"]), Mode::Exclusive)
                 .unwrap_err()
                 .contains("a is given twice")
         );
         let many: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
         assert!(
-            Take::of(many.clone(), false)
+            Take::of(many.clone(), Mode::Exclusive)
                 .unwrap_err()
                 .contains("at most 16")
         );
-        assert!(Take::of(many[..16].to_vec(), false).is_ok());
+        assert!(Take::of(many[..16].to_vec(), Mode::Exclusive).is_ok());
     }
 
     #[test]
     fn releases() {
         // Today's form.
         assert_eq!(
-            Release::of(v(&["a", "42"]), None, false),
+            Release::of(v(&["a", "42"]), None, Mode::Exclusive),
             Ok(Release::One {
                 key: "a".into(),
                 token: 42,
-                shared: false
+                mode: Mode::Exclusive
             })
         );
         assert_eq!(
-            Release::of(v(&["a", "42"]), None, true),
+            Release::of(v(&["a", "42"]), None, Mode::Shared),
             Ok(Release::One {
                 key: "a".into(),
                 token: 42,
-                shared: true
+                mode: Mode::Shared
             })
         );
         // --token with one key is the same release.
         assert_eq!(
-            Release::of(v(&["a"]), Some(7), false),
+            Release::of(v(&["a"]), Some(7), Mode::Exclusive),
             Ok(Release::One {
                 key: "a".into(),
                 token: 7,
-                shared: false
+                mode: Mode::Exclusive
             })
         );
         // --token with several keys: the set, whatever the keys look like (numbers too).
         assert_eq!(
-            Release::of(v(&["b", "a", "42"]), Some(7), false),
+            Release::of(v(&["b", "a", "42"]), Some(7), Mode::Exclusive),
             Ok(Release::Set {
                 keys: v(&["42", "a", "b"]),
                 token: 7
@@ -223,7 +264,7 @@ mod tests {
         );
         // --token with two keys: a set of two, never KEY TOKEN.
         assert_eq!(
-            Release::of(v(&["a", "42"]), Some(7), false),
+            Release::of(v(&["a", "42"]), Some(7), Mode::Exclusive),
             Ok(Release::Set {
                 keys: v(&["42", "a"]),
                 token: 7
@@ -231,18 +272,18 @@ mod tests {
         );
         // Without --token, only KEY TOKEN; a set's token is never guessed from its place.
         assert!(
-            Release::of(v(&["a", "b", "42"]), None, false)
+            Release::of(v(&["a", "b", "42"]), None, Mode::Exclusive)
                 .unwrap_err()
                 .contains("--token")
         );
-        assert!(Release::of(v(&["a"]), None, false).is_err());
+        assert!(Release::of(v(&["a"]), None, Mode::Exclusive).is_err());
         assert!(
-            Release::of(v(&["a", "b"]), None, false)
+            Release::of(v(&["a", "b"]), None, Mode::Exclusive)
                 .unwrap_err()
                 .contains("not a token")
         );
-        assert!(Release::of(v(&["a", "b"]), Some(7), true).is_err());
-        assert!(Release::of(v(&[]), Some(7), false).is_err());
+        assert!(Release::of(v(&["a", "b"]), Some(7), Mode::Shared).is_err());
+        assert!(Release::of(v(&[]), Some(7), Mode::Exclusive).is_err());
     }
 
     #[test]

@@ -40,7 +40,8 @@ enum Cmd {
     /// Take a lock: opens a session for the key's class and acquires. Prints the token.
     /// Several keys are taken as one set (AcquireAll: all or none, one token for every
     /// key; release it with `release --token TOKEN KEY...`). --shared takes a reader hold of
-    /// a `shared: true` class's key. The hold lasts until released or until the session's
+    /// a `shared: true` class's key; --permit one permit of a semaphore's key (a `permits: N`
+    /// class), printed as `permit=`. The hold lasts until released or until the session's
     /// TTL lapses (lockctl renews the session while it waits, not after it exits).
     Acquire {
         /// The key, or 2..=16 keys to take together as one set.
@@ -52,14 +53,19 @@ enum Cmd {
         wait: std::time::Duration,
         /// A shared (reader) hold of one key of a `shared: true` class: many at once, none
         /// while an exclusive hold has it. Release it with `release --shared`.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "permit")]
         shared: bool,
+        /// One permit of a semaphore's key (a `permits: N` class): up to N holders at once,
+        /// each on its own permit. Release it with `release --permit`.
+        #[arg(long)]
+        permit: bool,
         #[command(flatten)]
         conn: Conn,
     },
     /// Run COMMAND while holding KEY (like flock): the token is in $LOCK_TOKEN, the key in
     /// $LOCK_KEY; several keys are held as one set (AcquireAll), their names in $LOCK_KEYS
-    /// (sorted, space-separated); --shared holds one key as a reader. COMMAND runs in its
+    /// (sorted, space-separated); --shared holds one key as a reader; --permit holds one
+    /// permit of a semaphore's key, its number in $LOCK_PERMIT. COMMAND runs in its
     /// own process group, which is stopped (SIGTERM, then SIGKILL after --grace) if the
     /// hold is fenced, gets SIGTERM/SIGINT/SIGHUP forwarded, and gets SIGKILL if lockctl
     /// dies. Every way out releases the lock and closes the session. Exit: the command's
@@ -76,8 +82,11 @@ enum Cmd {
         #[arg(long, default_value = "5s", value_parser = run::parse_duration)]
         grace: std::time::Duration,
         /// Hold the key shared (a reader hold of a `shared: true` class's key).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "permit")]
         shared: bool,
+        /// Hold one permit of a semaphore's key (a `permits: N` class).
+        #[arg(long)]
+        permit: bool,
         #[command(flatten)]
         conn: Conn,
         #[arg(last = true, required = true)]
@@ -138,8 +147,9 @@ enum Cmd {
         parent: i32,
     },
     /// Release a lock with the token `acquire` printed: `release KEY TOKEN`, `release
-    /// --shared KEY TOKEN` for a shared hold, or `release --token TOKEN KEY...` for a set
-    /// (ReleaseAll: every key of it in one transaction).
+    /// --shared KEY TOKEN` for a shared hold, `release --permit KEY TOKEN` for a permit, or
+    /// `release --token TOKEN KEY...` for a set (ReleaseAll: every key of it in one
+    /// transaction).
     Release {
         /// KEY TOKEN; with --token, the key or the keys of the set.
         #[arg(required = true, value_name = "KEY [TOKEN]")]
@@ -148,8 +158,11 @@ enum Cmd {
         #[arg(long)]
         token: Option<u64>,
         /// The hold is shared (`acquire --shared`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "permit")]
         shared: bool,
+        /// The hold is a permit (`acquire --permit`).
+        #[arg(long)]
+        permit: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -222,9 +235,10 @@ async fn main() -> ExitCode {
             wait,
             grace,
             shared,
+            permit,
             conn,
             command,
-        } => match keys::Take::of(k, shared) {
+        } => match keys::Take::of(k, keys::Mode::of(shared, permit)) {
             Ok(take) => run::run(&conn, &take, wait, grace, &command).await,
             Err(e) => Err(Failure::input(e)),
         },
@@ -240,8 +254,9 @@ async fn main() -> ExitCode {
             keys: k,
             wait,
             shared,
+            permit,
             conn,
-        } => match keys::Take::of(k, shared) {
+        } => match keys::Take::of(k, keys::Mode::of(shared, permit)) {
             Ok(take) => remote::acquire(&conn, &take, wait).await.map(done),
             Err(e) => Err(Failure::input(e)),
         },
@@ -249,8 +264,9 @@ async fn main() -> ExitCode {
             args,
             token,
             shared,
+            permit,
             conn,
-        } => match keys::Release::of(args, token, shared) {
+        } => match keys::Release::of(args, token, keys::Mode::of(shared, permit)) {
             Ok(what) => remote::release(&conn, &what).await.map(done),
             Err(e) => Err(Failure::input(e)),
         },

@@ -1,6 +1,6 @@
 //! Commands that talk to the service through Envoy with the workload's SVID.
 
-use crate::keys::{self, Release, Take};
+use crate::keys::{self, Mode, Release, Take};
 use crate::{Conn, Failure};
 use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::keyed;
@@ -46,12 +46,8 @@ pub async fn acquire(conn: &Conn, take: &Take, wait: Duration) -> Result<(), Fai
     let deadline = Instant::now() + wait;
     let renewer = (!wait.is_zero()).then(|| tokio::spawn(renew(client.clone(), id, ttl)));
     let granted = match take {
-        Take::One { key, shared } => {
-            let mode = if *shared {
-                HoldMode::Shared
-            } else {
-                HoldMode::Exclusive
-            };
+        Take::One { key, mode } => {
+            let mode = hold_mode(*mode);
             asking(deadline, |ask| {
                 let mut client = client.clone();
                 let req = AcquireRequest {
@@ -60,14 +56,22 @@ pub async fn acquire(conn: &Conn, take: &Take, wait: Duration) -> Result<(), Fai
                     wait_millis: ask,
                     mode: mode.into(),
                 };
+                let req_mode = req.mode;
                 async move {
                     let g = client.acquire(keyed(req, key)).await?.into_inner();
                     let parts = g.parts.unwrap_or_default();
+                    // A permit's number is what its resource fences by: printed with it.
+                    let what = match HoldMode::try_from(req_mode) {
+                        Ok(HoldMode::Permit) => {
+                            format!("class={} permit={}", g.class_name, g.permit)
+                        }
+                        _ => format!("class={}", g.class_name),
+                    };
                     Ok(Granted {
                         token: g.token,
                         epoch: parts.epoch,
                         revision: parts.revision,
-                        what: format!("class={}", g.class_name),
+                        what,
                         ttl_seconds: g.ttl_seconds,
                     })
                 }
@@ -117,7 +121,12 @@ pub async fn acquire(conn: &Conn, take: &Take, wait: Duration) -> Result<(), Fai
         let _ = renew_once(&mut client.clone(), id).await;
     }
     let mode = match take {
-        Take::One { shared: true, .. } => " mode=shared",
+        Take::One {
+            mode: Mode::Shared, ..
+        } => " mode=shared",
+        Take::One {
+            mode: Mode::Permit, ..
+        } => " mode=permit",
         _ => "",
     };
     println!(
@@ -125,8 +134,11 @@ pub async fn acquire(conn: &Conn, take: &Take, wait: Duration) -> Result<(), Fai
         g.token, g.epoch, g.revision, g.what, g.ttl_seconds
     );
     let release = match take {
-        Take::One { key, shared: false } => format!("lockctl release {key} <token>"),
-        Take::One { key, shared: true } => format!("lockctl release --shared {key} <token>"),
+        Take::One {
+            key,
+            mode: Mode::Exclusive,
+        } => format!("lockctl release {key} <token>"),
+        Take::One { key, mode } => format!("lockctl release {} {key} <token>", mode.flag()),
         Take::Set(keys) => format!("lockctl release --token <token> {}", keys.join(" ")),
     };
     eprintln!(
@@ -134,6 +146,15 @@ pub async fn acquire(conn: &Conn, take: &Take, wait: Duration) -> Result<(), Fai
         g.ttl_seconds
     );
     Ok(())
+}
+
+/// The wire's mode for how a key is held.
+fn hold_mode(mode: Mode) -> HoldMode {
+    match mode {
+        Mode::Exclusive => HoldMode::Exclusive,
+        Mode::Shared => HoldMode::Shared,
+        Mode::Permit => HoldMode::Permit,
+    }
 }
 
 /// What a grant printed.
@@ -190,12 +211,8 @@ async fn renew_once(client: &mut LockClient<Channel>, id: i64) -> Result<(), ton
 pub async fn release(conn: &Conn, what: &Release) -> Result<(), Failure> {
     let mut client = connect(conn).await?;
     match what {
-        Release::One { key, token, shared } => {
-            let mode = if *shared {
-                HoldMode::Shared
-            } else {
-                HoldMode::Exclusive
-            };
+        Release::One { key, token, mode } => {
+            let mode = hold_mode(*mode);
             client
                 .release(keyed(
                     ReleaseRequest {
@@ -249,7 +266,13 @@ pub async fn inspect(conn: &Conn, key: &str) -> Result<(), Failure> {
         .await
         .map_err(refused)?
         .into_inner();
-    if i.held {
+    if i.permits > 0 {
+        // A semaphore: how many of its permits are held (no one holder to name).
+        println!(
+            "held={} permits_held={} permits={} class={} waiters={}",
+            i.held, i.permits_held, i.permits, i.class_name, i.waiters
+        );
+    } else if i.held {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));

@@ -1,8 +1,9 @@
-//! `lockctl run KEY... [--wait D] [--grace D] [--shared] -- COMMAND...`: like `flock` /
-//! `etcdctl lock`.
+//! `lockctl run KEY... [--wait D] [--grace D] [--shared | --permit] -- COMMAND...`: like
+//! `flock` / `etcdctl lock`.
 //! Holds the lock (through lock-client: renewed, drained, fenced) while COMMAND runs, gives
 //! it the token in `LOCK_TOKEN` (and the key in `LOCK_KEY`, or a set's keys in
-//! `LOCK_KEYS`: several keys are held as one set, `--shared` holds one key shared), and
+//! `LOCK_KEYS`: several keys are held as one set, `--shared` holds one key shared,
+//! `--permit` one permit of a semaphore's key, its number in `LOCK_PERMIT`), and
 //! never lets the command outlive the hold:
 //!
 //! - COMMAND runs in a process group of its own; whatever stops it stops the whole group
@@ -114,7 +115,13 @@ pub async fn run_once(
     let acquiring = async {
         match (wait, take) {
             (Some(wait), take) => acquire(&client, take, wait, on_fence).await,
-            (None, Take::One { key, shared: false }) => client
+            (
+                None,
+                Take::One {
+                    key,
+                    mode: crate::keys::Mode::Exclusive,
+                },
+            ) => client
                 .campaign(key, on_fence)
                 .await
                 .map(|l| Held::One(l.into_hold())),
@@ -144,6 +151,11 @@ pub async fn run_once(
     }
     let mut cmd = Command::new(program);
     cmd.args(args).env("LOCK_TOKEN", hold.token().to_string());
+    // A permit's number, which its resource fences by; none inherited otherwise.
+    match hold.permit() {
+        Some(p) => cmd.env("LOCK_PERMIT", p.to_string()),
+        None => cmd.env_remove("LOCK_PERMIT"),
+    };
     match take {
         // Only this hold's names: none inherited from an outer `lockctl run`.
         Take::One { key, .. } => cmd.env("LOCK_KEY", key).env_remove("LOCK_KEYS"),

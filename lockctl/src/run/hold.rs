@@ -1,8 +1,9 @@
-//! What a run holds: one key (exclusive or shared) or a set, taken with a wait that means
+//! What a run holds: one key (exclusive, shared or a semaphore's permit) or a set, taken
+//! with a wait that means
 //! what `--wait` says, and given back on every way out, bounded, before lockctl exits.
 
-use crate::keys::{self, Take};
-use lock_client::{HeldSet, Hold, LockClient, LockError, SharedHold};
+use crate::keys::{self, Mode, Take};
+use lock_client::{HeldSet, Hold, LockClient, LockError, Permit, SharedHold};
 use std::time::{Duration, Instant};
 
 /// Bound on the release and the session close on the way out.
@@ -11,6 +12,7 @@ const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) enum Held {
     One(Hold),
     Shared(SharedHold),
+    Permit(Permit),
     Set(HeldSet),
 }
 
@@ -19,15 +21,25 @@ impl Held {
         match self {
             Held::One(h) => h.token(),
             Held::Shared(h) => h.token(),
+            Held::Permit(h) => h.token(),
             Held::Set(h) => h.token(),
         }
         .as_u64()
+    }
+
+    /// A semaphore's permit number (None for every other hold).
+    pub(super) fn permit(&self) -> Option<u32> {
+        match self {
+            Held::Permit(h) => Some(h.permit()),
+            _ => None,
+        }
     }
 
     fn is_fenced(&self) -> bool {
         match self {
             Held::One(h) => h.is_fenced(),
             Held::Shared(h) => h.is_fenced(),
+            Held::Permit(h) => h.is_fenced(),
             Held::Set(h) => h.is_fenced(),
         }
     }
@@ -37,6 +49,7 @@ impl Held {
         match self {
             Held::One(h) => h.lapse().map(|l| l.to_string()),
             Held::Shared(h) => (!h.was_continuous()).then(|| LAPSED.to_owned()),
+            Held::Permit(h) => (!h.was_continuous()).then(|| LAPSED.to_owned()),
             Held::Set(h) => (!h.was_continuous()).then(|| LAPSED.to_owned()),
         }
     }
@@ -45,12 +58,13 @@ impl Held {
         match self {
             Held::One(h) => h.release().await,
             Held::Shared(h) => h.release().await,
+            Held::Permit(h) => h.release().await,
             Held::Set(h) => h.release().await,
         }
     }
 }
 
-/// The lapse of a shared hold or a set, whose client does not say by how much.
+/// The lapse of a shared hold, a permit or a set, whose client does not say by how much.
 const LAPSED: &str = "its session passed its local deadline unrenewed";
 
 /// Takes what `take` names, waiting up to `wait`; a wait longer than the service's (300 s)
@@ -65,14 +79,27 @@ pub(super) async fn acquire(
     loop {
         let ask = keys::service_wait(deadline.saturating_duration_since(Instant::now()));
         let got = match take {
-            Take::One { key, shared: false } => client
+            Take::One {
+                key,
+                mode: Mode::Exclusive,
+            } => client
                 .acquire(key, ask, on_fence.clone())
                 .await
                 .map(Held::One),
-            Take::One { key, shared: true } => client
+            Take::One {
+                key,
+                mode: Mode::Shared,
+            } => client
                 .acquire_shared(key, ask, on_fence.clone())
                 .await
                 .map(Held::Shared),
+            Take::One {
+                key,
+                mode: Mode::Permit,
+            } => client
+                .acquire_permit(key, ask, on_fence.clone())
+                .await
+                .map(Held::Permit),
             Take::Set(keys) => client
                 .acquire_all(keys, ask, on_fence.clone())
                 .await

@@ -96,13 +96,16 @@ fn go(state: State, effects: Effects, then: Then) -> Transition {
 }
 
 /// Answered with a grant (the queue remembers the key held at its revision, so the next
-/// head watches rather than spend a transaction on a taken key).
+/// head watches rather than spend a transaction on a taken key). A semaphore's permit says
+/// nothing of the kind: other permits may be free, so the next head looks with its own
+/// transaction (remembering "held" there left every waiter after the first watching while
+/// permits stood free).
 fn granted(grant: Grant) -> Transition {
-    go(
-        State::Answered,
-        Effects::held(grant.revision),
-        Then::Answer(Ok(grant)),
-    )
+    let effects = match grant.permit {
+        Some(_) => Effects::NONE,
+        None => Effects::held(grant.revision),
+    };
+    go(State::Answered, effects, Then::Answer(Ok(grant)))
 }
 
 fn answer(result: Result<Grant, ArbiterError>) -> Transition {

@@ -810,3 +810,36 @@ fn starts() {
     );
     assert_eq!(held(3).list().collect::<Vec<_>>(), vec![Effect::SawHeld(3)]);
 }
+
+/// A grant of an exclusive key tells the queue the key is held (the next head watches); a
+/// semaphore's permit does not (other permits may be free: the next head attempts). Found
+/// when every waiter after the first watched while two permits stood free.
+#[test]
+fn only_an_exclusive_grant_marks_the_key_held_for_the_next_head() {
+    let attempting = || State::Attempting {
+        ended: None,
+        doubt: false,
+    };
+    let exclusive = step(attempting(), Event::Granted(grant(9)));
+    assert_eq!(
+        exclusive.effects.list().collect::<Vec<_>>(),
+        vec![Effect::SawHeld(9)]
+    );
+    let permit = Grant {
+        permit: Some(1),
+        ..grant(9)
+    };
+    let head = State::Head {
+        held_at: None,
+        broken: 0,
+        doubt: false,
+    };
+    for (state, event) in [
+        (attempting(), Event::Granted(permit.clone())),
+        (head, Event::HandedOn(permit)),
+    ] {
+        let t = step(state, event);
+        assert_eq!(t.effects.list().count(), 0);
+        assert!(matches!(t.then, Then::Answer(Ok(_))));
+    }
+}
