@@ -6,7 +6,9 @@
 
 use lock_integration::Stack;
 use lock_integration::paths::workspace_root;
-use lock_integration::registry::{FAST_PREFIX, FAST_TTL, SHARED_PREFIX, waiter_id};
+use lock_integration::registry::{
+    FAST_PREFIX, FAST_TTL, SEM_PERMITS, SEM_PREFIX, SHARED_PREFIX, waiter_id,
+};
 use lock_integration::sidecar::Sidecar;
 use std::path::PathBuf;
 use std::process::Command;
@@ -69,6 +71,8 @@ fn stack_env(stack: &Stack) -> Vec<(String, String)> {
         ("LOCK_OTHER_SVID_KEY", s(&other.key)),
         ("LOCK_TEST_PREFIX", FAST_PREFIX.to_owned()),
         ("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX.to_owned()),
+        ("LOCK_TEST_SEM_PREFIX", SEM_PREFIX.to_owned()),
+        ("LOCK_TEST_SEM_PERMITS", SEM_PERMITS.to_string()),
         ("LOCK_TEST_TTL", FAST_TTL.to_string()),
         ("LOCK_ETCD", stack.etcd.client_url.clone()),
         (
@@ -87,14 +91,15 @@ fn stack_env(stack: &Stack) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Every suite that needs no stack: units, the metrics and the calls against the
-/// in-process fake lock.v1 service, and the conformance driver's own protocol.
+/// Every suite that needs no stack: units, the metrics, the calls and the permits against
+/// the in-process fake lock.v1 service, and the conformance driver's own protocol.
 #[test]
 fn the_node_client_passes_its_unit_suite() {
     for file in [
         "test/units.test.mjs",
         "test/metrics.test.mjs",
         "test/calls.test.mjs",
+        "test/permit.test.mjs",
         "test/driver.test.mjs",
     ] {
         let out = node_test(file, &[]);

@@ -6,7 +6,9 @@
 
 use lock_integration::Stack;
 use lock_integration::paths::workspace_root;
-use lock_integration::registry::{FAST_PREFIX, FAST_TTL, SHARED_PREFIX, waiter_id};
+use lock_integration::registry::{
+    FAST_PREFIX, FAST_TTL, SEM_PERMITS, SEM_PREFIX, SHARED_PREFIX, waiter_id,
+};
 use lock_integration::sidecar::Sidecar;
 use std::process::Command;
 
@@ -50,6 +52,8 @@ fn pytest_with(
         .env("LOCK_OTHER_SVID_KEY", &other.key)
         .env("LOCK_TEST_PREFIX", FAST_PREFIX)
         .env("LOCK_TEST_SHARED_PREFIX", SHARED_PREFIX)
+        .env("LOCK_TEST_SEM_PREFIX", SEM_PREFIX)
+        .env("LOCK_TEST_SEM_PERMITS", SEM_PERMITS.to_string())
         .env("LOCK_TEST_TTL", FAST_TTL.to_string())
         .env("LOCK_ETCD", &stack.etcd.client_url)
         .env(

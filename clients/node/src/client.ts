@@ -24,6 +24,7 @@ import { describeLapse, Liveness, type Lapse } from "./liveness.js";
 import { CAMPAIGN_ROUND_MS, Leadership, MIN_ROUND_MS, type CampaignOptions } from "./election.js";
 import { ClientMetrics, type HoldMeter, type HoldOutcome, UNKNOWN_CLASS, waitOutcome } from "./metrics.js";
 import { Observation, type ObserveOptions } from "./observe.js";
+import { Permit } from "./permit.js";
 
 /** Attempts of one acquire (transient errors, session changes), within its deadline. */
 const MAX_TRIES = 32;
@@ -317,6 +318,15 @@ interface Reentry {
   measured: Measured;
 }
 
+/** The outermost permit grant of a key on this client, and how many Permits share it. */
+interface PermitEntry {
+  count: number;
+  permit: number;
+  token: bigint;
+  session: Session;
+  measured: Measured;
+}
+
 /** A grant being measured for the hold-time metric, and the hook on its session that ends
  * it when the session is fenced (its own hook: the count of lost holds does not depend on
  * what the caller's onFence does). */
@@ -523,6 +533,8 @@ export class LockClient {
   /** Settles when the session being opened is open (`sessionOrOpen`). */
   private opening: Promise<void> = Promise.resolve();
   private readonly holds = new Map<string, Reentry>();
+  /** Re-entrancy of semaphore permits: the outermost permit grant by key (permit.ts). */
+  private readonly permits = new Map<string, PermitEntry>();
   private nextHold = 1;
   private openStreams = 0;
   private maxHoldStreams = DEFAULT_MAX_HOLD_STREAMS;
@@ -763,6 +775,94 @@ export class LockClient {
     return new SharedHold(this, key, holdId, BigInt(r.token), s, this.measure(className, s));
   }
 
+  /**
+   * Takes one permit of `key`, a key of a semaphore class (`permits: N`): up to N sessions
+   * hold it at once, each on its own permit (`Permit.permit`, 0..N-1) with its own token.
+   * Waits up to `waitMs` in the key's FIFO queue while all N are held (Held when the wait
+   * ends). Asked again while this client holds a permit of the key, it returns that permit,
+   * nested: only the last release calls the service. A key of any other class is
+   * InvalidRequest (MALFORMED_REQUEST).
+   */
+  async acquirePermit(key: string, opts: AcquireOptions): Promise<Permit> {
+    requireOnFence("acquirePermit", opts);
+    const holdId = this.nextHold++;
+    const entry = this.permits.get(key);
+    if (entry && entry.session.fenced) {
+      // Fenced: the grant is gone; its Permits still end by their own release.
+      this.permits.delete(key);
+    } else if (entry) {
+      entry.count += 1;
+      entry.session.attach(holdId, opts.onFence);
+      return this.permitOf(key, holdId, entry);
+    }
+    const started = now();
+    const deadline = started + Math.min(Math.max(opts.waitMs ?? 0, 0), MAX_WAIT_MS);
+    type Granted = { token: string; className: string; permit: number };
+    let answer: [Granted, Session];
+    try {
+      answer = await this.onSession(key, key, deadline, (s, left) =>
+        unary<Granted>(
+          this.stub(),
+          "acquire",
+          { key, sessionId: s.id, waitMillis: String(Math.floor(left)), mode: "HOLD_MODE_PERMIT" },
+          keyed(key),
+          left + CALL_SLACK_MS,
+        ),
+      );
+    } catch (e) {
+      this.metrics.waited(this.classOf(key), waitOutcome(e), started);
+      throw e;
+    }
+    const [r, s] = answer;
+    this.learnClass(key, r.className);
+    const className = this.classOf(key);
+    this.metrics.waited(className, "granted", started);
+    s.attach(holdId, opts.onFence);
+    const token = BigInt(r.token);
+    const held = this.permits.get(key);
+    if (held && held.session === s && held.token === token) {
+      // Another acquire of this client was granted the same permit meanwhile (the service
+      // answers a session's second ask with its grant): nest on it, so the first release
+      // does not end the other's permit.
+      held.count += 1;
+      return this.permitOf(key, holdId, held);
+    }
+    const granted: PermitEntry = { count: 1, permit: r.permit, token, session: s, measured: this.measure(className, s) };
+    this.permits.set(key, granted);
+    return this.permitOf(key, holdId, granted);
+  }
+
+  private permitOf(key: string, holdId: number, e: PermitEntry): Permit {
+    const { permit, token, session } = e;
+    return new Permit(key, permit, token, session, () => this.finishPermit(key, holdId, token, session));
+  }
+
+  /** One Permit ends: a nested one only detaches; the last releases the grant (mode PERMIT,
+   * by its token). Any of them rejects with Fenced if the grant was fenced. */
+  private async finishPermit(key: string, holdId: number, token: bigint, s: Session): Promise<void> {
+    s.detach(holdId);
+    const entry = this.permits.get(key);
+    let last: PermitEntry | null = null;
+    // No entry, or a later grant's (this permit was fenced and the key taken again): not
+    // this Permit's to count down.
+    if (entry && entry.session === s && entry.token === token) {
+      if (entry.count > 1) entry.count -= 1;
+      else {
+        this.permits.delete(key);
+        last = entry;
+      }
+    }
+    try {
+      // Fenced: its hold time was counted when the fence ran (the end below is a no-op).
+      if (s.fenced) throw new Fenced("the permit was fenced before its release");
+      if (!last) return;
+      const req = { key, token: token.toString(), sessionId: s.id, mode: "HOLD_MODE_PERMIT" };
+      await unary(this.stub(), "release", req, keyed(key), CALL_SLACK_MS);
+    } finally {
+      if (last) this.endMeasure(last.measured, "released");
+    }
+  }
+
   /** @internal Ends a set or a shared hold (their `release()`). */
   async finishOther(
     kind: "set" | "shared",
@@ -890,6 +990,7 @@ export class LockClient {
     this.sessions.clear();
     for (const h of this.holds.values()) if (h.link) this.closeLink(h.link);
     this.holds.clear();
+    this.permits.clear();
     let first: LockError | null = null;
     for (const s of sessions) {
       const wasFenced = s.fenced;

@@ -7,8 +7,9 @@
 //   });
 //   await locks.shutdown();
 //
-// Also: acquireAll (sets), acquireShared (readers), campaign (leader election), observe
-// (a key's holder and its changes), and metrics through @opentelemetry/api (metrics.ts).
+// Also: acquireAll (sets), acquireShared (readers), acquirePermit (semaphores), campaign
+// (leader election), observe (a key's holder and its changes), and metrics through
+// @opentelemetry/api (metrics.ts).
 
 export { LockClient, Hold, HeldSet, SharedHold, DEFAULT_MAX_HOLD_STREAMS, type AcquireOptions, type ClientOptions, type FenceFn } from "./client.js";
 export { checkEndpoint, meshSidecar, svidFiles, type Credentials, type MeshSidecar, type SvidFiles } from "./connect.js";
@@ -44,6 +45,7 @@ export { encodeKey, instanceFor, processInstance, validInstance, tagOf } from ".
 export { describeLapse, Liveness, type Lapse } from "./liveness.js";
 export { CAMPAIGN_ROUND_MS, Leadership, MIN_ROUND_MS, type CampaignOptions } from "./election.js";
 export { Observation, Observed, type Change, type Holder, type ObserveOptions } from "./observe.js";
+export { Permit } from "./permit.js";
 export {
   HOLD_DURATION,
   HOLDS_LOST,

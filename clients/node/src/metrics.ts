@@ -14,7 +14,7 @@ import { LockError } from "./errors.js";
 
 /** The instrumentation scope of the client's instruments. */
 export const METER_NAME = "@fenced-lock/client";
-/** Histogram, seconds: from an acquire call (acquire, acquireShared, acquireAll, campaign) to its answer. */
+/** Histogram, seconds: from an acquire call (acquire, acquireShared, acquirePermit, acquireAll, campaign) to its answer. */
 export const WAIT_DURATION = "lock.client.wait.duration";
 /** Histogram, seconds: from a grant to the hold's end. */
 export const HOLD_DURATION = "lock.client.hold.duration";
@@ -63,7 +63,7 @@ export class ClientMetrics {
     const meter = provider.getMeter(METER_NAME, packageVersion());
     this.waitHistogram = meter.createHistogram(WAIT_DURATION, {
       unit: "s",
-      description: "From an acquire call (acquire, acquireShared, acquireAll, campaign) to its answer",
+      description: "From an acquire call (acquire, acquireShared, acquirePermit, acquireAll, campaign) to its answer",
       advice: { explicitBucketBoundaries: WAIT_BUCKETS },
     });
     this.holdHistogram = meter.createHistogram(HOLD_DURATION, {

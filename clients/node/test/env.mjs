@@ -14,6 +14,9 @@ export const prefix = () => env("LOCK_TEST_PREFIX");
 export const ttlMs = () => Number(env("LOCK_TEST_TTL")) * 1000;
 export const fresh = (p = prefix()) => `${p}/node-${randomBytes(5).toString("hex")}`;
 export const sharedPrefix = () => env("LOCK_TEST_SHARED_PREFIX");
+/** The test registry's semaphore class: its prefix and its N permits. */
+export const semPrefix = () => env("LOCK_TEST_SEM_PREFIX");
+export const semPermits = () => Number(env("LOCK_TEST_SEM_PERMITS"));
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // The fence callback of tests whose holds guard no work (onFence is required: ADR-12).
 export const unfenced = () => undefined;

@@ -17,7 +17,7 @@ const rpc = protobuf.loadSync(proto("google/rpc/status.proto"));
 const Status = rpc.lookupType("google.rpc.Status");
 const ErrorInfo = rpc.lookupType("google.rpc.ErrorInfo");
 
-const CODES = { HELD: 9, NOT_GRANTED: 7, SESSION_EXPIRED: 5, STALE_TOKEN: 9, HISTORY_COMPACTED: 11, INVALID_KEY: 3 };
+const CODES = { HELD: 9, NOT_GRANTED: 7, SESSION_EXPIRED: 5, STALE_TOKEN: 9, HISTORY_COMPACTED: 11, INVALID_KEY: 3, MALFORMED_REQUEST: 3 };
 
 /** A refusal as the service sends it: a status whose details trailer holds the ErrorInfo. */
 export function refusal(reason, message = reason.toLowerCase(), metadata = {}) {
@@ -36,10 +36,17 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /**
  * Starts the fake. Keys under `denied/` are NOT_GRANTED; every other key is of class
  * `classOf(key)` (default: the key's first segment). `ttlSeconds`: every session's TTL.
+ * A key with `permitsOf(key)` > 0 (default: 3 under `sem/`) is a semaphore: mode PERMIT
+ * only, one permit per live session, the same grant to a session that asks again.
  */
-export async function startFake({ ttlSeconds = 3, classOf = (k) => k.split("/")[0] } = {}) {
+export async function startFake({
+  ttlSeconds = 3,
+  classOf = (k) => k.split("/")[0],
+  permitsOf = (k) => (k.startsWith("sem/") ? 3 : 0),
+} = {}) {
   const sessions = new Map(); // id -> { expired }
   const holds = new Map(); // key -> { token, session, shared: Set<session> | null }
+  const permits = new Map(); // key -> Map<permit, { session, token }>
   const observers = new Map(); // key -> Set<call>
   let revision = 100n;
   let nextSession = 1000n;
@@ -67,6 +74,10 @@ export async function startFake({ ttlSeconds = 3, classOf = (k) => k.split("/")[
      * resets them when the arbiter behind dies. */
     breakHoldStreams: false,
     holderOf: (key) => holds.get(key),
+    /** Permits of `key` held by live sessions. */
+    permitsHeld: (key) => livePermits(key).size,
+    /** Every PERMIT release the service heard: [key, permit, token]. */
+    permitReleases: [],
   };
 
   const free = (key) => !holds.has(key);
@@ -84,11 +95,40 @@ export async function startFake({ ttlSeconds = 3, classOf = (k) => k.split("/")[
     return s && !s.expired ? s : null;
   };
 
+  /** `key`'s permits, less those of sessions gone (expired or closed). */
+  function livePermits(key) {
+    const held = permits.get(key) ?? new Map();
+    for (const [p, h] of held) if (!liveSession(h.session)) held.delete(p);
+    permits.set(key, held);
+    return held;
+  }
+
+  async function takePermit(req, n) {
+    const until = Date.now() + Number(req.waitMillis ?? 0);
+    const session = String(req.sessionId);
+    for (;;) {
+      const held = livePermits(req.key);
+      const mine = [...held].find(([, h]) => h.session === session);
+      if (mine) return { token: String(mine[1].token), className: classOf(req.key), ttlSeconds, permit: mine[0] };
+      for (let p = 0; p < n; p++) {
+        if (held.has(p)) continue;
+        const token = tokenOf();
+        held.set(p, { session, token });
+        return { token: String(token), className: classOf(req.key), ttlSeconds, permit: p };
+      }
+      if (Date.now() >= until) throw refusal("HELD", "every permit is held");
+      await sleep(20);
+    }
+  }
+
   async function acquire(req) {
     fake.calls.push(["acquire", req.key]);
     const denied = check(req.key);
     if (denied) throw denied;
     if (!liveSession(req.sessionId)) throw refusal("SESSION_EXPIRED");
+    const n = permitsOf(req.key);
+    if ((req.mode === "HOLD_MODE_PERMIT") !== n > 0) throw refusal("MALFORMED_REQUEST", "PERMIT, and only PERMIT, on a semaphore's key");
+    if (n > 0) return takePermit(req, n);
     const until = Date.now() + Number(req.waitMillis ?? 0);
     for (;;) {
       const h = holds.get(req.key);
@@ -110,6 +150,14 @@ export async function startFake({ ttlSeconds = 3, classOf = (k) => k.split("/")[
 
   function release(req) {
     fake.calls.push(["release", req.key]);
+    if (req.mode === "HOLD_MODE_PERMIT") {
+      const held = livePermits(req.key);
+      const found = [...held].find(([, h]) => String(h.token) === req.token);
+      if (!found) throw refusal("STALE_TOKEN");
+      held.delete(found[0]);
+      fake.permitReleases.push([req.key, found[0], BigInt(req.token)]);
+      return { releasedAtRevision: String(++revision) };
+    }
     const h = holds.get(req.key);
     if (!h) throw refusal("STALE_TOKEN");
     revision += 1n;

@@ -132,6 +132,35 @@ test("sets, shared holds and campaigns are measured; the shutdown ends what is h
   assert.equal(got.filter((p) => p.name === HOLDS_LOST).length, 0);
 });
 
+test("permits are measured as holds; a nested one records nothing", async () => {
+  const { client, points } = meter();
+  const other = new LockClient(fake.endpoint, meshSidecar());
+  clients.push(other);
+  const p = await client.acquirePermit("sem/m", { onFence: unfenced });
+  await (await client.acquirePermit("sem/m", { onFence: unfenced })).release(); // nested: nothing
+  await p.release();
+  // Three permits of sem/full held elsewhere: the fourth is refused.
+  const full = [];
+  for (let i = 0; i < 3; i++) {
+    const c = new LockClient(fake.endpoint, meshSidecar());
+    clients.push(c);
+    full.push(await c.acquirePermit("sem/full", { onFence: unfenced }));
+  }
+  await assert.rejects(client.acquirePermit("sem/full", { waitMs: 0, onFence: unfenced }), Held);
+  const kept = await client.acquirePermit("sem/kept", { onFence: unfenced });
+  for (const f of full) await f.release();
+
+  const got = await points();
+  clean(got, ["sem/m", "sem/full", "sem/kept", p.token, kept.token, ...full.map((f) => f.token)]);
+  assert.deepEqual(find(got, WAIT_DURATION, "granted").map((x) => [x.attributes.class, count(x)]), [["sem", 2]]);
+  // The session was opened for sem/m: sem/full's class was never named to this client.
+  assert.deepEqual(find(got, WAIT_DURATION, "held").map((x) => [x.attributes.class, count(x)]), [["unknown", 1]]);
+  assert.deepEqual(find(got, HOLD_DURATION, "released").map((x) => [x.attributes.class, count(x)]), [["sem", 1]]);
+  await client.shutdown();
+  const down = find(await points(), HOLD_DURATION, "shutdown").map((x) => [x.attributes.class, count(x)]);
+  assert.deepEqual(down, [["sem", 1]], "the permit still held ends with the shutdown");
+});
+
 test("a campaign that times out records one wait, not one per round", async () => {
   const { client, points } = meter();
   const other = new LockClient(fake.endpoint, meshSidecar());

@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { Held, InvalidRequest, LeakedHold, LockClient, meshSidecar, NotGranted } from "../dist/index.js";
-import { client, env, fresh, sharedPrefix, sleep, ttlMs, unfenced } from "./env.mjs";
+import { client, env, fresh, semPermits, semPrefix, sharedPrefix, sleep, ttlMs, unfenced } from "./env.mjs";
 
 const locks = client("LOCK");
 const other = client("LOCK_OTHER");
@@ -365,4 +365,53 @@ test("shared holds admit readers together and a writer alone", async () => {
   const w = await other.acquire(key, { waitMs: 5000, onFence: unfenced });
   assert.ok(w.token > r1.token && w.token > r2.token);
   await w.release();
+});
+
+test("a semaphore admits N holders, each on its own permit; one more waits for a release", async () => {
+  const key = fresh(semPrefix());
+  const n = semPermits();
+  const holders = [locks, other];
+  for (let i = 2; i < n; i++) holders.push(replica(`sem-${i}-${randomBytes(3).toString("hex")}`));
+  const held = [];
+  for (const c of holders) held.push(await c.acquirePermit(key, { onFence: unfenced }));
+  assert.deepEqual(held.map((p) => p.permit).sort(), [...Array(n).keys()]);
+  assert.equal(new Set(held.map((p) => p.token)).size, n);
+  const late = replica(`sem-late-${randomBytes(3).toString("hex")}`);
+  await assert.rejects(late.acquirePermit(key, { waitMs: 0, onFence: unfenced }), Held);
+  let granted = null;
+  const waiting = late.acquirePermit(key, { waitMs: 20_000, onFence: unfenced }).then((p) => (granted = p));
+  await sleep(500);
+  assert.equal(granted, null, "granted while every permit was held");
+  const [freed] = held.splice(1, 1);
+  await freed.release();
+  const got = await waiting;
+  assert.equal(got.permit, freed.permit, "the waiter is handed the freed permit");
+  assert.ok(got.token > freed.token, "a permit's tokens strictly increase");
+  for (const p of [...held, got]) await p.release();
+});
+
+test("a client's second permit nests, and the last release frees it", async () => {
+  const key = fresh(semPrefix());
+  const outer = await locks.acquirePermit(key, { onFence: unfenced });
+  const inner = await locks.acquirePermit(key, { onFence: unfenced });
+  assert.deepEqual([inner.permit, inner.token], [outer.permit, outer.token]);
+  // The other N-1 permits, held by replicas: the nested acquire took none of them.
+  const rest = [];
+  for (let i = 1; i < semPermits(); i++) {
+    rest.push(await replica(`sem-${i}-${randomBytes(3).toString("hex")}`).acquirePermit(key, { onFence: unfenced }));
+  }
+  const late = replica(`sem-late-${randomBytes(3).toString("hex")}`);
+  await assert.rejects(late.acquirePermit(key, { onFence: unfenced }), Held);
+  await outer.release();
+  await assert.rejects(late.acquirePermit(key, { onFence: unfenced }), Held);
+  await inner.release();
+  const got = await late.acquirePermit(key, { waitMs: 5000, onFence: unfenced });
+  assert.ok(got.permit === outer.permit && got.token > outer.token);
+  for (const p of [...rest, got]) await p.release();
+});
+
+test("a permit of another class, and another mode on a semaphore, are refused", async () => {
+  const malformed = (e) => e instanceof InvalidRequest && e.reason === "MALFORMED_REQUEST";
+  await assert.rejects(locks.acquirePermit(fresh(), { onFence: unfenced }), malformed);
+  await assert.rejects(locks.acquire(fresh(semPrefix()), { onFence: unfenced }), malformed);
 });

@@ -33,6 +33,15 @@ def stack_env():
     }
 
 
+@pytest.fixture
+def sem_env():
+    """The test registry's semaphore class: its prefix and its N permits."""
+    return {
+        "prefix": _env("LOCK_TEST_SEM_PREFIX"),
+        "permits": int(_env("LOCK_TEST_SEM_PERMITS")),
+    }
+
+
 def _client(prefix: str, instance=None) -> LockClient:
     return LockClient(
         _env("LOCK_ENDPOINT"),

@@ -1,6 +1,7 @@
 """A small in-process lock.v1 server for unit tests: enough of the service (sessions,
 KeepAlive, Acquire, Hold, Release, AcquireAll, CloseSession) to drive the client without
-the stack. It keeps no queue: a held key is refused HELD at once. Plaintext on loopback,
+the stack. It keeps no queue: a held key is refused HELD at once. Keys named in
+`semaphores` are semaphores (mode PERMIT only, one permit per session). Plaintext on loopback,
 reached with `MeshSidecar()`."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 from concurrent import futures
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import grpc
 from google.protobuf import any_pb2
@@ -49,6 +50,11 @@ class FakeLock(lock_pb2_grpc.LockServicer):
         self.unary_releases = 0
         # The after_revision of each Observe call.
         self.observe_asks: list = []
+        # Semaphore keys and their N; their permits held: key -> {permit: (session, token)}.
+        self.semaphores: Dict[str, int] = {}
+        self.permits: Dict[str, Dict[int, Tuple[int, int]]] = {}
+        # Every PERMIT release heard: (key, permit, token).
+        self.permit_releases: List[Tuple[str, int, int]] = []
 
     # -- sessions ------------------------------------------------------------------------
     def OpenSession(self, request, context):
@@ -61,17 +67,23 @@ class FakeLock(lock_pb2_grpc.LockServicer):
             with self._lock:
                 gone = r.session_id in self.expired or r.session_id in self.closed
                 if gone:
-                    for k in [k for k, s in self.holds.items() if s == r.session_id]:
-                        del self.holds[k]
+                    self._forget_locked(r.session_id)
             yield lock_pb2.KeepAliveResponse(session_id=r.session_id,
                                              ttl_seconds=0 if gone else self.ttl_seconds)
 
     def CloseSession(self, request, context):
         with self._lock:
             self.closed.add(request.session_id)
-            for k in [k for k, s in self.holds.items() if s == request.session_id]:
-                del self.holds[k]
+            self._forget_locked(request.session_id)
         return lock_pb2.CloseSessionResponse()
+
+    def _forget_locked(self, session_id: int) -> None:
+        """A session's lease is gone: so are its holds and permits."""
+        for k in [k for k, s in self.holds.items() if s == session_id]:
+            del self.holds[k]
+        for held in self.permits.values():
+            for p in [p for p, (s, _) in held.items() if s == session_id]:
+                del held[p]
 
     def expire(self, session_id: int) -> None:
         with self._lock:
@@ -96,7 +108,35 @@ class FakeLock(lock_pb2_grpc.LockServicer):
                                         ttl_seconds=self.ttl_seconds)
 
     def Acquire(self, request, context):
+        permit = request.mode == lock_pb2.HOLD_MODE_PERMIT
+        if permit != (request.key in self.semaphores):
+            refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_REQUEST",
+                   "PERMIT, and only PERMIT, on a semaphore's key")
+        if permit:
+            return self._take_permit(request.key, request.session_id, context)
         return self._take(request.key, request.session_id, context)
+
+    def _take_permit(self, key: str, session_id: int, context) -> lock_pb2.AcquireResponse:
+        with self._lock:
+            held = self.permits.setdefault(key, {})
+            mine = [(p, t) for p, (s, t) in held.items() if s == session_id]
+            free = [p for p in range(self.semaphores[key]) if p not in held]
+            if mine:
+                # A session holds at most one permit: asked again, the same grant.
+                permit, token = mine[0]
+            elif free:
+                permit, token = free[0], next(self._tokens)
+                held[permit] = (session_id, token)
+            else:
+                permit = -1
+        if permit < 0:
+            refuse(context, grpc.StatusCode.ABORTED, "HELD", "every permit is held")
+        return lock_pb2.AcquireResponse(token=token, class_name=self.class_name,
+                                        ttl_seconds=self.ttl_seconds, permit=permit)
+
+    def permits_held(self, key: str) -> int:
+        with self._lock:
+            return len(self.permits.get(key, {}))
 
     def Hold(self, request_iterator, context):
         for r in request_iterator:
@@ -113,6 +153,19 @@ class FakeLock(lock_pb2_grpc.LockServicer):
     def Release(self, request, context):
         with self._lock:
             self.unary_releases += 1
+            found = False
+            if request.mode == lock_pb2.HOLD_MODE_PERMIT:
+                held = self.permits.get(request.key, {})
+                for p, (_, t) in list(held.items()):
+                    if t == request.token:
+                        del held[p]
+                        self.permit_releases.append((request.key, p, t))
+                        found = True
+        if request.mode == lock_pb2.HOLD_MODE_PERMIT:
+            if not found:
+                refuse(context, grpc.StatusCode.FAILED_PRECONDITION, "STALE_TOKEN",
+                       "no permit of the key has this token")
+            return lock_pb2.ReleaseResponse()
         self._drop(request.key)
         return lock_pb2.ReleaseResponse()
 

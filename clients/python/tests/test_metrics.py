@@ -165,3 +165,42 @@ def test_a_campaign_records_one_wait_and_its_term_as_a_hold(served):
 ])
 def test_outcomes(err, outcome):
     assert metrics.outcome_of(err) == outcome
+
+
+def test_permits_are_recorded_and_a_nested_one_is_not():
+    fake = FakeLock(ttl_seconds=3, class_name="fake-sem")
+    fake.semaphores["pay/sem/a"] = 1
+    fake.semaphores["pay/sem/b"] = 1
+    served = Served(fake)
+    registry = CollectorRegistry()
+    c = LockClient(served.endpoint, MeshSidecar(), registry=registry)
+    other = LockClient(served.endpoint, MeshSidecar())
+    tokens = []
+    try:
+        p = c.acquire_permit("pay/sem/a", on_fence=lambda: None)
+        tokens.append(p.token)
+        c.acquire_permit("pay/sem/a", on_fence=lambda: None).release()  # nested: nothing
+        p.release()
+        tokens.append(other.acquire_permit("pay/sem/b", on_fence=lambda: None).token)
+        with pytest.raises(Held):
+            c.acquire_permit("pay/sem/b", on_fence=lambda: None)
+        fenced = threading.Event()
+        f = c.acquire_permit("pay/sem/a", on_fence=fenced.set)
+        tokens.append(f.token)
+        fake.expire(next(s for s, _ in fake.permits["pay/sem/a"].values()))
+        assert fenced.wait(10), "the permit was not fenced"
+    finally:
+        c.shutdown()
+        other.shutdown()
+        served.stop()
+    # The refused key's session was opened for pay/sem/a: the class of b was never named.
+    assert samples(registry, metrics.WAIT) == {("fake-sem", "granted"): 2.0,
+                                               ("unknown", "held"): 1.0}
+    assert samples(registry, metrics.HOLD) == {("fake-sem", "released"): 1.0,
+                                               ("fake-sem", "fenced"): 1.0}
+    assert samples(registry, metrics.LOST) == {("fake-sem", None): 1.0}
+    secrets = {str(t) for t in tokens} | {"pay/sem/a", "pay/sem/b", c.instance}
+    for family, name, labels in all_labels(registry):
+        want = {"class"} if family == metrics.LOST else {"class", "outcome"}
+        assert set(labels) == want, (name, labels)
+        assert not set(labels.values()) & secrets, (name, labels)

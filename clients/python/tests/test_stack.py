@@ -496,3 +496,61 @@ def test_shared_holds_admit_readers_together_and_a_writer_alone(replica, other_l
     w = other_locks.acquire(key, 5, on_fence=unfenced)
     assert w.token > max(r1.token, r2.token)
     w.release()
+
+
+def test_a_semaphore_admits_n_holders_each_on_its_own_permit(locks, other_locks, replica, sem_env):
+    """Issue 53: N clients (two identities, replicas of one) hold a `permits: N` key at once
+    on distinct permits with distinct tokens; one more is refused HELD, then waits and is
+    handed the permit a release frees, with a greater token."""
+    key = fresh(sem_env["prefix"])
+    n = sem_env["permits"]
+    holders = [locks, other_locks] + [replica(f"sem-{i}-{uuid.uuid4().hex[:6]}")
+                                      for i in range(n - 2)]
+    held = [c.acquire_permit(key, on_fence=unfenced) for c in holders]
+    assert sorted(p.permit for p in held) == list(range(n))
+    assert len({p.token for p in held}) == n
+    late = replica(f"sem-late-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(Held):
+        late.acquire_permit(key, wait=0, on_fence=unfenced)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(late.acquire_permit, key, 20, on_fence=unfenced)
+        time.sleep(0.5)
+        assert not waiting.done(), "granted while every permit was held"
+        freed = held.pop(1)
+        freed.release()
+        got = waiting.result(timeout=20)
+    assert got.permit == freed.permit, "the waiter is handed the freed permit"
+    assert got.token > freed.token, "a permit's tokens strictly increase"
+    for p in held + [got]:
+        p.release()
+
+
+def test_a_clients_second_permit_nests_and_the_last_release_frees_it(locks, replica, sem_env):
+    key = fresh(sem_env["prefix"])
+    outer = locks.acquire_permit(key, on_fence=unfenced)
+    inner = locks.acquire_permit(key, on_fence=unfenced)
+    assert (inner.permit, inner.token) == (outer.permit, outer.token)
+    # The other N-1 permits, held by replicas: the nested acquire took none of them.
+    rest = [replica(f"sem-{i}-{uuid.uuid4().hex[:6]}").acquire_permit(key, on_fence=unfenced)
+            for i in range(sem_env["permits"] - 1)]
+    late = replica(f"sem-late-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(Held):
+        late.acquire_permit(key, on_fence=unfenced)
+    outer.release()
+    with pytest.raises(Held):
+        late.acquire_permit(key, on_fence=unfenced)
+    inner.release()
+    got = late.acquire_permit(key, wait=5, on_fence=unfenced)
+    assert got.permit == outer.permit and got.token > outer.token
+    for p in rest + [got]:
+        p.release()
+
+
+def test_a_permit_of_another_class_and_another_mode_on_a_semaphore_are_refused(
+        locks, stack_env, sem_env):
+    with pytest.raises(InvalidRequest) as e:
+        locks.acquire_permit(fresh(stack_env["prefix"]), on_fence=unfenced)
+    assert e.value.reason == "MALFORMED_REQUEST"
+    with pytest.raises(InvalidRequest) as e:
+        locks.acquire(fresh(sem_env["prefix"]), on_fence=unfenced)
+    assert e.value.reason == "MALFORMED_REQUEST"

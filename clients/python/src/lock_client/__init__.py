@@ -50,6 +50,7 @@ from .errors import (
 )
 from .keys import encode_key, process_instance
 from .observe import Leadership, Observed
+from .permit import Permit
 from .liveness import Lapse
 
 __all__ = [
@@ -58,5 +59,5 @@ __all__ = [
     "Sealed", "SessionExpired", "StaleToken", "StoreFull", "StreamFull", "HistoryCompacted", "KeySetRefused", "SvidFiles",
     "Unauthenticated", "Unavailable", "WrongSessionPlace", "WrongSessionTtl", "check_endpoint", "encode_key",
     "Lapse", "process_instance", "DEFAULT_MAX_HOLD_STREAMS", "Leadership", "Observed", "HeldSet",
-    "SharedHold",
+    "SharedHold", "Permit",
 ]

@@ -26,6 +26,7 @@ from .liveness import Lapse, Liveness
 from . import metrics as _metrics
 from . import observe as _observe
 from .observe import Leadership, Observed
+from .permit import Permit, _PermitEntry
 
 T = TypeVar("T")
 
@@ -571,6 +572,8 @@ class LockClient:
         # answers that name none (refusals, sets). Bounded like `_places`.
         self._classes: Dict[str, str] = {}
         self._holds: Dict[str, _Reentry] = {}
+        # Re-entrancy of semaphore permits: the outermost permit grant by key (permit.py).
+        self._permits: Dict[str, _PermitEntry] = {}
         self._next_hold = 1
         self._open_streams = 0
         self._max_hold_streams = DEFAULT_MAX_HOLD_STREAMS
@@ -706,6 +709,60 @@ class LockClient:
         s.attach(clock, clock.fenced)
         return SharedHold(self, key, hold_id, r.token, s, clock)
 
+    def acquire_permit(self, key: str, wait: float = 0.0, *, on_fence: FenceFn) -> Permit:
+        """Takes one permit of `key`, a key of a semaphore class (`permits: N`): up to N
+        sessions hold it at once, each on its own permit (`Permit.permit`, 0..N-1) with its
+        own token. Waits up to `wait` seconds in the key's FIFO queue while all N are held
+        (Held when the wait ends). Asked again while this client holds a permit of the key,
+        it returns that permit, nested: only the last release calls the service. A key of
+        any other class is InvalidRequest (MALFORMED_REQUEST)."""
+        if not callable(on_fence):
+            raise TypeError("acquire_permit: on_fence is required (ADR-12)")
+        with self._lock:
+            hold_id = self._next_hold
+            self._next_hold += 1
+            entry = self._permits.get(key)
+            if entry is not None and entry.session.fenced:
+                # Fenced: the grant is gone; its Permits still end by their own release.
+                del self._permits[key]
+                entry = None
+            if entry is not None:
+                entry.count += 1
+                entry.session.attach(hold_id, on_fence)
+                return Permit(self, key, hold_id, entry.permit, entry.token, entry.session)
+        started = time.monotonic()
+        deadline = started + min(max(wait, 0.0), MAX_WAIT)
+
+        def grant(s: _Session, left: float) -> lock_pb2.AcquireResponse:
+            req = lock_pb2.AcquireRequest(key=key, session_id=s.id, wait_millis=int(left * 1000),
+                                          mode=lock_pb2.HOLD_MODE_PERMIT)
+            try:
+                return self._stub().Acquire(req, metadata=keyed(key), timeout=left + CALL_SLACK)
+            except grpc.RpcError as e:
+                raise errors.from_rpc_error(e) from None
+
+        try:
+            r, s = self._on_session(key, deadline, grant)
+        except BaseException as e:
+            self._waited([key], None, started, e)
+            raise
+        class_name = self._granted_class(key, r.class_name)
+        self._waited([key], class_name, started, None)
+        s.attach(hold_id, on_fence)
+        with self._lock:
+            entry = self._permits.get(key)
+            if entry is not None and entry.session is s and entry.token == r.token:
+                # Another thread of this client was granted the same permit meanwhile (the
+                # service answers a session's second ask with its grant): nest on it, so
+                # the first release does not end the other's permit.
+                entry.count += 1
+                return Permit(self, key, hold_id, entry.permit, entry.token, s)
+            clock = _metrics.HoldClock(self._metrics, class_name)
+            self._permits[key] = _PermitEntry(count=1, permit=r.permit, token=r.token,
+                                              session=s, clock=clock)
+        s.attach(clock, clock.fenced)
+        return Permit(self, key, hold_id, r.permit, r.token, s)
+
     def _on_session(self, key: str, deadline: float,
                     call: Callable[[_Session, float], T]) -> Tuple[T, _Session]:
         """`call(session, seconds left)` for `key` until it answers, the deadline passes or a
@@ -822,6 +879,8 @@ class LockClient:
                 if h.link is not None:
                     self._close_link_locked(h.link)
             self._holds.clear()
+            # Their sessions close below: the hold clocks end as `shutdown` there.
+            self._permits.clear()
         first: Optional[errors.LockError] = None
         for s in sessions:
             was_fenced = s.fenced
@@ -1058,3 +1117,37 @@ class LockClient:
                 clock.end("released")
             if link is not None:
                 self._close_link(link)
+
+    def _finish_permit(self, key: str, hold_id: int, token: int, s: _Session) -> None:
+        """One Permit ends: a nested one only detaches; the last releases the grant (mode
+        PERMIT, by its token). Any of them raises Fenced if the grant was fenced."""
+        s.detach(hold_id)
+        last: Optional[_PermitEntry] = None
+        with self._lock:
+            entry = self._permits.get(key)
+            if entry is None or entry.session is not s or entry.token != token:
+                # Ended by shutdown, or the entry is a later grant's (this permit was fenced
+                # and the key taken again): not this Permit's to count down.
+                pass
+            elif entry.count > 1:
+                entry.count -= 1
+            else:
+                del self._permits[key]
+                last = entry
+        if last is not None:
+            s.detach(last.clock)
+        try:
+            if s.fenced:
+                raise errors.Fenced("the permit was fenced before its release")
+            if last is None:
+                return
+            req = lock_pb2.ReleaseRequest(key=key, token=token, session_id=s.id,
+                                          mode=lock_pb2.HOLD_MODE_PERMIT)
+            try:
+                self._stub().Release(req, metadata=keyed(key), timeout=CALL_SLACK)
+            except grpc.RpcError as e:
+                raise errors.from_rpc_error(e) from None
+        finally:
+            # Fenced: its hold time was counted when the fence ran (this end is a no-op).
+            if last is not None:
+                last.clock.end("released")

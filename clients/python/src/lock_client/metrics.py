@@ -5,9 +5,9 @@ records into that registry; without one nothing is recorded and prometheus-clien
 imported (it is the optional extra `fenced-lock-client[metrics]`).
 
 - `lock_client_wait_seconds` (histogram): from an acquire call (acquire, acquire_shared,
-  acquire_all, campaign) to its answer; `outcome` is `granted`, the refusal's reason in lower
-  case (`held`, `not_granted`, `no_quorum`, ...), `unavailable` for an error without one,
-  `cancelled` when the caller's thread was interrupted.
+  acquire_permit, acquire_all, campaign) to its answer; `outcome` is `granted`, the
+  refusal's reason in lower case (`held`, `not_granted`, `no_quorum`, ...), `unavailable`
+  for an error without one, `cancelled` when the caller's thread was interrupted.
 - `lock_client_hold_seconds` (histogram): from the grant to the hold's end; `outcome` is
   `released`, `fenced` or `shutdown`.
 - `lock_client_holds_lost_total` (counter): holds fenced before they were released.

@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12lock/v1/lock.proto\x12\x07lock.v1\"!\n\x12OpenSessionRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"R\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x03\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\r\x12\x12\n\nclass_name\x18\x03 \x01(\t\"&\n\x10KeepAliveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x03\"<\n\x11KeepAliveResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x03\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x03\"\x16\n\x14\x43loseSessionResponse\"g\n\x0e\x41\x63quireRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\x03\x12\x13\n\x0bwait_millis\x18\x03 \x01(\x04\x12\x1f\n\x04mode\x18\x04 \x01(\x0e\x32\x11.lock.v1.HoldMode\"-\n\nTokenParts\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x10\n\x08revision\x18\x02 \x01(\x04\"m\n\x0f\x41\x63quireResponse\x12\r\n\x05token\x18\x01 \x01(\x06\x12\"\n\x05parts\x18\x02 \x01(\x0b\x32\x13.lock.v1.TokenParts\x12\x12\n\nclass_name\x18\x03 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\r\"a\n\x0eReleaseRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x06\x12\x12\n\nsession_id\x18\x03 \x01(\x03\x12\x1f\n\x04mode\x18\x04 \x01(\x0e\x32\x11.lock.v1.HoldMode\"/\n\x0fReleaseResponse\x12\x1c\n\x14released_at_revision\x18\x01 \x01(\x03\"2\n\x14ValidateTokenRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x06\"&\n\x15ValidateTokenResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\"m\n\x0bHoldRequest\x12*\n\x07\x61\x63quire\x18\x01 \x01(\x0b\x32\x17.lock.v1.AcquireRequestH\x00\x12*\n\x07release\x18\x02 \x01(\x0b\x32\x17.lock.v1.ReleaseRequestH\x00\x42\x06\n\x04step\"r\n\x0cHoldResponse\x12,\n\x08\x61\x63quired\x18\x01 \x01(\x0b\x32\x18.lock.v1.AcquireResponseH\x00\x12,\n\x08released\x18\x02 \x01(\x0b\x32\x18.lock.v1.ReleaseResponseH\x00\x42\x06\n\x04step\"\x1d\n\x0eInspectRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\x93\x01\n\x0fInspectResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\x12\x18\n\x10holder_spiffe_id\x18\x02 \x01(\t\x12\x12\n\nclass_name\x18\x03 \x01(\t\x12\x1b\n\x13\x61\x63quired_at_unix_ms\x18\x04 \x01(\x04\x12\x0f\n\x07waiters\x18\x05 \x01(\r\x12\x16\n\x0eshared_holders\x18\x06 \x01(\r\"d\n\x0eObserveRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\x03\x12\x19\n\x11\x61\x66ter_store_epoch\x18\x04 \x01(\r\"\x86\x02\n\x0fObserveResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x15.lock.v1.ObserveEvent\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x18\n\x10holder_spiffe_id\x18\x04 \x01(\t\x12\x17\n\x0fholder_instance\x18\x05 \x01(\t\x12\x12\n\nclass_name\x18\x06 \x01(\t\x12\x1b\n\x13\x61\x63quired_at_unix_ms\x18\x07 \x01(\x04\x12\r\n\x05\x65poch\x18\x08 \x01(\r\x12\x16\n\x0egrant_revision\x18\t \x01(\x03\x12\r\n\x05token\x18\n \x01(\x06\x12\x13\n\x0bstore_epoch\x18\x0b \x01(\r\"J\n\x11\x41\x63quireAllRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x12\n\nsession_id\x18\x02 \x01(\x03\x12\x13\n\x0bwait_millis\x18\x03 \x01(\x04\"j\n\x12\x41\x63quireAllResponse\x12\r\n\x05token\x18\x01 \x01(\x06\x12\"\n\x05parts\x18\x02 \x01(\x0b\x32\x13.lock.v1.TokenParts\x12\x0c\n\x04keys\x18\x03 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\r\"D\n\x11ReleaseAllRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\r\n\x05token\x18\x02 \x01(\x06\x12\x12\n\nsession_id\x18\x03 \x01(\x03\"I\n\x12ReleaseAllResponse\x12\x1c\n\x14released_at_revision\x18\x01 \x01(\x03\x12\x15\n\rreleased_keys\x18\x02 \x03(\t*T\n\x08HoldMode\x12\x19\n\x15HOLD_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13HOLD_MODE_EXCLUSIVE\x10\x01\x12\x14\n\x10HOLD_MODE_SHARED\x10\x02*\x85\x02\n\x0cObserveEvent\x12\x1d\n\x19OBSERVE_EVENT_UNSPECIFIED\x10\x00\x12\x19\n\x15OBSERVE_EVENT_CURRENT\x10\x01\x12\x19\n\x15OBSERVE_EVENT_GRANTED\x10\x02\x12\x1a\n\x16OBSERVE_EVENT_RELEASED\x10\x03\x12\x19\n\x15OBSERVE_EVENT_EXPIRED\x10\x04\x12\x18\n\x14OBSERVE_EVENT_CLOSED\x10\x05\x12\x18\n\x14OBSERVE_EVENT_FORCED\x10\x06\x12\x19\n\x15OBSERVE_EVENT_REVOKED\x10\x07\x12\x1a\n\x16OBSERVE_EVENT_PROGRESS\x10\x08\x32\xf6\x05\n\x04Lock\x12H\n\x0bOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12\x46\n\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x01\x30\x01\x12K\n\x0c\x43loseSession\x12\x1c.lock.v1.CloseSessionRequest\x1a\x1d.lock.v1.CloseSessionResponse\x12<\n\x07\x41\x63quire\x12\x17.lock.v1.AcquireRequest\x1a\x18.lock.v1.AcquireResponse\x12<\n\x07Release\x12\x17.lock.v1.ReleaseRequest\x1a\x18.lock.v1.ReleaseResponse\x12N\n\rValidateToken\x12\x1d.lock.v1.ValidateTokenRequest\x1a\x1e.lock.v1.ValidateTokenResponse\x12<\n\x07Inspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12\x37\n\x04Hold\x12\x14.lock.v1.HoldRequest\x1a\x15.lock.v1.HoldResponse(\x01\x30\x01\x12>\n\x07Observe\x12\x17.lock.v1.ObserveRequest\x1a\x18.lock.v1.ObserveResponse0\x01\x12\x45\n\nAcquireAll\x12\x1a.lock.v1.AcquireAllRequest\x1a\x1b.lock.v1.AcquireAllResponse\x12\x45\n\nReleaseAll\x12\x1a.lock.v1.ReleaseAllRequest\x1a\x1b.lock.v1.ReleaseAllResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12lock/v1/lock.proto\x12\x07lock.v1\"!\n\x12OpenSessionRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"R\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x03\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\r\x12\x12\n\nclass_name\x18\x03 \x01(\t\"&\n\x10KeepAliveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x03\"<\n\x11KeepAliveResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x03\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\x03\"\x16\n\x14\x43loseSessionResponse\"g\n\x0e\x41\x63quireRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\x03\x12\x13\n\x0bwait_millis\x18\x03 \x01(\x04\x12\x1f\n\x04mode\x18\x04 \x01(\x0e\x32\x11.lock.v1.HoldMode\"-\n\nTokenParts\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x10\n\x08revision\x18\x02 \x01(\x04\"}\n\x0f\x41\x63quireResponse\x12\r\n\x05token\x18\x01 \x01(\x06\x12\"\n\x05parts\x18\x02 \x01(\x0b\x32\x13.lock.v1.TokenParts\x12\x12\n\nclass_name\x18\x03 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\r\x12\x0e\n\x06permit\x18\x05 \x01(\r\"a\n\x0eReleaseRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x06\x12\x12\n\nsession_id\x18\x03 \x01(\x03\x12\x1f\n\x04mode\x18\x04 \x01(\x0e\x32\x11.lock.v1.HoldMode\"/\n\x0fReleaseResponse\x12\x1c\n\x14released_at_revision\x18\x01 \x01(\x03\"2\n\x14ValidateTokenRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x06\"&\n\x15ValidateTokenResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\"m\n\x0bHoldRequest\x12*\n\x07\x61\x63quire\x18\x01 \x01(\x0b\x32\x17.lock.v1.AcquireRequestH\x00\x12*\n\x07release\x18\x02 \x01(\x0b\x32\x17.lock.v1.ReleaseRequestH\x00\x42\x06\n\x04step\"r\n\x0cHoldResponse\x12,\n\x08\x61\x63quired\x18\x01 \x01(\x0b\x32\x18.lock.v1.AcquireResponseH\x00\x12,\n\x08released\x18\x02 \x01(\x0b\x32\x18.lock.v1.ReleaseResponseH\x00\x42\x06\n\x04step\"\x1d\n\x0eInspectRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\xba\x01\n\x0fInspectResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\x12\x18\n\x10holder_spiffe_id\x18\x02 \x01(\t\x12\x12\n\nclass_name\x18\x03 \x01(\t\x12\x1b\n\x13\x61\x63quired_at_unix_ms\x18\x04 \x01(\x04\x12\x0f\n\x07waiters\x18\x05 \x01(\r\x12\x16\n\x0eshared_holders\x18\x06 \x01(\r\x12\x14\n\x0cpermits_held\x18\x07 \x01(\r\x12\x0f\n\x07permits\x18\x08 \x01(\r\"d\n\x0eObserveRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\x03\x12\x19\n\x11\x61\x66ter_store_epoch\x18\x04 \x01(\r\"\x86\x02\n\x0fObserveResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x15.lock.v1.ObserveEvent\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x18\n\x10holder_spiffe_id\x18\x04 \x01(\t\x12\x17\n\x0fholder_instance\x18\x05 \x01(\t\x12\x12\n\nclass_name\x18\x06 \x01(\t\x12\x1b\n\x13\x61\x63quired_at_unix_ms\x18\x07 \x01(\x04\x12\r\n\x05\x65poch\x18\x08 \x01(\r\x12\x16\n\x0egrant_revision\x18\t \x01(\x03\x12\r\n\x05token\x18\n \x01(\x06\x12\x13\n\x0bstore_epoch\x18\x0b \x01(\r\"J\n\x11\x41\x63quireAllRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x12\n\nsession_id\x18\x02 \x01(\x03\x12\x13\n\x0bwait_millis\x18\x03 \x01(\x04\"j\n\x12\x41\x63quireAllResponse\x12\r\n\x05token\x18\x01 \x01(\x06\x12\"\n\x05parts\x18\x02 \x01(\x0b\x32\x13.lock.v1.TokenParts\x12\x0c\n\x04keys\x18\x03 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\r\"D\n\x11ReleaseAllRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\r\n\x05token\x18\x02 \x01(\x06\x12\x12\n\nsession_id\x18\x03 \x01(\x03\"I\n\x12ReleaseAllResponse\x12\x1c\n\x14released_at_revision\x18\x01 \x01(\x03\x12\x15\n\rreleased_keys\x18\x02 \x03(\t*j\n\x08HoldMode\x12\x19\n\x15HOLD_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13HOLD_MODE_EXCLUSIVE\x10\x01\x12\x14\n\x10HOLD_MODE_SHARED\x10\x02\x12\x14\n\x10HOLD_MODE_PERMIT\x10\x03*\x85\x02\n\x0cObserveEvent\x12\x1d\n\x19OBSERVE_EVENT_UNSPECIFIED\x10\x00\x12\x19\n\x15OBSERVE_EVENT_CURRENT\x10\x01\x12\x19\n\x15OBSERVE_EVENT_GRANTED\x10\x02\x12\x1a\n\x16OBSERVE_EVENT_RELEASED\x10\x03\x12\x19\n\x15OBSERVE_EVENT_EXPIRED\x10\x04\x12\x18\n\x14OBSERVE_EVENT_CLOSED\x10\x05\x12\x18\n\x14OBSERVE_EVENT_FORCED\x10\x06\x12\x19\n\x15OBSERVE_EVENT_REVOKED\x10\x07\x12\x1a\n\x16OBSERVE_EVENT_PROGRESS\x10\x08\x32\xf6\x05\n\x04Lock\x12H\n\x0bOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12\x46\n\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x01\x30\x01\x12K\n\x0c\x43loseSession\x12\x1c.lock.v1.CloseSessionRequest\x1a\x1d.lock.v1.CloseSessionResponse\x12<\n\x07\x41\x63quire\x12\x17.lock.v1.AcquireRequest\x1a\x18.lock.v1.AcquireResponse\x12<\n\x07Release\x12\x17.lock.v1.ReleaseRequest\x1a\x18.lock.v1.ReleaseResponse\x12N\n\rValidateToken\x12\x1d.lock.v1.ValidateTokenRequest\x1a\x1e.lock.v1.ValidateTokenResponse\x12<\n\x07Inspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12\x37\n\x04Hold\x12\x14.lock.v1.HoldRequest\x1a\x15.lock.v1.HoldResponse(\x01\x30\x01\x12>\n\x07Observe\x12\x17.lock.v1.ObserveRequest\x1a\x18.lock.v1.ObserveResponse0\x01\x12\x45\n\nAcquireAll\x12\x1a.lock.v1.AcquireAllRequest\x1a\x1b.lock.v1.AcquireAllResponse\x12\x45\n\nReleaseAll\x12\x1a.lock.v1.ReleaseAllRequest\x1a\x1b.lock.v1.ReleaseAllResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lock.v1.lock_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_HOLDMODE']._serialized_start=1926
-  _globals['_HOLDMODE']._serialized_end=2010
-  _globals['_OBSERVEEVENT']._serialized_start=2013
-  _globals['_OBSERVEEVENT']._serialized_end=2274
+  _globals['_HOLDMODE']._serialized_start=1981
+  _globals['_HOLDMODE']._serialized_end=2087
+  _globals['_OBSERVEEVENT']._serialized_start=2090
+  _globals['_OBSERVEEVENT']._serialized_end=2351
   _globals['_OPENSESSIONREQUEST']._serialized_start=31
   _globals['_OPENSESSIONREQUEST']._serialized_end=64
   _globals['_OPENSESSIONRESPONSE']._serialized_start=66
@@ -52,35 +52,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENPARTS']._serialized_start=424
   _globals['_TOKENPARTS']._serialized_end=469
   _globals['_ACQUIRERESPONSE']._serialized_start=471
-  _globals['_ACQUIRERESPONSE']._serialized_end=580
-  _globals['_RELEASEREQUEST']._serialized_start=582
-  _globals['_RELEASEREQUEST']._serialized_end=679
-  _globals['_RELEASERESPONSE']._serialized_start=681
-  _globals['_RELEASERESPONSE']._serialized_end=728
-  _globals['_VALIDATETOKENREQUEST']._serialized_start=730
-  _globals['_VALIDATETOKENREQUEST']._serialized_end=780
-  _globals['_VALIDATETOKENRESPONSE']._serialized_start=782
-  _globals['_VALIDATETOKENRESPONSE']._serialized_end=820
-  _globals['_HOLDREQUEST']._serialized_start=822
-  _globals['_HOLDREQUEST']._serialized_end=931
-  _globals['_HOLDRESPONSE']._serialized_start=933
-  _globals['_HOLDRESPONSE']._serialized_end=1047
-  _globals['_INSPECTREQUEST']._serialized_start=1049
-  _globals['_INSPECTREQUEST']._serialized_end=1078
-  _globals['_INSPECTRESPONSE']._serialized_start=1081
-  _globals['_INSPECTRESPONSE']._serialized_end=1228
-  _globals['_OBSERVEREQUEST']._serialized_start=1230
-  _globals['_OBSERVEREQUEST']._serialized_end=1330
-  _globals['_OBSERVERESPONSE']._serialized_start=1333
-  _globals['_OBSERVERESPONSE']._serialized_end=1595
-  _globals['_ACQUIREALLREQUEST']._serialized_start=1597
-  _globals['_ACQUIREALLREQUEST']._serialized_end=1671
-  _globals['_ACQUIREALLRESPONSE']._serialized_start=1673
-  _globals['_ACQUIREALLRESPONSE']._serialized_end=1779
-  _globals['_RELEASEALLREQUEST']._serialized_start=1781
-  _globals['_RELEASEALLREQUEST']._serialized_end=1849
-  _globals['_RELEASEALLRESPONSE']._serialized_start=1851
-  _globals['_RELEASEALLRESPONSE']._serialized_end=1924
-  _globals['_LOCK']._serialized_start=2277
-  _globals['_LOCK']._serialized_end=3035
+  _globals['_ACQUIRERESPONSE']._serialized_end=596
+  _globals['_RELEASEREQUEST']._serialized_start=598
+  _globals['_RELEASEREQUEST']._serialized_end=695
+  _globals['_RELEASERESPONSE']._serialized_start=697
+  _globals['_RELEASERESPONSE']._serialized_end=744
+  _globals['_VALIDATETOKENREQUEST']._serialized_start=746
+  _globals['_VALIDATETOKENREQUEST']._serialized_end=796
+  _globals['_VALIDATETOKENRESPONSE']._serialized_start=798
+  _globals['_VALIDATETOKENRESPONSE']._serialized_end=836
+  _globals['_HOLDREQUEST']._serialized_start=838
+  _globals['_HOLDREQUEST']._serialized_end=947
+  _globals['_HOLDRESPONSE']._serialized_start=949
+  _globals['_HOLDRESPONSE']._serialized_end=1063
+  _globals['_INSPECTREQUEST']._serialized_start=1065
+  _globals['_INSPECTREQUEST']._serialized_end=1094
+  _globals['_INSPECTRESPONSE']._serialized_start=1097
+  _globals['_INSPECTRESPONSE']._serialized_end=1283
+  _globals['_OBSERVEREQUEST']._serialized_start=1285
+  _globals['_OBSERVEREQUEST']._serialized_end=1385
+  _globals['_OBSERVERESPONSE']._serialized_start=1388
+  _globals['_OBSERVERESPONSE']._serialized_end=1650
+  _globals['_ACQUIREALLREQUEST']._serialized_start=1652
+  _globals['_ACQUIREALLREQUEST']._serialized_end=1726
+  _globals['_ACQUIREALLRESPONSE']._serialized_start=1728
+  _globals['_ACQUIREALLRESPONSE']._serialized_end=1834
+  _globals['_RELEASEALLREQUEST']._serialized_start=1836
+  _globals['_RELEASEALLREQUEST']._serialized_end=1904
+  _globals['_RELEASEALLRESPONSE']._serialized_start=1906
+  _globals['_RELEASEALLRESPONSE']._serialized_end=1979
+  _globals['_LOCK']._serialized_start=2354
+  _globals['_LOCK']._serialized_end=3112
 # @@protoc_insertion_point(module_scope)

@@ -12,6 +12,7 @@ class HoldMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HOLD_MODE_UNSPECIFIED: _ClassVar[HoldMode]
     HOLD_MODE_EXCLUSIVE: _ClassVar[HoldMode]
     HOLD_MODE_SHARED: _ClassVar[HoldMode]
+    HOLD_MODE_PERMIT: _ClassVar[HoldMode]
 
 class ObserveEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -27,6 +28,7 @@ class ObserveEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 HOLD_MODE_UNSPECIFIED: HoldMode
 HOLD_MODE_EXCLUSIVE: HoldMode
 HOLD_MODE_SHARED: HoldMode
+HOLD_MODE_PERMIT: HoldMode
 OBSERVE_EVENT_UNSPECIFIED: ObserveEvent
 OBSERVE_EVENT_CURRENT: ObserveEvent
 OBSERVE_EVENT_GRANTED: ObserveEvent
@@ -98,16 +100,18 @@ class TokenParts(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("token", "parts", "class_name", "ttl_seconds")
+    __slots__ = ("token", "parts", "class_name", "ttl_seconds", "permit")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PERMIT_FIELD_NUMBER: _ClassVar[int]
     token: int
     parts: TokenParts
     class_name: str
     ttl_seconds: int
-    def __init__(self, token: _Optional[int] = ..., parts: _Optional[_Union[TokenParts, _Mapping]] = ..., class_name: _Optional[str] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+    permit: int
+    def __init__(self, token: _Optional[int] = ..., parts: _Optional[_Union[TokenParts, _Mapping]] = ..., class_name: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., permit: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("key", "token", "session_id", "mode")
@@ -164,20 +168,24 @@ class InspectRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class InspectResponse(_message.Message):
-    __slots__ = ("held", "holder_spiffe_id", "class_name", "acquired_at_unix_ms", "waiters", "shared_holders")
+    __slots__ = ("held", "holder_spiffe_id", "class_name", "acquired_at_unix_ms", "waiters", "shared_holders", "permits_held", "permits")
     HELD_FIELD_NUMBER: _ClassVar[int]
     HOLDER_SPIFFE_ID_FIELD_NUMBER: _ClassVar[int]
     CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
     ACQUIRED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
     SHARED_HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_HELD_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
     held: bool
     holder_spiffe_id: str
     class_name: str
     acquired_at_unix_ms: int
     waiters: int
     shared_holders: int
-    def __init__(self, held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., shared_holders: _Optional[int] = ...) -> None: ...
+    permits_held: int
+    permits: int
+    def __init__(self, held: _Optional[bool] = ..., holder_spiffe_id: _Optional[str] = ..., class_name: _Optional[str] = ..., acquired_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., shared_holders: _Optional[int] = ..., permits_held: _Optional[int] = ..., permits: _Optional[int] = ...) -> None: ...
 
 class ObserveRequest(_message.Message):
     __slots__ = ("key", "after_revision", "session_id", "after_store_epoch")
