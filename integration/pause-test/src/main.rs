@@ -8,6 +8,11 @@
 //! 5. B's write is delivered again (a replay with a used token): it must be refused too;
 //! 6. the record must hold B's value.
 //!
+//! With `--permits N` the key is a semaphore's (a `permits: N` class): N-1 other holders
+//! take the other permits first, so A and B hold the same permit in turn, and the record is
+//! that permit's (the resource fences per permit: `WHERE key = $k AND permit = $p`). A
+//! frozen permit holder must be refused once its permit has been given to B.
+//!
 //! Over N cycles it counts stale writes accepted, replays accepted and lost values; it
 //! passes only if all are zero, and then (with --registry) writes a PauseTestResult document
 //! that lets the class be declared `enforcement: fenced`.
@@ -54,6 +59,9 @@ enum Cmd {
         key: String,
         #[arg(long, default_value_t = 60)]
         wait_secs: u64,
+        /// Take one permit of a semaphore's key instead of the key.
+        #[arg(long)]
+        permit: bool,
     },
 }
 
@@ -82,6 +90,10 @@ struct RunArgs {
     /// Write the PauseTestResult document here when the run passes.
     #[arg(long)]
     registry: Option<PathBuf>,
+    /// The keys are a semaphore's with this many permits (a `permits: N` class): the
+    /// record under test is one permit's, and the other N-1 are held by other holders.
+    #[arg(long)]
+    permits: Option<u32>,
 }
 
 #[tokio::main]
@@ -92,7 +104,8 @@ async fn main() -> anyhow::Result<()> {
             fence,
             key,
             wait_secs,
-        } => holder(&target, fence, &key, wait_secs).await,
+            permit,
+        } => holder(&target, fence, &key, wait_secs, permit).await,
         Cmd::Run(args) => {
             let passed = run(&args).await?;
             std::process::exit(if passed { 0 } else { 1 });
@@ -100,18 +113,32 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// One holder: acquire, then serve `write ROW VALUE` commands; between the fence check and
-/// the write it prints `checked` and waits for `go`.
-async fn holder(target: &Target, fence: Kind, key: &str, wait_secs: u64) -> anyhow::Result<()> {
+/// One holder: acquire (the key, or one permit of it), print `token T` (and ` permit P`),
+/// then serve `write ROW VALUE` commands; between the fence check and the write it prints
+/// `checked` and waits for `go`.
+async fn holder(
+    target: &Target,
+    fence: Kind,
+    key: &str,
+    wait_secs: u64,
+    permit: bool,
+) -> anyhow::Result<()> {
     let client = lock_client::LockClient::new(holder_config().await?)?;
     let resource = Resource::open(fence, target).await?;
     // The kit, not the library, decides when this holder writes: a paused holder that
     // already passed its checks is exactly what fencing must stop.
-    let hold = client
-        .acquire(key, Duration::from_secs(wait_secs), || {})
-        .await?;
-    let token = hold.token().as_i64();
-    println!("token {token}");
+    let wait = Duration::from_secs(wait_secs);
+    let (hold, token) = if permit {
+        let p = client.acquire_permit(key, wait, || {}).await?;
+        let token = p.token().as_i64();
+        println!("token {token} permit {}", p.permit());
+        (Box::new(p) as Box<dyn std::any::Any>, token)
+    } else {
+        let h = client.acquire(key, wait, || {}).await?;
+        let token = h.token().as_i64();
+        println!("token {token}");
+        (Box::new(h) as Box<dyn std::any::Any>, token)
+    };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
         let mut parts = line.splitn(3, ' ');
@@ -130,7 +157,9 @@ async fn holder(target: &Target, fence: Kind, key: &str, wait_secs: u64) -> anyh
             _ => bail!("holder: unknown command {line:?}"),
         }
     }
-    std::mem::forget(hold); // the kit tears the process down; no release needed
+    // The hold (a key's or a permit's) is never released here: the kit tears the process
+    // down.
+    std::mem::forget(hold);
     Ok(())
 }
 
@@ -175,8 +204,11 @@ impl Holder {
         cmd.arg("holder")
             .args(args.target.args())
             .args(["--fence", args.fence.name()])
-            .args(["--key", key])
-            .stdin(Stdio::piped())
+            .args(["--key", key]);
+        if args.permits.is_some() {
+            cmd.arg("--permit");
+        }
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             // A and B are two processes: two instances even where the Job sets one for
             // the pod (issue 32: one identity's processes contend like any two).
@@ -209,12 +241,14 @@ impl Holder {
         line.context("holder exited")
     }
 
-    async fn token(&mut self) -> anyhow::Result<i64> {
+    /// The grant's token, and its permit (a semaphore's key).
+    async fn token(&mut self) -> anyhow::Result<(i64, Option<u32>)> {
         let line = self.hear().await?;
-        Ok(line
-            .strip_prefix("token ")
-            .context("expected a token")?
-            .parse()?)
+        let rest = line.strip_prefix("token ").context("expected a token")?;
+        Ok(match rest.split_once(" permit ") {
+            Some((t, p)) => (t.parse()?, Some(p.parse()?)),
+            None => (rest.parse()?, None),
+        })
     }
 
     /// A whole write; returns whether the resource accepted it.
@@ -258,8 +292,15 @@ async fn cycle(args: &RunArgs, i: usize) -> anyhow::Result<Tally> {
     resource.prepare(row, &format!("B1-{i}")).await?;
     let key = format!("{}/{i}", args.key_prefix);
 
+    // A semaphore: the other permits are held throughout, so A and B take turns on one.
+    let mut others = Vec::new();
+    for _ in 1..args.permits.unwrap_or(1) {
+        let mut o = Holder::spawn(args, &key, false).await?;
+        o.token().await?;
+        others.push(o);
+    }
     let mut a = Holder::spawn(args, &key, false).await?;
-    let ta = a.token().await?;
+    let (ta, pa) = a.token().await?;
     if !a.write(warm, &format!("A1-{i}")).await? {
         bail!("cycle {i}: the fence refused the current holder's first write");
     }
@@ -270,9 +311,12 @@ async fn cycle(args: &RunArgs, i: usize) -> anyhow::Result<Tally> {
 
     // B waits in the key's queue until A's lease has expired, then writes.
     let mut b = Holder::spawn(args, &key, true).await?;
-    let tb = b.token().await?;
+    let (tb, pb) = b.token().await?;
     if tb <= ta {
         bail!("cycle {i}: B's token is not larger than A's");
+    }
+    if pb != pa {
+        bail!("cycle {i}: B holds permit {pb:?}, not A's {pa:?}: the others did not hold theirs");
     }
     if !b.write(row, &format!("B1-{i}")).await? {
         bail!("cycle {i}: the fence refused the current holder's write");
@@ -291,6 +335,9 @@ async fn cycle(args: &RunArgs, i: usize) -> anyhow::Result<Tally> {
     let (value, fence_now) = resource.read(row).await?;
     let lost = value != format!("B1-{i}") || fence_now != tb;
     let _ = (a.child.kill().await, b.child.kill().await);
+    for mut o in others {
+        let _ = o.child.kill().await;
+    }
     Ok(Tally {
         cycles: 1,
         stale_accepted: usize::from(stale_accepted),

@@ -6,7 +6,7 @@
 use lock_integration::Stack;
 use lock_integration::paths::{dev_registry, workspace_bin};
 use lock_integration::postgres::Postgres;
-use lock_integration::registry::{FAST_PREFIX, waiter_id};
+use lock_integration::registry::{FAST_PREFIX, SEM_PERMITS, SEM_PREFIX, waiter_id};
 use lock_integration::s3::S3Server;
 use lock_integration::stack::lockctl;
 use std::process::Command;
@@ -55,6 +55,20 @@ fn run_as(
     extra: &[&str],
     two_identities: bool,
 ) -> (Option<i32>, String) {
+    let keys = format!("{FAST_PREFIX}/{prefix}");
+    run_under(kit, fence, &keys, cycles, registry, extra, two_identities)
+}
+
+/// [`run_as`] on keys under `keys` (whole: a class's prefix and a name).
+fn run_under(
+    kit: &Kit,
+    fence: &str,
+    keys: &str,
+    cycles: usize,
+    registry: Option<&std::path::Path>,
+    extra: &[&str],
+    two_identities: bool,
+) -> (Option<i32>, String) {
     let a = kit.stack.pki.svid("pt-a", &waiter_id(1)).unwrap();
     let b = kit.stack.pki.svid("pt-b", &waiter_id(2)).unwrap();
     let mut cmd = Command::new(workspace_bin("pause-test").unwrap());
@@ -68,7 +82,7 @@ fn run_as(
                 .envs(s3.env());
         }
     }
-    cmd.args(["--key-prefix", &format!("{FAST_PREFIX}/{prefix}")])
+    cmd.args(["--key-prefix", keys])
         .args(["--cycles", &cycles.to_string(), "--parallel", "20"])
         .args(["--class", "pay-pg", "--schema-version", "1"])
         .args([
@@ -112,6 +126,28 @@ fn count(text: &str, what: &str) -> usize {
         .unwrap()
         .parse()
         .unwrap()
+}
+
+/// Issue 53: the kit on a semaphore (`--permits 3`): the other two permits are held, so A
+/// and B take turns on one, and the record is that permit's. The reference fence refuses
+/// the frozen permit holder's late write, as a replica of A's identity and as another
+/// identity; the split fence (check, then write) accepts it and fails.
+#[tokio::test]
+async fn a_frozen_permit_holder_is_refused() {
+    let kit = kit().await;
+    let permits = SEM_PERMITS.to_string();
+    let extra = ["--permits", permits.as_str()];
+    for (name, two) in [("sem-two", true), ("sem-one", false)] {
+        let keys = format!("{SEM_PREFIX}/{name}");
+        let (code, text) = run_under(&kit, "reference", &keys, 5, None, &extra, two);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains("5 cycles") && text.contains("PASS"), "{text}");
+        assert_eq!(count(&text, "stale writes accepted "), 0);
+    }
+    let keys = format!("{SEM_PREFIX}/sem-split");
+    let (code, text) = run_under(&kit, "split", &keys, 2, None, &extra, true);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(count(&text, "stale writes accepted "), 2, "{text}");
 }
 
 #[tokio::test]
