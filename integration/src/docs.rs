@@ -48,6 +48,14 @@ pub fn limits_page() -> String {
             "registry validation (`lock_config::registry`, `validate/classes.rs`)",
         ),
         (
+            "Permits of a semaphore (`permits`)",
+            format!(
+                "2..={} per class; one permit per session",
+                lock_config::registry::MAX_PERMITS
+            ),
+            "`lock_config::registry::MAX_PERMITS`",
+        ),
+        (
             "A wait (`wait_millis`)",
             format!(
                 "at most {} s a call; a client waits longer by asking again",

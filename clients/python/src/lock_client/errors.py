@@ -137,8 +137,8 @@ class HistoryCompacted(LockError):
 
 class KeySetRefused(LockError):
     """AcquireAll: the set cannot be granted in one transaction (metadata ``why``:
-    spans-stores, durable-class, delayed-class, shared-class, mixed-ttl,
-    own-hold). Nothing was held."""
+    spans-stores, durable-class, delayed-class, shared-class,
+    semaphore-class, mixed-ttl, own-hold). Nothing was held."""
 
     @property
     def why(self) -> str:
