@@ -53,9 +53,15 @@ type Client struct {
 	classes     map[string]string // key -> lock class, as the service last named it (metrics)
 	clusterTags map[string]uint8  // cluster name -> tag, learned on WRONG_SESSION_PLACE
 	holds       map[string]*reentry
+	permits     map[string]*permitEntry // semaphore permits held, by key (permit.go)
 	nextHold    uint64
 	maxStreams  int
 	openStreams int
+
+	// Permit reclaims (permit_reclaim.go): how many decided to release a grant so far, and
+	// per key the one whose release is under way.
+	reclaimEpoch uint64
+	reclaiming   map[string]chan struct{}
 }
 
 // slot names a session: its TTL and the cluster tag of its id.
@@ -117,6 +123,8 @@ func Dial(ctx context.Context, endpoint string, opts ...DialOption) (*Client, er
 		classes:     map[string]string{},
 		clusterTags: map[string]uint8{},
 		holds:       map[string]*reentry{},
+		permits:     map[string]*permitEntry{},
+		reclaiming:  map[string]chan struct{}{},
 		maxStreams:  cfg.maxHoldStreams,
 	}, nil
 }
@@ -171,6 +179,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		}
 	}
 	clear(c.holds)
+	clear(c.permits)
 	c.openStreams = 0
 	c.mu.Unlock()
 	var first error

@@ -21,8 +21,10 @@
 //     ErrNoQuorum, ...) with errors.Is; transient ones are retried inside the context.
 //   - Observe follows a key's holder, resuming a broken stream after the last revision
 //     and store epoch seen; Campaign is leader election (the term is the token);
-//     AcquireAll takes a set of keys with one token; AcquireShared takes a shared hold.
-//     Package leaderelection wraps Campaign for Kubernetes controllers.
+//     AcquireAll takes a set of keys with one token; AcquireShared takes a shared hold;
+//     AcquirePermit takes one permit of a semaphore (a Permit: its number and its own
+//     token, nested on a second acquire as holds are). Package leaderelection wraps
+//     Campaign for Kubernetes controllers.
 //   - Metrics: wait and hold times and lost holds as OpenTelemetry instruments
 //     (MetricWaitDuration, MetricHoldDuration, MetricHoldsLost) by lock class and outcome,
 //     on WithMeterProvider's provider or the global one (a no-op until an SDK is set).

@@ -20,8 +20,9 @@ const (
 	// MeterName is the instrumentation scope of the client's metrics.
 	MeterName = "github.com/fenced-lock/fenced-lock/clients/go"
 	// MetricWaitDuration: from an acquire call (Acquire, TryAcquire, AcquireShared,
-	// AcquireAll, Campaign) to its answer, in seconds; outcome `granted`, the refusal's
-	// reason in lower case (`held`, `not_granted`, ...), `unavailable` or `cancelled`.
+	// AcquirePermit, AcquireAll, Campaign) to its answer, in seconds; outcome `granted`,
+	// the refusal's reason in lower case (`held`, `not_granted`, ...), `unavailable` or
+	// `cancelled`.
 	MetricWaitDuration = "lock.client.wait.duration"
 	// MetricHoldDuration: from a grant to the hold's end, in seconds; outcome
 	// `released`, `fenced` or `shutdown`.

@@ -18,10 +18,28 @@
 // 1..=512 bytes of UTF-8 split on '/' into segments never empty, `.` or `..`, without
 // control characters (DESIGN 4.1; config/src/key.rs).
 //
-// Metadata. A keyed call should also send its key as the `lock-key` request header,
-// percent-encoded (lock_config::edge_headers::encode_key; any unreserved ASCII byte as is):
-// the edge then decides on the request's headers instead of pausing for its body. The
-// arbiter refuses (MALFORMED_REQUEST) a body key other than the one the edge admitted.
+// Metadata. Every request header a client may send, what it means, and what happens
+// without it (config/src/instance.rs, config/src/edge_headers.rs; a test keeps this list
+// equal to the code's):
+//   lock-key       A keyed call's key, percent-encoded (lock_config::edge_headers::encode_key;
+//                  any unreserved ASCII byte as is). The edge then authorises and routes on
+//                  the request's headers instead of pausing for its body. The arbiter
+//                  refuses (MALFORMED_REQUEST) a body key other than the one the edge
+//                  admitted. Without it: the edge reads the key from the body, a little
+//                  slower; nothing else changes.
+//   lock-instance  The client object's instance: 1..=253 of `A-Z a-z 0-9 . _ : -`
+//                  (MALFORMED_REQUEST otherwise), read at OpenSession and kept with the
+//                  session. Holds of one SPIFFE ID with different instances queue behind
+//                  each other like any two callers; only the same identity and the same
+//                  instance under another session is LEAKED_HOLD (a process that lost its
+//                  session asking again before its old hold lapsed). Replicas share an
+//                  identity, so every client object sends its own: the clients send
+//                  `$LOCK_INSTANCE` (the pod) + `:` + pid + `:` + a random part per client
+//                  object. Without it: the identity alone is the instance, so a second
+//                  process of the identity holding the key is answered LEAKED_HOLD instead
+//                  of queueing.
+//   traceparent    W3C trace context: the arbiter's spans join the caller's trace. Without
+//                  it (or malformed): the call gets a trace of its own; nothing is refused.
 // Any `x-lock-*` header or trailer a client sends is removed at the edge.
 //
 // Errors. Every refusal is a gRPC status whose details hold a google.rpc.ErrorInfo with
@@ -46,6 +64,11 @@
 //   STORE_FULL
 //   DRAINING             UNAVAILABLE          the arbiter is restarting; nothing was done:
 //                                             retry (the key's next owner answers)
+//   MOVING               UNAVAILABLE          the key's range is moving between entity
+//                                             shards; nothing was done: retry shortly
+//   WRONG_SESSION_PLACE  FAILED_PRECONDITION  metadata `cluster`: the session lives on
+//                                             another etcd cluster than the key; open a
+//                                             session for the key and retry
 //   STREAM_FULL          RESOURCE_EXHAUSTED   a KeepAlive stream renewing too many sessions,
 //                                             or an arbiter serving its limit of Observe streams
 //   HISTORY_COMPACTED    OUT_OF_RANGE         Observe cannot resume: the store has compacted
@@ -55,9 +78,21 @@
 //                                             delayed-class, shared-class, mixed-ttl,
 //                                             own-hold)
 //   UNKNOWN_METHOD       UNIMPLEMENTED        a method the edge cannot authorise
-// Retry UNAVAILABLE (NO_QUORUM: the transaction may have committed; a retried Acquire
-// on the same session gets its grant back), RATE_LIMITED (after retry_after_ms) and HELD with a wait inside your
-// own deadline; the others need a different request.
+//   INTERNAL             INTERNAL             an error inside the service that fits no
+//                                             other reason; a retry is not known to help
+// Retry UNAVAILABLE, RATE_LIMITED (after retry_after_ms) and HELD with a wait, inside your
+// own deadline; the others need a different request. NO_QUORUM is an answer lost, not a
+// refusal: the transaction may have committed. Retry the same call on the same session:
+// a retried Acquire gets that grant back (the same token), a retried Release of a hold
+// that did end answers STALE_TOKEN. Never open a new session to retry an Acquire answered
+// NO_QUORUM: the old session's grant would hold the key until that session lapses.
+//
+// Tokens. A token orders writes; it does not authorise them. Release and ReleaseAll also
+// require the caller's identity to be the holder's; ValidateToken only says whether a
+// token is current; a resource's fence compares numbers and cannot tell who sent one. So
+// Observe gives any observer the epoch and grant revision a token is made of. Between
+// processes of one identity a token does release a sibling's hold, so clients and the
+// service keep tokens out of logs, spans, metrics and error messages.
 
 // Code generated by protoc-gen-go. DO NOT EDIT.
 // versions:
@@ -95,6 +130,11 @@ const (
 	// shared hold's token is its own grant's revision: above the last exclusive grant before
 	// it, below the next one.
 	HoldMode_HOLD_MODE_SHARED HoldMode = 2
+	// One of the N permits of a semaphore (a `permits: N` class): up to N sessions hold the
+	// key at once, each on its own permit, numbered 0..N-1 (`AcquireResponse.permit`). The
+	// token is the grant's revision: tokens of one permit's successive grants strictly
+	// increase, and no two grants of the key share one. A resource fences per permit.
+	HoldMode_HOLD_MODE_PERMIT HoldMode = 3
 )
 
 // Enum value maps for HoldMode.
@@ -103,11 +143,13 @@ var (
 		0: "HOLD_MODE_UNSPECIFIED",
 		1: "HOLD_MODE_EXCLUSIVE",
 		2: "HOLD_MODE_SHARED",
+		3: "HOLD_MODE_PERMIT",
 	}
 	HoldMode_value = map[string]int32{
 		"HOLD_MODE_UNSPECIFIED": 0,
 		"HOLD_MODE_EXCLUSIVE":   1,
 		"HOLD_MODE_SHARED":      2,
+		"HOLD_MODE_PERMIT":      3,
 	}
 )
 
@@ -517,7 +559,10 @@ type AcquireRequest struct {
 	WaitMillis uint64 `protobuf:"varint,3,opt,name=wait_millis,json=waitMillis,proto3" json:"wait_millis,omitempty"`
 	// EXCLUSIVE (the default) or, for a key of a `shared: true` class, SHARED: many sessions
 	// hold it at once, and an exclusive hold waits for all of them (MALFORMED_REQUEST for
-	// SHARED on a class that is not shared). docs: coordination/shared.md.
+	// SHARED on a class that is not shared). docs: coordination/shared.md. PERMIT, and only
+	// PERMIT, on a key of a `permits: N` class (a semaphore): one of its N permits
+	// (MALFORMED_REQUEST for PERMIT elsewhere, or another mode there).
+	// docs: coordination/semaphores.md.
 	Mode          HoldMode `protobuf:"varint,4,opt,name=mode,proto3,enum=lock.v1.HoldMode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -648,7 +693,10 @@ type AcquireResponse struct {
 	// The lock class covering the key.
 	ClassName string `protobuf:"bytes,3,opt,name=class_name,json=className,proto3" json:"class_name,omitempty"`
 	// The session's TTL: the hold lasts while the session is renewed.
-	TtlSeconds    uint32 `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds uint32 `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// PERMIT holds only: which of the semaphore's permits this is (0..N-1). The resource
+	// fences per permit: `... WHERE key = $k AND permit = $permit AND fence < $token`.
+	Permit        uint32 `protobuf:"varint,5,opt,name=permit,proto3" json:"permit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -707,6 +755,13 @@ func (x *AcquireResponse) GetClassName() string {
 func (x *AcquireResponse) GetTtlSeconds() uint32 {
 	if x != nil {
 		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *AcquireResponse) GetPermit() uint32 {
+	if x != nil {
+		return x.Permit
 	}
 	return 0
 }
@@ -1154,6 +1209,10 @@ type InspectResponse struct {
 	// Shared holds of the key now (a `shared: true` class; 0 otherwise). `held` and the
 	// holder fields describe the exclusive hold only.
 	SharedHolders uint32 `protobuf:"varint,6,opt,name=shared_holders,json=sharedHolders,proto3" json:"shared_holders,omitempty"`
+	// A semaphore (`permits: N` class): its permits held now, and N (both 0 otherwise).
+	// `held` is true while any permit is held; the holder fields describe none of them.
+	PermitsHeld   uint32 `protobuf:"varint,7,opt,name=permits_held,json=permitsHeld,proto3" json:"permits_held,omitempty"`
+	Permits       uint32 `protobuf:"varint,8,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1226,6 +1285,20 @@ func (x *InspectResponse) GetWaiters() uint32 {
 func (x *InspectResponse) GetSharedHolders() uint32 {
 	if x != nil {
 		return x.SharedHolders
+	}
+	return 0
+}
+
+func (x *InspectResponse) GetPermitsHeld() uint32 {
+	if x != nil {
+		return x.PermitsHeld
+	}
+	return 0
+}
+
+func (x *InspectResponse) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
 	}
 	return 0
 }
@@ -1735,14 +1808,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"TokenParts\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x92\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xaa\x01\n" +
 	"\x0fAcquireResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x06R\x05token\x12)\n" +
 	"\x05parts\x18\x02 \x01(\v2\x13.lock.v1.TokenPartsR\x05parts\x12\x1d\n" +
 	"\n" +
 	"class_name\x18\x03 \x01(\tR\tclassName\x12\x1f\n" +
 	"\vttl_seconds\x18\x04 \x01(\rR\n" +
-	"ttlSeconds\"~\n" +
+	"ttlSeconds\x12\x16\n" +
+	"\x06permit\x18\x05 \x01(\rR\x06permit\"~\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x06R\x05token\x12\x1d\n" +
@@ -1765,7 +1839,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\breleased\x18\x02 \x01(\v2\x18.lock.v1.ReleaseResponseH\x00R\breleasedB\x06\n" +
 	"\x04step\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\xde\x01\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x9b\x02\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12(\n" +
 	"\x10holder_spiffe_id\x18\x02 \x01(\tR\x0eholderSpiffeId\x12\x1d\n" +
@@ -1773,7 +1847,9 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"class_name\x18\x03 \x01(\tR\tclassName\x12-\n" +
 	"\x13acquired_at_unix_ms\x18\x04 \x01(\x04R\x10acquiredAtUnixMs\x12\x18\n" +
 	"\awaiters\x18\x05 \x01(\rR\awaiters\x12%\n" +
-	"\x0eshared_holders\x18\x06 \x01(\rR\rsharedHolders\"\x94\x01\n" +
+	"\x0eshared_holders\x18\x06 \x01(\rR\rsharedHolders\x12!\n" +
+	"\fpermits_held\x18\a \x01(\rR\vpermitsHeld\x12\x18\n" +
+	"\apermits\x18\b \x01(\rR\apermits\"\x94\x01\n" +
 	"\x0eObserveRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
 	"\x0eafter_revision\x18\x02 \x01(\x03R\rafterRevision\x12\x1d\n" +
@@ -1814,11 +1890,12 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\x03R\tsessionId\"k\n" +
 	"\x12ReleaseAllResponse\x120\n" +
 	"\x14released_at_revision\x18\x01 \x01(\x03R\x12releasedAtRevision\x12#\n" +
-	"\rreleased_keys\x18\x02 \x03(\tR\freleasedKeys*T\n" +
+	"\rreleased_keys\x18\x02 \x03(\tR\freleasedKeys*j\n" +
 	"\bHoldMode\x12\x19\n" +
 	"\x15HOLD_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13HOLD_MODE_EXCLUSIVE\x10\x01\x12\x14\n" +
-	"\x10HOLD_MODE_SHARED\x10\x02*\x85\x02\n" +
+	"\x10HOLD_MODE_SHARED\x10\x02\x12\x14\n" +
+	"\x10HOLD_MODE_PERMIT\x10\x03*\x85\x02\n" +
 	"\fObserveEvent\x12\x1d\n" +
 	"\x19OBSERVE_EVENT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15OBSERVE_EVENT_CURRENT\x10\x01\x12\x19\n" +

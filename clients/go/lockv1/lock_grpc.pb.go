@@ -18,10 +18,28 @@
 // 1..=512 bytes of UTF-8 split on '/' into segments never empty, `.` or `..`, without
 // control characters (DESIGN 4.1; config/src/key.rs).
 //
-// Metadata. A keyed call should also send its key as the `lock-key` request header,
-// percent-encoded (lock_config::edge_headers::encode_key; any unreserved ASCII byte as is):
-// the edge then decides on the request's headers instead of pausing for its body. The
-// arbiter refuses (MALFORMED_REQUEST) a body key other than the one the edge admitted.
+// Metadata. Every request header a client may send, what it means, and what happens
+// without it (config/src/instance.rs, config/src/edge_headers.rs; a test keeps this list
+// equal to the code's):
+//   lock-key       A keyed call's key, percent-encoded (lock_config::edge_headers::encode_key;
+//                  any unreserved ASCII byte as is). The edge then authorises and routes on
+//                  the request's headers instead of pausing for its body. The arbiter
+//                  refuses (MALFORMED_REQUEST) a body key other than the one the edge
+//                  admitted. Without it: the edge reads the key from the body, a little
+//                  slower; nothing else changes.
+//   lock-instance  The client object's instance: 1..=253 of `A-Z a-z 0-9 . _ : -`
+//                  (MALFORMED_REQUEST otherwise), read at OpenSession and kept with the
+//                  session. Holds of one SPIFFE ID with different instances queue behind
+//                  each other like any two callers; only the same identity and the same
+//                  instance under another session is LEAKED_HOLD (a process that lost its
+//                  session asking again before its old hold lapsed). Replicas share an
+//                  identity, so every client object sends its own: the clients send
+//                  `$LOCK_INSTANCE` (the pod) + `:` + pid + `:` + a random part per client
+//                  object. Without it: the identity alone is the instance, so a second
+//                  process of the identity holding the key is answered LEAKED_HOLD instead
+//                  of queueing.
+//   traceparent    W3C trace context: the arbiter's spans join the caller's trace. Without
+//                  it (or malformed): the call gets a trace of its own; nothing is refused.
 // Any `x-lock-*` header or trailer a client sends is removed at the edge.
 //
 // Errors. Every refusal is a gRPC status whose details hold a google.rpc.ErrorInfo with
@@ -46,6 +64,11 @@
 //   STORE_FULL
 //   DRAINING             UNAVAILABLE          the arbiter is restarting; nothing was done:
 //                                             retry (the key's next owner answers)
+//   MOVING               UNAVAILABLE          the key's range is moving between entity
+//                                             shards; nothing was done: retry shortly
+//   WRONG_SESSION_PLACE  FAILED_PRECONDITION  metadata `cluster`: the session lives on
+//                                             another etcd cluster than the key; open a
+//                                             session for the key and retry
 //   STREAM_FULL          RESOURCE_EXHAUSTED   a KeepAlive stream renewing too many sessions,
 //                                             or an arbiter serving its limit of Observe streams
 //   HISTORY_COMPACTED    OUT_OF_RANGE         Observe cannot resume: the store has compacted
@@ -55,9 +78,21 @@
 //                                             delayed-class, shared-class, mixed-ttl,
 //                                             own-hold)
 //   UNKNOWN_METHOD       UNIMPLEMENTED        a method the edge cannot authorise
-// Retry UNAVAILABLE (NO_QUORUM: the transaction may have committed; a retried Acquire
-// on the same session gets its grant back), RATE_LIMITED (after retry_after_ms) and HELD with a wait inside your
-// own deadline; the others need a different request.
+//   INTERNAL             INTERNAL             an error inside the service that fits no
+//                                             other reason; a retry is not known to help
+// Retry UNAVAILABLE, RATE_LIMITED (after retry_after_ms) and HELD with a wait, inside your
+// own deadline; the others need a different request. NO_QUORUM is an answer lost, not a
+// refusal: the transaction may have committed. Retry the same call on the same session:
+// a retried Acquire gets that grant back (the same token), a retried Release of a hold
+// that did end answers STALE_TOKEN. Never open a new session to retry an Acquire answered
+// NO_QUORUM: the old session's grant would hold the key until that session lapses.
+//
+// Tokens. A token orders writes; it does not authorise them. Release and ReleaseAll also
+// require the caller's identity to be the holder's; ValidateToken only says whether a
+// token is current; a resource's fence compares numbers and cannot tell who sent one. So
+// Observe gives any observer the epoch and grant revision a token is made of. Between
+// processes of one identity a token does release a sibling's hold, so clients and the
+// service keep tokens out of logs, spans, metrics and error messages.
 
 // Code generated by protoc-gen-go-grpc. DO NOT EDIT.
 // versions:

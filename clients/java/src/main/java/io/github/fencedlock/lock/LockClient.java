@@ -17,6 +17,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadLocalRandom;
@@ -96,6 +97,14 @@ public final class LockClient implements AutoCloseable {
     private final Map<String, Integer> places = new HashMap<>();
     private final Map<String, Integer> clusterTags = new HashMap<>();
     private final Map<String, Reentry> holds = new HashMap<>();
+    /** Semaphore permits held, by key: the outermost grant and how many Permits nest on it. */
+    private final Map<String, PermitEntry> permits = new HashMap<>();
+    /**
+     * Permit reclaims: how many decided to release a grant so far, and per key the one whose
+     * release is under way (see {@link #reclaimPermit}).
+     */
+    private long reclaimEpoch;
+    private final Map<String, CountDownLatch> reclaiming = new HashMap<>();
     private long nextHold;
     private final int maxStreams;
     private int openStreams;
@@ -867,6 +876,299 @@ public final class LockClient implements AutoCloseable {
         }
     }
 
+    // ---- semaphores ----
+
+    /**
+     * Takes one permit of key, a key of a semaphore class ({@code permits: N}), waiting in the
+     * key's FIFO queue while all N are held, until one is handed to it or the options' timeout
+     * ends (then {@link Reason#HELD}, or {@link Reason#TIMED_OUT}). Up to N sessions hold the
+     * key at once, each on its own permit ({@link Permit#permit()}) with its own token.
+     * Transient refusals are retried within the timeout, as for {@link #acquire}. A key of which
+     * this client holds a permit already is re-entered: the returned Permit shares that grant
+     * (the same permit and token), nothing is sent, and the permit stays held until every
+     * Permit of it is released. A key of any other class is {@link Reason#MALFORMED_REQUEST},
+     * as is acquire or acquireShared on a semaphore's key. onFence is required.
+     *
+     * @throws LockException {@link Reason#ON_FENCE_REQUIRED} without onFence, before anything is sent
+     */
+    public Permit acquirePermit(String key, AcquireOptions opts) {
+        return acquirePermitMeasured(key, true, opts);
+    }
+
+    /**
+     * {@link #acquirePermit} without waiting: empty at once while all N permits are held (or
+     * others wait for one) (HELD). One attempt, as {@link #tryAcquire}: a transient refusal is
+     * thrown at once.
+     */
+    public Optional<Permit> tryAcquirePermit(String key, AcquireOptions opts) {
+        try {
+            return Optional.of(acquirePermitMeasured(key, false, opts));
+        } catch (LockException e) {
+            if (e.reason() == Reason.HELD) {
+                return Optional.empty();
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * {@link #acquirePermit} on a thread of the client's, as {@link #acquireAsync}: cancelling
+     * the future interrupts the wait, and a permit granted after the future was cancelled is
+     * released at once.
+     */
+    public CompletableFuture<Permit> acquirePermitAsync(String key, AcquireOptions opts) {
+        if (opts == null || opts.onFenceCallback() == null) {
+            return CompletableFuture.failedFuture(onFenceRequired());
+        }
+        return runAsync(() -> acquirePermit(key, opts), Permit::release);
+    }
+
+    private Permit acquirePermitMeasured(String key, boolean wait, AcquireOptions opts) {
+        if (opts == null || opts.onFenceCallback() == null) {
+            throw onFenceRequired();
+        }
+        Objects.requireNonNull(key, "key");
+        return measured(key, w -> acquirePermitInternal(key, wait, opts, w));
+    }
+
+    private Permit acquirePermitInternal(String key, boolean wait, AcquireOptions opts, Metrics.Wait w) {
+        Runnable onFence = opts.onFenceCallback();
+        Deadline dl = Deadline.after(opts.timeout());
+        long id = newHoldId();
+        Permit nested = reenterPermit(key, id, onFence);
+        if (nested != null) {
+            return nested; // no call: nothing recorded
+        }
+        w.called();
+        try {
+            while (true) {
+                long[] asked = {0};
+                long[] epoch = {0};
+                try {
+                    Placed<AcquireResponse> p = onSession(dl, key, wait, s -> {
+                        epoch[0] = reclaimSettled(dl, key);
+                        asked[0] = waitFor(wait, !dl.isNone(), dl.remaining());
+                        if (dl.expired()) {
+                            throw LockException.client(Reason.TIMED_OUT, "");
+                        }
+                        long timeout = callNanos(dl, asked[0] + CALL_SLACK.toNanos());
+                        try {
+                            return blocking
+                                    .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(key)))
+                                    .withDeadlineAfter(Math.max(timeout, 1), TimeUnit.NANOSECONDS)
+                                    .acquire(AcquireRequest.newBuilder()
+                                            .setKey(key)
+                                            .setSessionId(s.id)
+                                            .setWaitMillis(TimeUnit.NANOSECONDS.toMillis(asked[0]))
+                                            .setMode(HoldMode.HOLD_MODE_PERMIT)
+                                            .build());
+                        } catch (StatusRuntimeException e) {
+                            if (Thread.currentThread().isInterrupted() || dl.expired()) {
+                                // The caller gave up while the service may have been handing it
+                                // a permit: one no Permit stands for would stay held as long as
+                                // the session.
+                                reclaimPermitLater(key, s);
+                            }
+                            throw wrap(dl, e);
+                        }
+                    });
+                    learnClass(key, p.value.getClassName());
+                    Permit held = heldPermit(key, id, p.value, p.session, onFence, epoch[0]);
+                    if (held != null) {
+                        return held;
+                    }
+                    // A reclaim overlapped the call: its answer may name the grant it released.
+                } catch (LockException e) {
+                    if (wait && asked[0] > 0 && e.reason() == Reason.HELD
+                            && (dl.isNone() || dl.remaining() > TimeUnit.SECONDS.toNanos(1))) {
+                        continue; // the service's wait ended before the caller's did
+                    }
+                    throw e;
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw LockException.client(Reason.CANCELLED, "interrupted", e);
+        }
+    }
+
+    /** A nested acquire on the permit this client holds of key (nothing sent); null if none, or fenced. */
+    private Permit reenterPermit(String key, long id, Runnable onFence) {
+        synchronized (mu) {
+            PermitEntry e = permits.get(key);
+            if (e == null) {
+                return null;
+            }
+            if (e.session.fenced()) {
+                // The grant is gone; its Permits still end by their own release (FENCED).
+                permits.remove(key);
+                e.timer.end(Metrics.End.FENCED); // its fence hook has recorded it, or is about to
+                return null;
+            }
+            e.count++;
+            e.session.attach(id, onFence);
+            return new Permit(this, key, id, e.permit, e.token, e.session);
+        }
+    }
+
+    /**
+     * Records a permit the service granted to s as this client's outermost Permit of key, or
+     * nests it on the entry of a concurrent acquire that got the same grant (the service
+     * answers a session's second acquire with the permit it holds). Null when a reclaim
+     * decided to release a grant since epoch (of any key: the epoch is the client's, and
+     * reclaims are rare): this answer may name that grant.
+     */
+    private Permit heldPermit(String key, long id, AcquireResponse r, Session s, Runnable onFence, long epoch) {
+        synchronized (mu) {
+            if (reclaimEpoch != epoch) {
+                return null;
+            }
+            PermitEntry e = permits.get(key);
+            if (e != null && e.session == s && e.token == r.getToken()) {
+                e.count++;
+            } else {
+                Metrics.HoldTimer timer = metrics.granted(classOf(key));
+                e = new PermitEntry(r.getPermit(), r.getToken(), s, timer, fenceHook(s, timer));
+                permits.put(key, e);
+            }
+            s.attach(id, onFence);
+            return new Permit(this, key, id, e.permit, e.token, s);
+        }
+    }
+
+    /**
+     * Reclaiming a permit whose answer was lost. A caller that gives up while the service hands
+     * it a permit leaves a grant no Permit stands for, held as long as the session (the client's
+     * life): one of only N. The reclaim asks again on the same session without waiting (a
+     * session holds at most one permit of a key, so the answer is that grant if there is one)
+     * and releases it, in the background.
+     *
+     * <p>The grant is the session's, not the call's: every acquire of the key on that session
+     * is answered the same grant, so the release must not take it from another acquire of this
+     * client that the service answered meanwhile. Two rules keep them apart: an acquire is not
+     * sent while a reclaim of its key is releasing ({@link #reclaimSettled}), and an acquire
+     * whose call overlapped a reclaim's decision to release does not trust its answer and asks
+     * again ({@link #heldPermit} compares the epoch), getting the grant back if it survived,
+     * else a new one or a place in the queue.
+     */
+    private void reclaimPermitLater(String key, Session s) {
+        try {
+            workers.execute(() -> reclaimPermit(key, s));
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            // closed: CloseSession ends every hold of the session
+        }
+    }
+
+    private void reclaimPermit(String key, Session s) {
+        LockGrpc.LockBlockingStub stub = blocking
+                .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(key)))
+                .withDeadlineAfter(CALL_SLACK.toNanos(), TimeUnit.NANOSECONDS);
+        for (int i = 0; i < MAX_TRIES; i++) {
+            AcquireResponse r;
+            try {
+                r = stub.acquire(AcquireRequest.newBuilder().setKey(key).setSessionId(s.id)
+                        .setMode(HoldMode.HOLD_MODE_PERMIT).build());
+            } catch (RuntimeException e) {
+                return; // none to reclaim, or the session is gone (and its grants with it)
+            }
+            CountDownLatch done = new CountDownLatch(1);
+            CountDownLatch other;
+            synchronized (mu) {
+                PermitEntry e = permits.get(key);
+                if (e != null && e.session == s) {
+                    return; // a later acquire of this client holds it now
+                }
+                other = reclaiming.get(key);
+                if (other == null) {
+                    reclaiming.put(key, done);
+                    reclaimEpoch++;
+                }
+            }
+            if (other != null) {
+                // Another reclaim is releasing a grant of the key: ours may be a newer one.
+                try {
+                    if (!other.await(CALL_SLACK.toNanos(), TimeUnit.NANOSECONDS)) {
+                        return;
+                    }
+                } catch (InterruptedException x) {
+                    Thread.currentThread().interrupt();
+                    return;
+                }
+                continue;
+            }
+            try {
+                stub.release(ReleaseRequest.newBuilder().setKey(key).setToken(r.getToken()).setSessionId(s.id)
+                        .setMode(HoldMode.HOLD_MODE_PERMIT).build());
+            } catch (RuntimeException e) {
+                // the session's end releases it
+            } finally {
+                synchronized (mu) {
+                    reclaiming.remove(key);
+                }
+                done.countDown();
+            }
+            return;
+        }
+    }
+
+    /**
+     * Waits until no reclaim of key is releasing, and returns the reclaim epoch an acquire sent
+     * now starts in.
+     */
+    private long reclaimSettled(Deadline dl, String key) throws InterruptedException {
+        while (true) {
+            CountDownLatch busy;
+            synchronized (mu) {
+                busy = reclaiming.get(key);
+                if (busy == null) {
+                    return reclaimEpoch;
+                }
+            }
+            if (!busy.await(dl.remaining(), TimeUnit.NANOSECONDS)) {
+                throw LockException.client(Reason.TIMED_OUT, "");
+            }
+        }
+    }
+
+    void releasePermit(Permit p) {
+        p.session.detach(p.id);
+        PermitEntry e;
+        synchronized (mu) {
+            e = permits.get(p.key);
+            if (e == null || e.session != p.session || e.token != p.token) {
+                // Not this grant's entry: the client was closed, or the grant was fenced and
+                // another took its place.
+                if (p.session.fenced() && !closed) {
+                    throw LockException.client(Reason.FENCED, "the permit was fenced before its release");
+                }
+                return;
+            }
+            if (e.count > 1) {
+                e.count--;
+                if (p.session.fenced()) {
+                    throw LockException.client(Reason.FENCED, "the permit was fenced before its release");
+                }
+                return;
+            }
+            permits.remove(p.key);
+        }
+        p.session.detach(e.hook);
+        try {
+            if (p.session.fenced()) {
+                e.timer.end(Metrics.End.FENCED);
+                throw LockException.client(Reason.FENCED, "the permit was fenced before its release");
+            }
+            blocking.withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(p.key)))
+                    .withDeadlineAfter(CALL_SLACK.toNanos(), TimeUnit.NANOSECONDS)
+                    .release(ReleaseRequest.newBuilder().setKey(p.key).setToken(p.token)
+                            .setSessionId(p.session.id).setMode(HoldMode.HOLD_MODE_PERMIT).build());
+        } catch (StatusRuntimeException x) {
+            throw wrap(Deadline.NONE, x);
+        } finally {
+            e.timer.end(Metrics.End.RELEASED); // nothing when it was fenced first
+        }
+    }
+
     // ---- releasing ----
 
     void release(Hold h) {
@@ -1196,6 +1498,7 @@ public final class LockClient implements AutoCloseable {
                 }
             }
             holds.clear();
+            permits.clear();
             openStreams = 0;
         }
         // Every hold still live ends here (outcome shutdown), before the CloseSession calls.
@@ -1272,6 +1575,26 @@ public final class LockClient implements AutoCloseable {
             this.token = token;
             this.session = session;
             this.link = link;
+            this.timer = timer;
+            this.hook = hook;
+        }
+    }
+
+    /** The outermost permit grant of a key in this client; nested acquires only count. */
+    private static final class PermitEntry {
+        int count = 1;
+        final int permit;
+        final long token;
+        final Session session;
+        /** The grant's hold time, ended by the last release, the fence or close. */
+        final Metrics.HoldTimer timer;
+        /** The id of the session's fence callback that records the grant as fenced. */
+        final long hook;
+
+        PermitEntry(int permit, long token, Session session, Metrics.HoldTimer timer, long hook) {
+            this.permit = permit;
+            this.token = token;
+            this.session = session;
             this.timer = timer;
             this.hook = hook;
         }

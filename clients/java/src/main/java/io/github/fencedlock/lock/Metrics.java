@@ -118,7 +118,7 @@ final class Metrics {
         return "unavailable";
     }
 
-    /** Starts timing one acquire call (acquire, tryAcquire, acquireShared, acquireAll, campaign). */
+    /** Starts timing one acquire call (acquire, tryAcquire, acquireShared, acquirePermit, acquireAll, campaign). */
     Wait startWait() {
         return new Wait();
     }
@@ -210,7 +210,7 @@ final class Metrics {
         Instruments(MeterProvider provider) {
             Meter m = provider.get(SCOPE);
             wait = m.histogramBuilder(WAIT)
-                    .setDescription("How long an acquire (acquire, shared, set, campaign) waited for its answer.")
+                    .setDescription("How long an acquire (acquire, shared, permit, set, campaign) waited for its answer.")
                     .setUnit("s")
                     .setExplicitBucketBoundariesAdvice(WAIT_BUCKETS)
                     .build();

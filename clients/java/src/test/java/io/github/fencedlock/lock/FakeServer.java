@@ -58,7 +58,9 @@ import lock.v1.LockOuterClass.ReleaseResponse;
  * named in OpenSession and Acquire answers), exclusive holds,
  * waits, refusals with ErrorInfo details, and a log of what each call carried. Observe
  * answers from a script per call; AcquireAll grants a set under one token when every key is
- * free; SHARED acquires are granted at once, each with its own token. Given a TLS context
+ * free; SHARED acquires are granted at once, each with its own token. Keys under "sem/" are a
+ * semaphore of {@link #PERMITS} permits (mode PERMIT only, one permit per session, HELD at once
+ * when all are held); PERMIT elsewhere, or another mode there, is MALFORMED_REQUEST. Given a TLS context
  * (client certificates required), it is the edge instead: each call's client leaf is kept.
  */
 final class FakeServer implements AutoCloseable {
@@ -75,6 +77,15 @@ final class FakeServer implements AutoCloseable {
     /** A reason every Acquire is refused with (UNAVAILABLE), while set: a transient refusal. */
     volatile String refuseAcquires;
     private final Map<String, long[]> holders = new HashMap<>(); // key -> {session, token}
+    /** The fake's semaphores' N. */
+    static final int PERMITS = 3;
+    /** Semaphores: key -> permit -> {session, token}. */
+    private final Map<String, Map<Integer, long[]>> permits = new HashMap<>();
+    /**
+     * While set, the next PERMIT acquire is granted and then answered only once its caller has
+     * gone (its answer is lost), as a grant racing the caller's cancellation.
+     */
+    volatile boolean lateGrant;
 
     /** What one Observe call answers before it ends: cleanly when error is null. */
     static final class Script {
@@ -181,6 +192,13 @@ final class FakeServer implements AutoCloseable {
             throw refusal(Status.Code.FAILED_PRECONDITION, "WRONG_SESSION_TTL",
                     Map.of("class", classOf(r.getKey()), "ttl_seconds", Long.toString(ttlOf(r.getKey()))));
         }
+        boolean sem = r.getKey().startsWith("sem/");
+        if (sem != (r.getMode() == HoldMode.HOLD_MODE_PERMIT)) {
+            throw refusal(Status.Code.INVALID_ARGUMENT, "MALFORMED_REQUEST", Map.of());
+        }
+        if (sem) {
+            return takePermit(r)[1];
+        }
         if (r.getMode() == HoldMode.HOLD_MODE_SHARED) {
             return (1L << 48) | revision.incrementAndGet();
         }
@@ -206,8 +224,44 @@ final class FakeServer implements AutoCloseable {
         }
     }
 
+    /** Hands r's session a permit of r's key: the one it holds, else a free one; {permit, token}. */
+    long[] takePermit(AcquireRequest r) {
+        synchronized (permits) {
+            Map<Integer, long[]> held = permits.computeIfAbsent(r.getKey(), k -> new HashMap<>());
+            for (Map.Entry<Integer, long[]> e : held.entrySet()) {
+                if (e.getValue()[0] == r.getSessionId()) {
+                    return new long[] {e.getKey(), e.getValue()[1]};
+                }
+            }
+            for (int i = 0; i < PERMITS; i++) {
+                if (!held.containsKey(i)) {
+                    long token = (1L << 48) | revision.incrementAndGet();
+                    held.put(i, new long[] {r.getSessionId(), token});
+                    return new long[] {i, token};
+                }
+            }
+        }
+        throw refusal(Status.Code.ABORTED, "HELD", Map.of());
+    }
+
+    /** How many permits of key are held. */
+    int permitHolders(String key) {
+        synchronized (permits) {
+            return permits.getOrDefault(key, Map.of()).size();
+        }
+    }
+
     void drop(ReleaseRequest r) {
         if (r.getMode() == HoldMode.HOLD_MODE_SHARED) {
+            return;
+        }
+        if (r.getMode() == HoldMode.HOLD_MODE_PERMIT) {
+            synchronized (permits) {
+                Map<Integer, long[]> held = permits.getOrDefault(r.getKey(), new HashMap<>());
+                if (!held.values().removeIf(g -> g[0] == r.getSessionId() && g[1] == r.getToken())) {
+                    throw refusal(Status.Code.FAILED_PRECONDITION, "STALE_TOKEN", Map.of());
+                }
+            }
             return;
         }
         synchronized (holders) {
@@ -312,6 +366,11 @@ final class FakeServer implements AutoCloseable {
                 holders.values().removeIf(h -> h[0] == r.getSessionId());
                 holders.notifyAll();
             }
+            synchronized (permits) {
+                for (Map<Integer, long[]> held : permits.values()) {
+                    held.values().removeIf(g -> g[0] == r.getSessionId());
+                }
+            }
             out.onNext(CloseSessionResponse.getDefaultInstance());
             out.onCompleted();
         }
@@ -321,6 +380,21 @@ final class FakeServer implements AutoCloseable {
             calls.add("Acquire");
             modes.add(r.getMode());
             try {
+                if (r.getMode() == HoldMode.HOLD_MODE_PERMIT) {
+                    take(r); // the checks, and the permit
+                    long[] p = takePermit(r);
+                    if (lateGrant) {
+                        lateGrant = false;
+                        while (!Context.current().isCancelled()) {
+                            Thread.sleep(5);
+                        }
+                        return; // the caller has gone: no one to answer
+                    }
+                    out.onNext(AcquireResponse.newBuilder().setToken(p[1]).setPermit((int) p[0])
+                            .setClassName(classOf(r.getKey())).build());
+                    out.onCompleted();
+                    return;
+                }
                 out.onNext(AcquireResponse.newBuilder().setToken(take(r)).setClassName(classOf(r.getKey())).build());
                 out.onCompleted();
             } catch (RuntimeException e) {

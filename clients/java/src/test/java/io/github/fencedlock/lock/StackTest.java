@@ -9,17 +9,25 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import io.grpc.stub.MetadataUtils;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import lock.v1.LockGrpc;
+import lock.v1.LockOuterClass.InspectRequest;
+import lock.v1.LockOuterClass.InspectResponse;
+import lock.v1.LockOuterClass.ValidateTokenRequest;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
@@ -421,5 +429,108 @@ class StackTest {
         LockException e = assertThrows(LockException.class,
                 () -> a.acquireShared(testKey("LOCK_TEST_PREFIX"), noFence()));
         assertEquals(Reason.MALFORMED_REQUEST, e.reason(), "shared on a class that is not shared: " + e);
+    }
+
+    // ---- semaphores: the test registry's class of LOCK_TEST_SEM_PERMITS permits ----
+
+    private static int semPermits() {
+        int n = Integer.parseInt(env("LOCK_TEST_SEM_PERMITS"));
+        assertTrue(n >= 2, "LOCK_TEST_SEM_PERMITS");
+        return n;
+    }
+
+    /** The raw lock.v1 stub on c's channel, the key sent as {@code lock-key}. */
+    private static LockGrpc.LockBlockingStub raw(LockClient c, String key) {
+        return LockGrpc.newBlockingStub(c.channel())
+                .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(Keys.keyed(key)))
+                .withDeadlineAfter(10, TimeUnit.SECONDS);
+    }
+
+    private static InspectResponse inspect(LockClient c, String key) {
+        return raw(c, key).inspect(InspectRequest.newBuilder().setKey(key).build());
+    }
+
+    private static boolean valid(LockClient c, String key, long token) {
+        return raw(c, key).validateToken(ValidateTokenRequest.newBuilder().setKey(key).setToken(token).build())
+                .getValid();
+    }
+
+    /**
+     * N clients (two identities, sibling clients of each) hold the N permits of a key at once,
+     * each its own permit and token; the next is refused HELD without a wait, then waits and is
+     * handed the permit a release frees, under a greater token.
+     */
+    @Test
+    void permitsHeldAtOnceAndTheNextWaitsForARelease() throws Exception {
+        int n = semPermits();
+        String key = testKey("LOCK_TEST_SEM_PREFIX");
+        List<Permit> held = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            held.add(client(i % 2 == 0 ? "LOCK" : "LOCK_OTHER").tryAcquirePermit(key, noFence())
+                    .orElseThrow(() -> new AssertionError("a permit holder was refused")));
+        }
+        TreeSet<Integer> permits = new TreeSet<>();
+        Set<Long> tokens = new HashSet<>();
+        for (Permit p : held) {
+            permits.add(p.permit());
+            tokens.add(p.token());
+        }
+        assertTrue(permits.size() == n && permits.first() == 0 && permits.last() == n - 1, "permits " + permits);
+        assertEquals(n, tokens.size(), "two permit grants share a token");
+        LockClient last = client("LOCK_OTHER");
+        InspectResponse seen = inspect(last, key);
+        assertTrue(seen.getHeld());
+        assertEquals(n, seen.getPermitsHeld());
+        assertEquals(n, seen.getPermits());
+        assertTrue(last.tryAcquirePermit(key, noFence()).isEmpty(), "one holder too many");
+        CompletableFuture<Permit> waiter = last.acquirePermitAsync(key, noFence(Duration.ofSeconds(30)));
+        Thread.sleep(1000);
+        assertFalse(waiter.isDone(), "the waiter did not wait");
+        Permit freed = held.remove(1);
+        freed.release();
+        Permit got = waiter.get(20, TimeUnit.SECONDS);
+        assertEquals(freed.permit(), got.permit(), "the waiter is handed the freed permit");
+        assertGreater(got.token(), freed.token());
+        assertFalse(valid(last, key, freed.token()), "the freed permit's old token is current");
+        assertTrue(valid(last, key, got.token()));
+        held.add(got);
+        for (Permit p : held) {
+            p.release();
+        }
+        seen = inspect(last, key);
+        assertFalse(seen.getHeld());
+        assertEquals(0, seen.getPermitsHeld());
+    }
+
+    /** A client's second acquire nests on its permit; the service hears the last release only. */
+    @Test
+    void permitReentry() {
+        LockClient c = client("LOCK");
+        LockClient look = client("LOCK_OTHER");
+        String key = testKey("LOCK_TEST_SEM_PREFIX");
+        Permit outer = c.acquirePermit(key, noFence());
+        Permit inner = c.tryAcquirePermit(key, noFence()).orElseThrow();
+        assertEquals(outer.permit(), inner.permit());
+        assertEquals(outer.token(), inner.token());
+        assertEquals(1, inspect(look, key).getPermitsHeld(), "one permit for one nested client");
+        outer.release();
+        assertTrue(valid(look, key, inner.token()), "released while a nested Permit holds it");
+        inner.release();
+        assertFalse(valid(look, key, inner.token()), "still held after the last release");
+    }
+
+    /** A permit of a class that is no semaphore, and an exclusive or shared hold of a semaphore's key: MALFORMED_REQUEST. */
+    @Test
+    void permitsOnlyOnASemaphore() {
+        LockClient c = client("LOCK");
+        LockException e = assertThrows(LockException.class,
+                () -> c.tryAcquirePermit(testKey("LOCK_TEST_PREFIX"), noFence()));
+        assertEquals(Reason.MALFORMED_REQUEST, e.reason(), e.toString());
+        assertEquals("MALFORMED_REQUEST", e.wireReason());
+        String sem = testKey("LOCK_TEST_SEM_PREFIX");
+        assertEquals(Reason.MALFORMED_REQUEST,
+                assertThrows(LockException.class, () -> c.tryAcquire(sem, noFence())).reason());
+        assertEquals(Reason.MALFORMED_REQUEST,
+                assertThrows(LockException.class, () -> c.tryAcquireShared(sem, noFence())).reason());
     }
 }
