@@ -291,7 +291,7 @@ class MoreCallsTest {
     /** campaign waits in the queue while another leads, then leads with a higher term; a resign hands over at once. */
     @Test
     void campaignWaitsThenLeads() throws Exception {
-        try (LockClient a = client(); LockClient b = client()) {
+        try (LockClient a = client(); LockClient b = client(); LockClient c = client()) {
             assertEquals(Reason.ON_FENCE_REQUIRED, assertThrows(LockException.class,
                     () -> a.campaign("pay/lead", CampaignOptions.builder().build())).reason());
             ExecutionException x = assertThrows(ExecutionException.class, () -> a.campaignAsync("pay/lead", null).get());
@@ -301,10 +301,14 @@ class MoreCallsTest {
             CompletableFuture<Leadership> second = b.campaignAsync("pay/lead", CampaignOptions.onFence(() -> { }));
             Thread.sleep(1000);
             assertFalse(second.isDone(), "a second leader while the first leads");
-            // A campaign with a timeout gives up with HELD.
-            LockException held = assertThrows(LockException.class, () -> b.campaign("pay/lead",
+            // A campaign with a timeout gives up: HELD as the service answers its wait's end,
+            // or TIMED_OUT when the client's own deadline comes first (the machine's timing
+            // decides). Another client: two campaigns of one key on one client share its
+            // session, and the one that gives up would reclaim the other's grant (a known
+            // limit, in the client's README).
+            LockException held = assertThrows(LockException.class, () -> c.campaign("pay/lead",
                     CampaignOptions.builder().onFence(() -> { }).timeout(Duration.ofMillis(1500)).build()));
-            assertEquals(Reason.HELD, held.reason(), held.toString());
+            assertTrue(held.reason() == Reason.HELD || held.reason() == Reason.TIMED_OUT, held.toString());
             first.close();
             Leadership next = second.get(5, TimeUnit.SECONDS);
             assertTrue(Long.compareUnsigned(next.term(), first.term()) > 0, "the next term is not above the first");
