@@ -7,7 +7,7 @@
 //!                                compare-and-put there, first)
 //!                             -> one Txn: the epoch record is still the one read (E), the
 //!                                request is still pending; put epoch {N, cluster ID,
-//!                                advanced_by {A, B, reason}}, delete /l/ and /q/, delete
+//!                                advanced_by {A, B, reason}}, delete /l/ /q/ /r/ /p/, delete
 //!                                the request
 //! ```
 //!

@@ -5,7 +5,7 @@
 //! ```text
 //! if   mod_revision(/sys/epoch)                  == as read (still epoch E)
 //!  and mod_revision(/sys/advance-request/<id>)   == as read (still pending: one approval wins)
-//! then put /sys/epoch = {N, cluster ID, advanced_by}; delete /l/*, /q/*;
+//! then put /sys/epoch = {N, cluster ID, advanced_by}; delete /l/*, /q/*, /r/*, /p/*;
 //!      delete /sys/advance-request/<id>
 //! ```
 //!

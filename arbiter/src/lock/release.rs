@@ -22,7 +22,9 @@ use crate::store::layout::{
     permits_prefix, session_key,
 };
 use crate::store::{Sealed, Store};
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 use lock_config::{FencingToken, LockKey};
 
 mod verdict;
@@ -340,9 +342,15 @@ impl Releaser<'_> {
         )];
         let mut writes = vec![hkey.to_owned()];
         let mut bytes = 3 * hkey.len() + 2 * head_session.len() + 256;
+        let prefix = permits_prefix(key);
         if permit.is_some() {
-            // A grant of a permit: no other grant of the key in the same batch (`permit.rs`).
-            writes.push(permits_prefix(key));
+            // A grant of a permit: no other grant of the key in the same batch (`permit.rs`),
+            // and none to a head that holds a permit of the key already (its own attempt
+            // may have got one while its offer stood): a session holds at most one.
+            writes.push(prefix.clone());
+            compares.push(
+                Compare::lease(prefix.as_str(), CompareOp::NotEqual, head.lease).with_prefix(),
+            );
         }
         if self.delay {
             // The head's hold gets its marker, as its own grant would have put it.
@@ -375,6 +383,13 @@ impl Releaser<'_> {
         // Last, so the reads above keep their places.
         let fence_at = failure.len();
         failure.extend(epoch.fence_read());
+        let permits_at = failure.len();
+        if permit.is_some() {
+            failure.push(TxnOp::get(
+                prefix.as_str(),
+                Some(GetOptions::new().with_prefix()),
+            ));
+        }
         let txn = Txn::new().when(compares).and_then(success).or_else(failure);
         let resp = sealed
             .txn_creating_batched(txn, hkey, writes, bytes)
@@ -401,7 +416,11 @@ impl Releaser<'_> {
                 && head.entry.as_ref().is_none_or(|e| {
                     got(2).map(KeyValue::create_revision) == Some(e.create_revision)
                 });
-        let (told, released) = handoff_verdict(epoch_unchanged, head_bound);
+        let head_holds_permit = match ops.get(permits_at) {
+            Some(TxnOpResponse::Get(g)) => g.kvs().iter().any(|kv| kv.lease() == head.lease),
+            _ => false,
+        };
+        let (told, released) = handoff_verdict(epoch_unchanged, head_bound, head_holds_permit);
         head.tell(match told {
             HeadTold::SessionGone => Handed::SessionGone,
             HeadTold::NotNow => Handed::NotNow,

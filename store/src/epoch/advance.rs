@@ -6,7 +6,8 @@
 use crate::connection::etcd::Etcd;
 use crate::error::{Absent, Contended, EpochRefused, Malformed, Record, StoreError};
 use crate::records::layout::{
-    AdvancedBy, EPOCH_KEY, EpochRecord, HOLDER_PREFIX, QUEUE_PREFIX, SHARED_PREFIX, decode, encode,
+    AdvancedBy, EPOCH_KEY, EpochRecord, HOLDER_PREFIX, PERMIT_PREFIX, QUEUE_PREFIX, SHARED_PREFIX,
+    decode, encode,
 };
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 
@@ -71,8 +72,9 @@ pub async fn plan(
 }
 
 /// The transaction: the caller's compares beside the record's, its ops beside the put and
-/// the prefix deletes: every hold (exclusive and shared) and every waiter (durable queue
-/// entries, waiting writers' marks) of the old epoch.
+/// the prefix deletes: every hold (exclusive, shared, and a semaphore's permits) and every
+/// waiter (durable queue entries, waiting writers' marks) of the old epoch. Lock-delay
+/// markers stay: an advance ends holds without a release, which is what they delay.
 pub fn txn(plan: &Plan, mut compares: Vec<Compare>, mut ops: Vec<TxnOp>) -> Txn {
     compares.insert(
         0,
@@ -85,6 +87,7 @@ pub fn txn(plan: &Plan, mut compares: Vec<Compare>, mut ops: Vec<TxnOp>) -> Txn 
             TxnOp::delete(HOLDER_PREFIX, Some(DeleteOptions::new().with_prefix())),
             TxnOp::delete(QUEUE_PREFIX, Some(DeleteOptions::new().with_prefix())),
             TxnOp::delete(SHARED_PREFIX, Some(DeleteOptions::new().with_prefix())),
+            TxnOp::delete(PERMIT_PREFIX, Some(DeleteOptions::new().with_prefix())),
         ],
     );
     Txn::new().when(compares).and_then(ops)

@@ -52,12 +52,20 @@ pub(super) fn token_epoch_verdict(token: u16, cached: u16, fresh: bool) -> Resul
 /// What a handoff transaction's refusal means, and what its head is told. The epoch that
 /// moved explains every failed compare (retry the release); with the epoch unchanged, the
 /// head's session gone is enough to fail (the plain release follows, and decides for the
-/// releaser); otherwise the releaser's grant is not the holder (stale).
-pub(super) fn handoff_verdict(epoch_unchanged: bool, head_bound: bool) -> (HeadTold, Released) {
-    match (epoch_unchanged, head_bound) {
-        (false, _) => (HeadTold::NotNow, Released::EpochMoved),
-        (true, false) => (HeadTold::SessionGone, Released::Retry),
-        (true, true) => (HeadTold::NotNow, Released::Stale),
+/// releaser); a semaphore's head that already holds a permit of the key (its own attempt
+/// got one meanwhile) may not be given a second: it is told not now (its own look finds
+/// its permit) and the plain release follows; otherwise the releaser's grant is not the
+/// holder (stale).
+pub(super) fn handoff_verdict(
+    epoch_unchanged: bool,
+    head_bound: bool,
+    head_holds_permit: bool,
+) -> (HeadTold, Released) {
+    match (epoch_unchanged, head_bound, head_holds_permit) {
+        (false, _, _) => (HeadTold::NotNow, Released::EpochMoved),
+        (true, false, _) => (HeadTold::SessionGone, Released::Retry),
+        (true, true, true) => (HeadTold::NotNow, Released::Retry),
+        (true, true, false) => (HeadTold::NotNow, Released::Stale),
     }
 }
 

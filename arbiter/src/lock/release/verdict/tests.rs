@@ -6,17 +6,22 @@ use super::*;
 fn handoff_table() {
     use HeadTold::{NotNow, SessionGone};
     let cases = [
-        // (epoch unchanged, head's session bound, head told, releaser's verdict)
-        (false, true, NotNow, Released::EpochMoved),
-        (false, false, NotNow, Released::EpochMoved), // the moved epoch explains all
-        (true, false, SessionGone, Released::Retry),  // plain release decides
-        (true, true, NotNow, Released::Stale),        // the releaser's grant is gone
+        // (epoch unchanged, head's session bound, head holds a permit, head told, verdict)
+        (false, true, false, NotNow, Released::EpochMoved),
+        (false, false, false, NotNow, Released::EpochMoved), // the moved epoch explains all
+        (false, true, true, NotNow, Released::EpochMoved),
+        (true, false, false, SessionGone, Released::Retry), // plain release decides
+        (true, false, true, SessionGone, Released::Retry),
+        // A semaphore's head that got a permit of its own meanwhile: never a second one
+        // (found by the gate: one session held two permits of a key).
+        (true, true, true, NotNow, Released::Retry),
+        (true, true, false, NotNow, Released::Stale), // the releaser's grant is gone
     ];
-    for (epoch, head, told, released) in cases {
+    for (epoch, head, holds, told, released) in cases {
         assert_eq!(
-            handoff_verdict(epoch, head),
+            handoff_verdict(epoch, head, holds),
             (told, released),
-            "{epoch} {head}"
+            "{epoch} {head} {holds}"
         );
     }
 }
