@@ -48,6 +48,9 @@ type Result struct {
 	// together (the gate holds them to separate checks: its search, its fence check).
 	Lock   Verdict `json:"lock"`
 	Fences Verdict `json:"fences"`
+	// Permits: the key's semaphore permits (its lock checked as a semaphore of that many),
+	// absent for every other key.
+	Permits uint32 `json:"permits,omitempty"`
 	// Ops: operations checked, all objects.
 	Ops int `json:"ops"`
 	// Ms: how long the key's checks took.
@@ -64,14 +67,31 @@ func checkKey(name string, k *Key, timeout time.Duration) Result {
 		}
 		return verdictOf(porcupine.CheckOperationsTimeout(m, ops, timeout))
 	}
-	lock := check(LockModel, k.Lock)
-	fences := worst(check(RegisterModel, k.Register), check(PgFenceModel, k.PgFence))
+	model := LockModel
+	if k.Permits > 0 {
+		model = permitsModel(k.Permits)
+	}
+	lock := check(model, k.Lock)
+	ops := len(k.Lock)
+	// Each permit's fence is an object of its own (a key's one fence when it has none).
+	var fences []Verdict
+	for _, f := range []struct {
+		model   porcupine.Model
+		byFence map[int64][]porcupine.Operation
+	}{{RegisterModel, k.Register}, {PgFenceModel, k.PgFence}} {
+		for _, fops := range f.byFence {
+			fences = append(fences, check(f.model, fops))
+			ops += len(fops)
+		}
+	}
+	fence := worst(fences...)
 	return Result{
 		Key:     name,
-		Verdict: worst(lock, fences),
+		Verdict: worst(lock, fence),
 		Lock:    lock,
-		Fences:  fences,
-		Ops:     len(k.Lock) + len(k.Register) + len(k.PgFence),
+		Fences:  fence,
+		Permits: k.Permits,
+		Ops:     ops,
 		Ms:      float64(time.Since(started).Microseconds()) / 1e3,
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -30,13 +31,21 @@ func operation(in any, call uint64, out any, ret int64) porcupine.Operation {
 
 // Key is one key's operations, per object.
 type Key struct {
-	Lock     []porcupine.Operation
-	Register []porcupine.Operation
-	PgFence  []porcupine.Operation
+	// Permits: N for a semaphore's key (its lock is then a semaphore), 0 for any other.
+	Permits uint32
+	Lock    []porcupine.Operation
+	// The fences, by permit: a semaphore's resource fences each permit on its own; every
+	// other key's writes carry no permit and are one fence (noPermit).
+	Register map[int64][]porcupine.Operation
+	PgFence  map[int64][]porcupine.Operation
 }
 
-// deriveAll: every key any operation names, with its objects' operations.
-func deriveAll(ops []*Op, truth *Truth) map[string]*Key {
+// noPermit: the fence of a key whose writes name no permit.
+const noPermit = -1
+
+// deriveAll: every key any operation names, with its objects' operations; semaphores
+// gives each semaphore class's prefix its permits.
+func deriveAll(ops []*Op, truth *Truth, semaphores map[string]uint32) map[string]*Key {
 	byKey := map[string][]*Op{}
 	var advances []*Op
 	for _, o := range ops {
@@ -51,6 +60,7 @@ func deriveAll(ops []*Op, truth *Truth) map[string]*Key {
 	out := map[string]*Key{}
 	for k, kops := range byKey {
 		out[k] = &Key{
+			Permits:  permitsOf(k, semaphores),
 			Lock:     lockOps(k, kops, advances, truth),
 			Register: fenceOps(kops, KindWrite, KindRead),
 			PgFence:  fenceOps(kops, KindPgWrite, ""),
@@ -59,22 +69,37 @@ func deriveAll(ops []*Op, truth *Truth) map[string]*Key {
 	return out
 }
 
-// fenceOps: the guarded writes (and reads) of one fence. A refusal other than STALE and a
-// read of unknown outcome change nothing: left out.
-func fenceOps(ops []*Op, write, read string) []porcupine.Operation {
-	var out []porcupine.Operation
+// permitsOf: the permits of key's class if a semaphore prefix covers it (on a segment
+// boundary), else 0.
+func permitsOf(key string, semaphores map[string]uint32) uint32 {
+	for prefix, n := range semaphores {
+		if rest, ok := strings.CutPrefix(key, prefix); ok && strings.HasPrefix(rest, "/") {
+			return n
+		}
+	}
+	return 0
+}
+
+// fenceOps: the guarded writes (and reads) of one key's fence, by permit. A refusal other
+// than STALE and a read of unknown outcome change nothing: left out.
+func fenceOps(ops []*Op, write, read string) map[int64][]porcupine.Operation {
+	out := map[int64][]porcupine.Operation{}
 	for _, o := range ops {
 		if (o.Kind != write && (read == "" || o.Kind != read)) || o.Token == nil {
 			continue
 		}
+		fence := int64(noPermit)
+		if o.Permit != nil {
+			fence = int64(*o.Permit)
+		}
 		in := FenceIn{Token: *o.Token, Read: o.Kind == read}
 		switch {
 		case o.ok():
-			out = append(out, operation(in, o.Invoked, FenceAccepted, ns(o.DoneAt)))
+			out[fence] = append(out[fence], operation(in, o.Invoked, FenceAccepted, ns(o.DoneAt)))
 		case o.failed() && o.why() == "STALE":
-			out = append(out, operation(in, o.Invoked, FenceStale, ns(o.DoneAt)))
+			out[fence] = append(out[fence], operation(in, o.Invoked, FenceStale, ns(o.DoneAt)))
 		case o.unknown() && !in.Read:
-			out = append(out, operation(in, o.Invoked, FenceUnknown, never))
+			out[fence] = append(out[fence], operation(in, o.Invoked, FenceUnknown, never))
 		}
 	}
 	return out
@@ -163,6 +188,9 @@ func lockOps(key string, ops []*Op, advances []*Op, truth *Truth) []porcupine.Op
 			continue
 		case o.Kind == KindAcquire && o.ok():
 			ret = LockOut{Ret: Granted, Token: token}
+			if o.Permit != nil {
+				ret.Permit, ret.HasPermit = *o.Permit, true
+			}
 		case o.Kind == KindAcquire && o.why() == "HELD":
 			ret = LockOut{Ret: Refused}
 		case o.Kind == KindAcquire && o.why() == "LEAKED_HOLD":
@@ -239,8 +267,13 @@ func storeEffects(key string, ops []*Op, truth *Truth) []porcupine.Operation {
 				if shared {
 					kind = AcquireShared
 				}
+				granted := LockOut{Ret: Granted, Token: token}
+				// A semaphore's record is a permit's: the grant names it.
+				if p, ok := truth.permitAt(key, h.rev); ok {
+					granted.Permit, granted.HasPermit = p, true
+				}
 				out = append(out, operation(LockIn{Kind: kind, Session: s}, from,
-					LockOut{Ret: Granted, Token: token}, ns(max(by, from))))
+					granted, ns(max(by, from))))
 			}
 			if !h.hasGone || truth.revoked(key, h.rev) {
 				continue

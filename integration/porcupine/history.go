@@ -64,6 +64,9 @@ type event struct {
 	Rev     *int64  `json:"rev"`
 	Set     *uint64 `json:"set"`
 	Shared  bool    `json:"shared"`
+	// Permit: a semaphore's permit, on an acquire's ok (the one granted) and on a release
+	// or write (the one its token was granted).
+	Permit *uint32 `json:"permit"`
 }
 
 // valid: the fields every event has, with values the gate knows. (Other lines in the
@@ -92,6 +95,8 @@ type Op struct {
 	Why    *string
 	Shared bool
 	Set    *uint64
+	// Permit: the semaphore permit granted, released or written under.
+	Permit *uint32
 }
 
 func (o *Op) ok() bool     { return o.Done && o.Phase == Ok }
@@ -153,7 +158,7 @@ func operations(events []event) []*Op {
 		if ph == Invoke {
 			o := &Op{
 				Client: *e.C, Kind: *e.F, Key: e.Key, Session: e.Session, Token: e.Token,
-				Invoked: *e.T, Shared: e.Shared, Set: e.Set,
+				Invoked: *e.T, Shared: e.Shared, Set: e.Set, Permit: e.Permit,
 			}
 			open[k] = o
 			ops = append(ops, o)
@@ -170,6 +175,9 @@ func operations(events []event) []*Op {
 		}
 		if e.Session != nil {
 			o.Session = e.Session
+		}
+		if e.Permit != nil {
+			o.Permit = e.Permit
 		}
 	}
 	return ops

@@ -28,7 +28,7 @@ func folder(t *testing.T, files map[string][]string) string {
 func verdicts(t *testing.T, dir string) (map[string]Result, int) {
 	t.Helper()
 	var out bytes.Buffer
-	illegal, err := run(&out, dir, 10*time.Second, "")
+	illegal, err := run(&out, dir, 10*time.Second, "", map[string]uint32{"sem": 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,9 @@ type LockOut struct {
 	Ret LockRet
 	// Granted: the token.
 	Token uint64
+	// Granted on a semaphore's key: the permit (HasPermit). A mutex's grant names none.
+	Permit    uint32
+	HasPermit bool
 }
 
 // holding: one hold. A token not Known is a grant whose answer was lost.
@@ -214,6 +217,10 @@ func acquire(s LockState, session int64, out LockOut) (bool, any) {
 		return true, s
 	case Granted:
 		t := out.Token
+		if out.HasPermit {
+			// A permit: a semaphore's grant, never a mutex's.
+			return false, s
+		}
 		switch {
 		case s.Held && s.Holder.Session == session && s.Holder.Known:
 			// A retried acquire answered with the grant the session already has.

@@ -28,6 +28,7 @@ const (
 	sessionPrefix = "/s/"
 	forcePrefix   = "/sys/force/"
 	sharedPrefix  = "/r/"
+	permitPrefix  = "/p/"
 
 	revisionBits = 48
 	maxRevision  = 1<<revisionBits - 1
@@ -72,6 +73,39 @@ func holdOf(etcdKey string) (key string, shared bool, ok bool) {
 	return k, true, true
 }
 
+// permitOf: the lock key and permit number of a semaphore's permit record,
+// /p/<key>//<i> (a holder record on its session's lease).
+func permitOf(etcdKey string) (key string, permit uint32, ok bool) {
+	rest, found := strings.CutPrefix(etcdKey, permitPrefix)
+	if !found {
+		return "", 0, false
+	}
+	k, tail, found := strings.Cut(rest, "//")
+	if !found {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(tail, 10, 32)
+	if err != nil {
+		return "", 0, false
+	}
+	return k, uint32(n), true
+}
+
+// lockKeyOf: the lock key of any holder record (exclusive, shared, or a permit).
+func lockKeyOf(etcdKey string) (string, bool) {
+	if k, _, ok := holdOf(etcdKey); ok {
+		return k, true
+	}
+	k, _, ok := permitOf(etcdKey)
+	return k, ok
+}
+
+// permitRecord: a semaphore permit's record and its number.
+type permitRecord struct {
+	key    string
+	permit uint32
+}
+
 // record names one hold: its etcd key and the revision that made it.
 type record struct {
 	key string
@@ -92,12 +126,13 @@ type Truth struct {
 	holds    map[record]bool
 	lease    map[record]int64
 	seen     map[record]seenAt
-	shared   map[record]string // (lock key, revision) -> the shared record's etcd key
-	sessEnd  map[int64]int64   // lease -> the revision its session record was deleted at
-	sessSeen map[int64]uint64  // lease -> when the watcher saw that
-	epochs   map[int64]bool    // revisions that wrote the epoch record
-	epochVal map[int64]uint16  // ... and the epoch each named, where the log has it
-	forces   map[int64]bool    // revisions that wrote a force-release record
+	shared   map[record]string       // (lock key, revision) -> the shared record's etcd key
+	permits  map[record]permitRecord // (lock key, revision) -> the permit record made then
+	sessEnd  map[int64]int64         // lease -> the revision its session record was deleted at
+	sessSeen map[int64]uint64        // lease -> when the watcher saw that
+	epochs   map[int64]bool          // revisions that wrote the epoch record
+	epochVal map[int64]uint16        // ... and the epoch each named, where the log has it
+	forces   map[int64]bool          // revisions that wrote a force-release record
 	// From store-start.json: a log that starts mid-store (a soak round) counts the epoch
 	// writes before it from here, and its first epoch write is an advance.
 	epochsBefore   uint32
@@ -107,9 +142,9 @@ type Truth struct {
 func newTruth() *Truth {
 	return &Truth{
 		ended: map[record]int64{}, holds: map[record]bool{}, lease: map[record]int64{},
-		seen: map[record]seenAt{}, shared: map[record]string{}, sessEnd: map[int64]int64{},
-		sessSeen: map[int64]uint64{}, epochs: map[int64]bool{}, epochVal: map[int64]uint16{},
-		forces: map[int64]bool{},
+		seen: map[record]seenAt{}, shared: map[record]string{}, permits: map[record]permitRecord{},
+		sessEnd: map[int64]int64{}, sessSeen: map[int64]uint64{}, epochs: map[int64]bool{},
+		epochVal: map[int64]uint16{}, forces: map[int64]bool{},
 	}
 }
 
@@ -159,9 +194,17 @@ func truthFrom(events []storeEvent) *Truth {
 	live := map[string]int64{} // holder record -> the revision of its live hold
 	for i := range events {
 		e := &events[i]
-		if lockKey, shared, ok := holdOf(e.Key); ok {
+		lockKey, shared, ok := holdOf(e.Key)
+		permitKey, permit, isPermit := permitOf(e.Key)
+		if isPermit {
+			lockKey, ok = permitKey, true
+		}
+		if ok {
 			if shared && !e.Delete {
 				t.shared[record{lockKey, e.Revision}] = e.Key
+			}
+			if isPermit && !e.Delete {
+				t.permits[record{lockKey, e.Revision}] = permitRecord{e.Key, permit}
 			}
 			if e.Delete {
 				id := record{e.Key, e.holdID()}
@@ -213,12 +256,22 @@ func truthFrom(events []storeEvent) *Truth {
 // operations of unknown outcome).
 func (t *Truth) hasLog() bool { return len(t.seen) > 0 }
 
-// hkey: the record of the hold of key made at rev, its shared record if it was one.
+// hkey: the record of the hold of key made at rev, its shared or permit record if it was
+// one.
 func (t *Truth) hkey(key string, rev int64) record {
+	if p, ok := t.permits[record{key, rev}]; ok {
+		return record{p.key, rev}
+	}
 	if k, ok := t.shared[record{key, rev}]; ok {
 		return record{k, rev}
 	}
 	return record{holderPrefix + key, rev}
+}
+
+// permitAt: the permit the hold of key made at rev was, if it was a semaphore's.
+func (t *Truth) permitAt(key string, rev int64) (uint32, bool) {
+	p, ok := t.permits[record{key, rev}]
+	return p.permit, ok
 }
 
 func (t *Truth) isShared(key string, rev int64) bool {
@@ -237,10 +290,10 @@ func (t *Truth) deletedAt(key string, rev int64) (exists bool, at int64, ended b
 	return true, at, ended
 }
 
-// logged: the log has any hold record of key, exclusive or shared.
+// logged: the log has any hold record of key, exclusive, shared or a permit.
 func (t *Truth) logged(key string) bool {
 	for r := range t.lease {
-		if k, _, ok := holdOf(r.key); ok && k == key {
+		if k, ok := lockKeyOf(r.key); ok && k == key {
 			return true
 		}
 	}
@@ -252,13 +305,15 @@ type heldOn struct {
 	seenAt
 }
 
-// holdsOn: the holds of key written on lease, exclusive or shared, in revision order.
+// holdsOn: the holds of key written on lease, exclusive, shared or permits, in revision
+// order.
 func (t *Truth) holdsOn(key string, lease int64) []heldOn {
 	exclusive := holderPrefix + key
 	shared := fmt.Sprintf("%s%s//s/%x", sharedPrefix, key, uint64(lease))
 	var out []heldOn
 	for r, l := range t.lease {
-		if (r.key != exclusive && r.key != shared) || l != lease {
+		pk, _, isPermit := permitOf(r.key)
+		if (r.key != exclusive && r.key != shared && (!isPermit || pk != key)) || l != lease {
 			continue
 		}
 		if s, ok := t.seen[r]; ok {

@@ -39,6 +39,10 @@ pub const WAITERS: usize = 8;
 pub const GATE_PREFIX: &str = "pay/gate";
 pub const GATE_DURABLE_PREFIX: &str = "pay/gate-fair";
 pub const GATE_TTL: u32 = 5;
+/// The release gate's semaphore class (issue 53): [`GATE_SEM_PERMITS`] permits per key,
+/// TTL [`GATE_TTL`], fenced; granted to the gate's clients.
+pub const GATE_SEM_PREFIX: &str = "pay/gate-sem";
+pub const GATE_SEM_PERMITS: u32 = 3;
 /// Identities of gate (and benchmark) clients `1..=GATE_CLIENTS`.
 pub const GATE_CLIENTS: usize = 64;
 /// The benchmark's class: long TTL, so sessions outlive a cell without renewals.
@@ -273,6 +277,33 @@ spec:
 "
         ));
     }
+    text.push_str(&format!(
+        "---
+apiVersion: lock.dev/v1alpha1
+kind: LockClass
+metadata: {{name: pay-gate-sem}}
+spec:
+  namespace: pay
+  prefixes: [{GATE_SEM_PREFIX}]
+  purpose: correctness
+  tier: entity
+  enforcement: fenced
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
+  ttlSeconds: {GATE_TTL}
+  permits: {GATE_SEM_PERMITS}
+---
+apiVersion: lock.dev/v1alpha1
+kind: PauseTestResult
+metadata: {{name: pay-gate-sem-test-fixture}}
+spec:
+  class: pay-gate-sem
+  resource: integration-test-fixture
+  schemaVersion: \"0\"
+  passedAt: \"{today}\"
+  expires: \"{expires}\"
+"
+    ));
     for i in 1..=GATE_CLIENTS {
         text.push_str(&format!(
             "---
@@ -281,7 +312,7 @@ kind: LockGrant
 metadata: {{name: gate-c{i}}}
 spec:
   spiffeId: {}
-  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}, {SHARED_PREFIX}, {BENCH_SHARED_PREFIX}, {SEM_PREFIX}]
+  prefixes: [{GATE_PREFIX}, {GATE_DURABLE_PREFIX}, {BENCH_PREFIX}, {SCALE_PREFIX}, {SHARED_PREFIX}, {BENCH_SHARED_PREFIX}, {SEM_PREFIX}, {GATE_SEM_PREFIX}]
 ",
             gate_id(i)
         ));

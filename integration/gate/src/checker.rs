@@ -23,7 +23,12 @@
 //!    against every other, and shared holds overlap freely; `shared_rules.rs` adds the
 //!    reader–writer rules the store shows (no shared hold made while a writer waits) and
 //!    the register's reads.
-//! 8. Store identity: every holder record in etcd's history names the identity of the
+//! 8. Semaphores (a `permits: N` class, `semaphore.rs`): the exclusion of 3 per permit
+//!    (one holder per permit), at most N holders at once, every permit numbered below N
+//!    and backed by that permit's record; from the store log, never more than N permit
+//!    records of a key, nor two on one session. The fences of 4 per (key, permit). Tokens
+//!    are held to 1 across the key, which covers each permit's.
+//! 9. Store identity: every holder record in etcd's history names the identity of the
 //!    certificate that acquired it: the identity that opened the session (lease) it is
 //!    written on, and one that asked for that key. Checked from the store's side, so a grant
 //!    nobody was told about (an attack whose answer was lost) counts too.
@@ -32,7 +37,7 @@
 
 use super::history::{Kind, Op};
 use super::store_log::StoreTruth;
-use crate::store_log::hold_of;
+use crate::store_log::lock_key_of;
 pub use crate::violation::{Violation, revision};
 use lock_config::FencingToken;
 use lock_integration::registry::gate_client_identity;
@@ -45,6 +50,7 @@ pub fn check(ops: &[Op], truth: &StoreTruth) -> Vec<Violation> {
     attacks(ops, &mut out);
     sets(ops, &mut out);
     crate::shared_rules::check(ops, truth, &mut out);
+    crate::semaphore::check_store(truth, &mut out);
     store_identity(ops, truth, &mut out);
     renewals(ops, truth, &mut out);
     out
@@ -127,17 +133,23 @@ pub fn check_keys(
         token_order(key, &grants, &ops, truth, &mut out);
         token_unique(key, &grants, &mut out);
         backed(key, &grants, truth, identity, &mut out);
-        exclusion(key, &ops, truth, &mut out);
+        match crate::semaphore::permits(key) {
+            Some(n) => crate::semaphore::check_key(key, n, &ops, &grants, truth, &mut out),
+            None => exclusion(key, &ops, truth, &mut out),
+        }
         releases(key, &ops, truth, &mut out);
         for kind in [Kind::Write, Kind::PgWrite] {
-            let accepted: Vec<&Op> = ops
-                .iter()
-                .copied()
-                .filter(|o| o.kind == kind && o.ok())
-                .collect();
-            fence_order(key, kind, &accepted, &mut out);
-            if kind == Kind::PgWrite {
-                fence_strict(key, &accepted, &mut out);
+            // A semaphore's resource fences per (key, permit); every other key's writes
+            // carry no permit and are one fence.
+            let mut accepted: BTreeMap<Option<u32>, Vec<&Op>> = BTreeMap::new();
+            for o in ops.iter().copied().filter(|o| o.kind == kind && o.ok()) {
+                accepted.entry(o.permit).or_default().push(o);
+            }
+            for (permit, accepted) in accepted {
+                fence_order(key, kind, permit, &accepted, &mut out);
+                if kind == Kind::PgWrite {
+                    fence_strict(key, permit, &accepted, &mut out);
+                }
             }
         }
     }
@@ -179,7 +191,7 @@ fn store_identity(ops: &[Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
     let mut holds: Vec<_> = truth.hold_identity.iter().collect();
     holds.sort();
     for ((hkey, rev), who) in holds {
-        let key = hold_of(hkey).map_or(hkey.as_str(), |(k, _)| k);
+        let key = lock_key_of(hkey).unwrap_or(hkey.as_str());
         let lease = truth.hold_lease.get(&(hkey.clone(), *rev));
         let problem = match lease.and_then(|l| owner.get(l)) {
             Some(c) if gate_client_identity(*c as usize) != *who => Some(format!(
@@ -348,14 +360,16 @@ fn backed(
 /// and every handoff (the next holder's record written over a hold) was a release of that
 /// hold that was not refused, made before the store showed it.
 fn releases(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
-    let hkey = format!("{HOLDER_PREFIX}{key}");
+    // The key's holder record, or (a semaphore) each of its permits' records: a release
+    // hands a permit on by writing over it.
     let mut handed: Vec<&(String, i64)> = truth
         .handed_off
         .iter()
-        .filter(|(k, _)| *k == hkey)
+        .filter(|(k, _)| k.starts_with(HOLDER_PREFIX) || crate::store_log::permit_of(k).is_some())
+        .filter(|(k, _)| lock_key_of(k) == Some(key))
         .collect();
     handed.sort();
-    for (_, rev) in handed {
+    for (hkey, rev) in handed {
         let by = truth
             .hold_seen
             .get(&(hkey.clone(), *rev))
@@ -418,20 +432,22 @@ fn releases(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>
 /// A hold as its client saw it: from the grant's acknowledgement until it invoked the
 /// release (or the end of the run).
 #[derive(Debug, Clone)]
-struct Hold {
-    client: u32,
-    token: u64,
-    from: u64,
-    until: u64,
+pub(crate) struct Hold {
+    pub(crate) client: u32,
+    pub(crate) token: u64,
+    pub(crate) from: u64,
+    pub(crate) until: u64,
     /// Given back to a client whose release of this very grant had no answer: that
     /// release may commit later (a frozen leader's proposal applied after it resumed) and
     /// end this hold then, with no call of the client's to mark it.
     pending_release: bool,
     /// A shared hold: it may overlap other shared holds.
     shared: bool,
+    /// A semaphore's hold: the permit it was granted.
+    pub(crate) permit: Option<u32>,
 }
 
-fn holds(ops: &[&Op]) -> Vec<Hold> {
+pub(crate) fn holds(ops: &[&Op]) -> Vec<Hold> {
     let mut per_client: BTreeMap<u32, Vec<&Op>> = BTreeMap::new();
     for op in ops {
         per_client.entry(op.client).or_default().push(op);
@@ -460,6 +476,7 @@ fn holds(ops: &[&Op]) -> Vec<Hold> {
                                 until: u64::MAX,
                                 pending_release: unanswered.contains(&token),
                                 shared: op.shared,
+                                permit: op.permit,
                             });
                         }
                     }
@@ -484,7 +501,19 @@ fn holds(ops: &[&Op]) -> Vec<Hold> {
 }
 
 fn exclusion(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation>) {
-    let mut hs = holds(ops);
+    overlaps(key, holds(ops), truth, "", out);
+}
+
+/// Two holds that may not overlap (of one key, or of one permit of a semaphore's key, as
+/// `whose` says) never did in real time, unless one had been taken away first (see
+/// [`excused`]). Shared holds overlap one another freely.
+pub(crate) fn overlaps(
+    key: &str,
+    mut hs: Vec<Hold>,
+    truth: &StoreTruth,
+    whose: &str,
+    out: &mut Vec<Violation>,
+) {
     hs.sort_by_key(|h| h.from);
     for (i, a) in hs.iter().enumerate() {
         for b in hs.iter().skip(i + 1) {
@@ -494,27 +523,12 @@ fn exclusion(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
             if a.token == b.token || (a.shared && b.shared) {
                 continue;
             }
-            let (ra, rb) = (revision(a.token), revision(b.token));
-            // A hold given back while its own release was unanswered ended when the store
-            // says it did, if that release committed late (the store's end, at or before
-            // the other grant's revision, is the proof).
-            let released_late = |h: &Hold, r: i64, other: i64| {
-                h.pending_release
-                    && truth
-                        .deleted_at(key, r)
-                        .flatten()
-                        .is_some_and(|d| d <= other)
-            };
-            let a_gone_first =
-                truth.revoked_at(key, ra).is_some_and(|d| d < rb) || released_late(a, ra, rb);
-            let b_gone_first =
-                truth.revoked_at(key, rb).is_some_and(|d| d < ra) || released_late(b, rb, ra);
-            if !(a_gone_first || b_gone_first) {
+            if !excused(key, a, b, truth) {
                 out.push(Violation {
                     check: "exclusion",
                     key: key.into(),
                     detail: format!(
-                        "clients {} ({}) and {} ({}) held at once for {:.1} ms and neither hold had been revoked by the store first",
+                        "clients {} ({}) and {} ({}) held{whose} at once for {:.1} ms and neither hold had been revoked by the store first",
                         a.client,
                         show(a.token),
                         b.client,
@@ -527,7 +541,37 @@ fn exclusion(key: &str, ops: &[&Op], truth: &StoreTruth, out: &mut Vec<Violation
     }
 }
 
-fn fence_order(key: &str, kind: Kind, accepted: &[&Op], out: &mut Vec<Violation>) {
+/// Whether holds `a` and `b` of `key`, overlapping in real time, are explained by the
+/// store: one of them had been taken away (its session ended, an epoch advance or a force
+/// release deleted it) before the other was granted, per etcd's own history.
+pub(crate) fn excused(key: &str, a: &Hold, b: &Hold, truth: &StoreTruth) -> bool {
+    let (ra, rb) = (revision(a.token), revision(b.token));
+    // A hold given back while its own release was unanswered ended when the store says
+    // it did, if that release committed late (the store's end, at or before the other
+    // grant's revision, is the proof).
+    let released_late = |h: &Hold, r: i64, other: i64| {
+        h.pending_release
+            && truth
+                .deleted_at(key, r)
+                .flatten()
+                .is_some_and(|d| d <= other)
+    };
+    let a_gone_first =
+        truth.revoked_at(key, ra).is_some_and(|d| d < rb) || released_late(a, ra, rb);
+    let b_gone_first =
+        truth.revoked_at(key, rb).is_some_and(|d| d < ra) || released_late(b, rb, ra);
+    a_gone_first || b_gone_first
+}
+
+/// `permit`: the semaphore permit whose fence this is (None: the key's one fence).
+fn fence_order(
+    key: &str,
+    kind: Kind,
+    permit: Option<u32>,
+    accepted: &[&Op],
+    out: &mut Vec<Violation>,
+) {
+    let on = permit.map_or(String::new(), |p| format!(" on permit {p}"));
     sweep(accepted, |x, y| {
         let (tx, ty) = (x.token.unwrap_or(0), y.token.unwrap_or(0));
         if tx > ty {
@@ -535,7 +579,7 @@ fn fence_order(key: &str, kind: Kind, accepted: &[&Op], out: &mut Vec<Violation>
                 check: "fence",
                 key: key.into(),
                 detail: format!(
-                    "{kind:?} accepted {} from client {} after accepting {} from client {}",
+                    "{kind:?}{on} accepted {} from client {} after accepting {} from client {}",
                     show(ty),
                     y.client,
                     show(tx),
@@ -547,7 +591,8 @@ fn fence_order(key: &str, kind: Kind, accepted: &[&Op], out: &mut Vec<Violation>
 }
 
 /// The PostgreSQL reference fence is `fence < $token`: one token is accepted at most once.
-fn fence_strict(key: &str, accepted: &[&Op], out: &mut Vec<Violation>) {
+fn fence_strict(key: &str, permit: Option<u32>, accepted: &[&Op], out: &mut Vec<Violation>) {
+    let on = permit.map_or(String::new(), |p| format!(" on permit {p}"));
     let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
     for w in accepted {
         let t = w.token.unwrap_or(0);
@@ -556,7 +601,7 @@ fn fence_strict(key: &str, accepted: &[&Op], out: &mut Vec<Violation>) {
                 check: "fence",
                 key: key.into(),
                 detail: format!(
-                    "PgWrite accepted {} twice (clients {first} and {}): the reference fence is strict",
+                    "PgWrite{on} accepted {} twice (clients {first} and {}): the reference fence is strict",
                     show(t),
                     w.client
                 ),
@@ -565,7 +610,7 @@ fn fence_strict(key: &str, accepted: &[&Op], out: &mut Vec<Violation>) {
     }
 }
 
-fn show(token: u64) -> String {
+pub(crate) fn show(token: u64) -> String {
     match FencingToken::from_u64(token) {
         Ok(t) => format!("epoch {} revision {}", t.epoch(), t.revision()),
         Err(_) => format!("malformed token {token:#x}"),

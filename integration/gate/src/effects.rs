@@ -171,6 +171,7 @@ mod tests {
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         }
     }
 

@@ -98,6 +98,12 @@ pub struct Event {
     /// An acquire or release of a shared hold (`HoldMode::SHARED`, a `shared: true` class).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared: bool,
+    /// A semaphore's permit (`HoldMode::PERMIT`, a `permits: N` class): on an acquire's
+    /// `ok`, the permit granted (`AcquireResponse.permit`); on a release or a write, the
+    /// permit its token was granted (writes fence per (key, permit)). Absent elsewhere,
+    /// and in histories from before semaphores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permit: Option<u32>,
 }
 
 /// Appends events to a file, one line each, flushed per line.
@@ -165,6 +171,8 @@ pub struct Op {
     pub set: Option<u64>,
     /// A shared hold's acquire or release (see [`Event::shared`]).
     pub shared: bool,
+    /// The semaphore permit granted, released or written under (see [`Event::permit`]).
+    pub permit: Option<u32>,
 }
 
 impl Op {
@@ -208,6 +216,7 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
                     rev: None,
                     set: e.set,
                     shared: e.shared,
+                    permit: e.permit,
                 });
             }
             ph => {
@@ -223,6 +232,9 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
                     }
                     if e.session.is_some() {
                         op.session = e.session;
+                    }
+                    if e.permit.is_some() {
+                        op.permit = e.permit;
                     }
                 }
             }

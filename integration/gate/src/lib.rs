@@ -1,8 +1,9 @@
 //! The release gate (ADR-23, issue 7): real etcd (3 members, each in its own network
 //! namespace), two arbiters, Envoy with the filter, and worker processes taking locks
 //! under injected faults; every operation recorded, then checked per key
-//! ([`checker`]) and for linearizability against a fenced mutex ([`linearize`]), and by
-//! Porcupine beside it ([`porcupine`]).
+//! ([`checker`], semaphores' keys by [`semaphore`]) and for linearizability against a
+//! fenced mutex, reader-writer lock or semaphore ([`linearize`]), and by Porcupine beside
+//! it ([`porcupine`]).
 
 pub mod checker;
 pub mod effects;
@@ -15,6 +16,7 @@ pub mod porcupine;
 pub mod refusal;
 pub mod register;
 pub mod round;
+pub mod semaphore;
 pub mod shard_checks;
 pub mod shards;
 pub mod shared_rules;
@@ -79,6 +81,8 @@ pub struct GateOptions {
     pub election_percent: u32,
     /// Share of rounds on a shared class's key, as a reader or a writer (`worker::shared`).
     pub shared_percent: u32,
+    /// Share of rounds on the semaphore class's key, a permit each (`worker::permits`).
+    pub sem_percent: u32,
     /// Share of key picks from up to `lookback` generations back (frozen holders' keys).
     pub lookback_percent: u32,
     pub lookback: u32,
@@ -120,6 +124,7 @@ impl Default for GateOptions {
             set_percent: 10,
             election_percent: 10,
             shared_percent: 15,
+            sem_percent: 15,
             lookback_percent: 30,
             lookback: 4,
             keys_per_generation: 3,
@@ -167,6 +172,12 @@ pub struct GateReport {
     pub readers_overlapping: usize,
     pub writers_marked: usize,
     pub reads_served: usize,
+    /// Semaphores: permits granted, HELD answers (every permit held), the most permit
+    /// records of one key the store held at once, and writes refused by a permit's fence.
+    pub permits_granted: usize,
+    pub permits_full: usize,
+    pub permits_most: usize,
+    pub permit_writes_refused: usize,
     /// The attacker's calls by attack and outcome (`refused <REASON>`, `ok`, `unknown`).
     pub attacks: BTreeMap<(String, String), usize>,
     pub faults: Vec<Injected>,
@@ -262,6 +273,14 @@ impl GateReport {
             self.reads_served
         ));
         s.push_str(&format!(
+            "  semaphores ({} permits per key, each written under on its own fence): {} permits granted, {} HELD (every permit held), at most {} held at once in the store, {} writes refused by a permit's fence\n",
+            lock_integration::registry::GATE_SEM_PERMITS,
+            self.permits_granted,
+            self.permits_full,
+            self.permits_most,
+            self.permit_writes_refused
+        ));
+        s.push_str(&format!(
             "  replicas (clients 2k-1, 2k: one identity, two instances): {} sibling handoffs, {} LEAKED_HOLD answers, each to the client's own earlier hold\n",
             self.sibling_handoffs, self.sibling_leaks
         ));
@@ -309,7 +328,8 @@ impl GateReport {
         }
         for k in self.not_linearizable.iter().take(10) {
             s.push_str(&format!(
-                "    [linearizability] {k}: no sequential fenced-mutex order fits\n"
+                "    [linearizability] {k}: no sequential {} order fits\n",
+                model_name(k)
             ));
         }
         for d in self.porcupine.disagreements.iter().take(10) {
@@ -319,6 +339,15 @@ impl GateReport {
             s.push_str(&format!("  history: {}\n", self.dir.display()));
         }
         s
+    }
+}
+
+/// The sequential model `key` is searched against (`linearize`).
+fn model_name(key: &str) -> &'static str {
+    if semaphore::permits(key).is_some() {
+        "fenced-semaphore"
+    } else {
+        "fenced-mutex"
     }
 }
 
@@ -461,6 +490,21 @@ pub fn check_history(history_dir: &std::path::Path, steps: u64) -> anyhow::Resul
             .iter()
             .filter(|o| o.kind == Kind::Read && o.ok())
             .count(),
+        permits_granted: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.ok() && o.permit.is_some())
+            .count(),
+        permits_full: ops
+            .iter()
+            .filter(|o| o.kind == Kind::Acquire && o.why.as_deref() == Some("HELD"))
+            .filter(|o| o.key.as_deref().and_then(semaphore::permits).is_some())
+            .count(),
+        permits_most: semaphore::most_at_once(&truth),
+        permit_writes_refused: ops
+            .iter()
+            .filter(|o| matches!(o.kind, Kind::Write | Kind::PgWrite))
+            .filter(|o| o.permit.is_some() && o.failed())
+            .count(),
         operations: ops.len(),
         stale_refused,
         attacks,
@@ -552,10 +596,10 @@ pub fn write_timelines(
             .push(format!("[{}] {}", v.check, v.detail));
     }
     for k in &report.not_linearizable {
-        findings
-            .entry(k.clone())
-            .or_default()
-            .push("[linearizability] no sequential fenced-mutex order fits".into());
+        findings.entry(k.clone()).or_default().push(format!(
+            "[linearizability] no sequential {} order fits",
+            model_name(k)
+        ));
     }
     for d in &report.porcupine.disagreements {
         findings
@@ -578,8 +622,14 @@ pub fn write_timelines(
             .filter(|o| o.key.as_deref() == Some(key.as_str()))
             .collect();
         let holder = format!("{}{key}", lock_store::layout::HOLDER_PREFIX);
-        let key_store: Vec<&store_log::StoreEvent> =
-            store_events.iter().filter(|e| e.key == holder).collect();
+        // A semaphore's records are its permits'.
+        let key_store: Vec<&store_log::StoreEvent> = store_events
+            .iter()
+            .filter(|e| {
+                e.key == holder
+                    || store_log::permit_of(&e.key).is_some_and(|(k, _)| k == key.as_str())
+            })
+            .collect();
         let page = timeline::render(&key, &key_ops, &key_store, &faults, &found);
         let path = history_dir.join(format!("timeline-{}.html", key.replace('/', "_")));
         std::fs::write(&path, page)?;

@@ -1,6 +1,7 @@
 //! Linearizability of each key's history against a sequential fenced mutex, and for a
 //! `shared: true` class's keys a fenced reader–writer lock (shared holds beside the
-//! exclusive one; `MutexState::readers`).
+//! exclusive one; `MutexState::readers`), and for a semaphore's keys (`permits: N`) a fenced
+//! semaphore (`permits.rs`): the same operations and evidence, another sequential spec.
 //!
 //! The gate decides each key with the Wing–Gong–Lowe search with memoisation (`wgl.rs`):
 //! stateright's `LinearizabilityTester` (kept below as the reference, and checked to agree
@@ -12,6 +13,7 @@
 //! fall between the grants committed before and after them. A step budget still bounds the
 //! search; a key that exhausts it is reported as unchecked, never as passed.
 
+pub mod permits;
 pub mod wgl;
 
 use super::history::{Kind, Op, revision_bits};
@@ -64,6 +66,8 @@ pub enum MutexOp {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MutexRet {
     Granted(u64),
+    /// A semaphore's grant: the token and the permit (`AcquireResponse.permit`).
+    GrantedPermit(u64, u32),
     /// HELD: someone else's session held it.
     Refused,
     /// LEAKED_HOLD: another session held it (a sibling of the caller's identity, which
@@ -425,7 +429,14 @@ fn model_ops(key: &str, ops: &[&Op], advances: &[&Op], truth: &StoreTruth) -> Ve
             }
             (_, None, _) | (_, Some((_, super::history::Phase::Info)), _) => None,
             (Kind::Acquire, Some((t, super::history::Phase::Ok)), _) => {
-                Some((t, MutexRet::Granted(op.token.unwrap_or(0))))
+                let token = op.token.unwrap_or(0);
+                Some((
+                    t,
+                    match op.permit {
+                        Some(permit) => MutexRet::GrantedPermit(token, permit),
+                        None => MutexRet::Granted(token),
+                    },
+                ))
             }
             (Kind::Acquire, Some((t, _)), Some("HELD")) => Some((t, MutexRet::Refused)),
             (Kind::Acquire, Some((t, _)), Some("LEAKED_HOLD")) => Some((t, MutexRet::Leaked)),
@@ -609,7 +620,12 @@ fn store_effects(key: &str, ops: &[&Op], truth: &StoreTruth) -> Option<Vec<Effec
                 } else {
                     MutexOp::Acquire { session }
                 };
-                out.push((acquire, from, (by.max(from), MutexRet::Granted(token))));
+                // A semaphore's record is a permit's: the grant names it.
+                let granted = match truth.permit_at(key, rev) {
+                    Some(permit) => MutexRet::GrantedPermit(token, permit),
+                    None => MutexRet::Granted(token),
+                };
+                out.push((acquire, from, (by.max(from), granted)));
             }
             // The release: only a delete no session end or advance made.
             let Some(gone) = gone else { continue };
@@ -651,7 +667,11 @@ pub fn check_key(
             ret: m.ret,
         })
         .collect();
-    match wgl::check(MutexState::default(), &calls, steps) {
+    let outcome = match crate::semaphore::permits(key) {
+        Some(n) => wgl::check(permits::PermitsState::new(n), &calls, steps),
+        None => wgl::check(MutexState::default(), &calls, steps),
+    };
+    match outcome {
         wgl::Outcome::Linearizable => Verdict::Linearizable,
         wgl::Outcome::NotLinearizable => Verdict::NotLinearizable,
         wgl::Outcome::Exhausted => Verdict::Unchecked,

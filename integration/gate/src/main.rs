@@ -48,6 +48,10 @@ enum Cmd {
         /// a writer).
         #[arg(long, default_value_t = GateOptions::default().shared_percent)]
         shared_percent: u32,
+        /// Percent of rounds on the semaphore class's key (a permit of N, written under on
+        /// its own fence).
+        #[arg(long, default_value_t = GateOptions::default().sem_percent)]
+        sem_percent: u32,
         /// Skip the PostgreSQL reference fence.
         #[arg(long)]
         no_postgres: bool,
@@ -213,6 +217,7 @@ fn main() -> std::process::ExitCode {
             inject_bug,
             stall_percent,
             shared_percent,
+            sem_percent,
             no_postgres,
             out,
             seed,
@@ -225,6 +230,7 @@ fn main() -> std::process::ExitCode {
                 inject_bugs: inject_bug,
                 stall_percent,
                 shared_percent,
+                sem_percent,
                 postgres: !no_postgres,
                 out_dir: out,
                 seed,

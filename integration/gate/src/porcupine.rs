@@ -2,16 +2,21 @@
 //! (integration/porcupine; install-deps.sh builds it into the tool cache and links it as
 //! `.deps/bin/gate-porcupine`) reads the same history folder and store log as
 //! [`crate::linearize`] and checks each key with Porcupine: the lock as a fenced
-//! reader-writer mutex, and the fenced resources (the register, the PostgreSQL fence) as
-//! objects of their own.
+//! reader-writer mutex, a semaphore's key (`permits: N`, told by `-semaphores`) as a
+//! fenced semaphore, and the fenced resources (the register, the PostgreSQL fence; a
+//! semaphore's per permit) as objects of their own.
 //!
 //! Each key's verdicts are compared part by part: the lock against the gate's search, the
 //! fences against the gate's fence check (its search has no writes). Both ok or both
 //! illegal is agreement. One ok and the other illegal is a disagreement, which fails the
 //! round: it is a finding about one of the two checkers. A search that ran out of budget
-//! or time (unknown, unchecked) on either side is counted, not a disagreement.
+//! or time (unknown, unchecked) on either side is counted, not a disagreement. A key the two
+//! model differently (a semaphore of N permits on one side, of another N or none on the
+//! other) is a disagreement of its own (`model`): their verdicts would not be on one
+//! question.
 
 use crate::linearize::Verdict as GateVerdict;
+use crate::semaphore;
 use crate::violation::Violation;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -57,21 +62,37 @@ pub struct KeyVerdict {
     pub lock: Verdict,
     /// The register's and the PostgreSQL fence's, together.
     pub fences: Verdict,
+    /// The permits Porcupine's model gave the key: N for a semaphore's key, absent (0)
+    /// for every other.
+    #[serde(default)]
+    pub permits: u32,
 }
 
 /// A part of a key on which the two checkers disagree (or a key only one of them saw).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disagreement {
     pub key: String,
-    /// `lock` or `fences`.
+    /// `lock`, `fences`, or `model` (the two gave the key different permits).
     pub part: &'static str,
     /// None: the checker gave this key no verdict.
     pub gate: Option<Verdict>,
     pub porcupine: Option<Verdict>,
+    /// The permits each side modelled the key with (0: not a semaphore's); told for a
+    /// `model` disagreement.
+    pub permits: (u32, u32),
 }
 
 impl std::fmt::Display for Disagreement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.part == "model" {
+            return write!(
+                f,
+                "[porcupine] {} (model): the gate checks it as {}, Porcupine as {}",
+                self.key,
+                permits_name(self.permits.0),
+                permits_name(self.permits.1)
+            );
+        }
         let show = |v: Option<Verdict>| v.map_or("no verdict", Verdict::name);
         let gate = if self.part == "lock" {
             "the gate's search"
@@ -86,6 +107,14 @@ impl std::fmt::Display for Disagreement {
             show(self.gate),
             show(self.porcupine)
         )
+    }
+}
+
+fn permits_name(n: u32) -> String {
+    if n == 0 {
+        "a mutex (no permits)".to_owned()
+    } else {
+        format!("a semaphore of {n} permits")
     }
 }
 
@@ -128,7 +157,18 @@ pub fn check(
 /// `gate-porcupine`'s verdicts on a history folder, by key.
 pub fn run(history_dir: &Path) -> anyhow::Result<BTreeMap<String, KeyVerdict>> {
     let bin = lock_integration::paths::dep("gate-porcupine")?;
-    let out = Command::new(&bin).arg("-dir").arg(history_dir).output()?;
+    // The semaphore class and its permits, as the gate's own checks read them.
+    let semaphores = format!(
+        "{}={}",
+        lock_integration::registry::GATE_SEM_PREFIX,
+        lock_integration::registry::GATE_SEM_PERMITS
+    );
+    let out = Command::new(&bin)
+        .arg("-dir")
+        .arg(history_dir)
+        .arg("-semaphores")
+        .arg(semaphores)
+        .output()?;
     // 0: no key illegal; 1: some; anything else: it could not check.
     if !matches!(out.status.code(), Some(0 | 1)) {
         anyhow::bail!(
@@ -180,6 +220,20 @@ pub fn compare(
         );
         let mut unknown = false;
         let mut disagreed = false;
+        let permits = (
+            semaphore::permits(key).unwrap_or(0),
+            p.map_or(0, |p| p.permits),
+        );
+        if p.is_some() && permits.0 != permits.1 {
+            disagreed = true;
+            a.disagreements.push(Disagreement {
+                key: key.to_owned(),
+                part: "model",
+                gate: None,
+                porcupine: None,
+                permits,
+            });
+        }
         for (part, (g, p)) in [("lock", lock), ("fences", fences)] {
             match (g, p) {
                 (Some(g), Some(p)) if g == p && g != Verdict::Unknown => {}
@@ -193,6 +247,7 @@ pub fn compare(
                         part,
                         gate: g,
                         porcupine: p,
+                        permits,
                     });
                 }
             }
@@ -237,6 +292,7 @@ mod tests {
                     verdict,
                     lock: *lock,
                     fences: *fences,
+                    permits: semaphore::permits(k).unwrap_or(0),
                 };
                 ((*k).to_owned(), v)
             })
@@ -294,6 +350,33 @@ mod tests {
         assert_eq!(
             a.disagreements[0].to_string(),
             "[porcupine] e (lock): the gate's search says illegal, Porcupine says ok"
+        );
+    }
+
+    /// A semaphore's key is compared as any other when both model it with its permits; a
+    /// side that took it for a mutex (or another N) is a disagreement on the model.
+    #[test]
+    fn semaphore_keys_need_one_model() {
+        use GateVerdict::*;
+        use Verdict::{Illegal, Ok};
+        let sem = format!("{}/r1/g0/k0", lock_integration::registry::GATE_SEM_PREFIX);
+        let g = gate(&[(sem.as_str(), NotLinearizable)]);
+        let p = porcupine(&[(sem.as_str(), Illegal, Ok)]);
+        let a = compare(&g, &[], &p);
+        assert_eq!((a.agreed, a.illegal, a.disagreements.len()), (1, 1, 0));
+        let mut p = p;
+        if let Some(v) = p.get_mut(&sem) {
+            v.permits = 0;
+        }
+        let a = compare(&g, &[], &p);
+        assert_eq!(a.agreed, 0);
+        assert_eq!(a.disagreements.len(), 1);
+        assert_eq!(
+            a.disagreements[0].to_string(),
+            format!(
+                "[porcupine] {sem} (model): the gate checks it as a semaphore of {} permits, Porcupine as a mutex (no permits)",
+                lock_integration::registry::GATE_SEM_PERMITS
+            )
         );
     }
 }

@@ -12,7 +12,8 @@ use super::{timeline, worker};
 use lock_integration::paths::workspace_bin;
 use lock_integration::process::Proc;
 use lock_integration::registry::{
-    GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_TTL, SHARED_PREFIX, gate_id, write_test_registry,
+    GATE_DURABLE_PREFIX, GATE_PREFIX, GATE_SEM_PREFIX, GATE_TTL, SHARED_PREFIX, gate_id,
+    write_test_registry,
 };
 use lock_integration::{Stack, StackOptions};
 use std::path::{Path, PathBuf};
@@ -209,6 +210,7 @@ pub async fn round(
                 fifo_prefix: GATE_PREFIX.into(),
                 durable_prefix: GATE_DURABLE_PREFIX.into(),
                 shared_prefix: SHARED_PREFIX.into(),
+                sem_prefix: GATE_SEM_PREFIX.into(),
                 run: run_id.clone(),
                 per_generation: opts.keys_per_generation,
                 generation_ms: u64::try_from(opts.generation.as_millis())?,
@@ -230,6 +232,7 @@ pub async fn round(
             set_percent: opts.set_percent,
             election_percent: opts.election_percent,
             shared_percent: opts.shared_percent,
+            sem_percent: opts.sem_percent,
             // Past the TTL by two seconds: the store has ended the session (renewals stop
             // with the stall) and a waiter has been granted and written.
             stall_ms: u64::from(GATE_TTL) * 1000 + 2000,
@@ -287,6 +290,7 @@ pub async fn round(
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         });
         op
     };

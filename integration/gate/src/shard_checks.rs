@@ -228,6 +228,7 @@ mod tests {
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         }
     }
 

@@ -722,6 +722,7 @@ mod tests {
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         }
     }
 

@@ -98,6 +98,7 @@ mod tests {
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         }
     }
 

@@ -7,8 +7,8 @@
 use super::history::mono_ns;
 use etcd_client::{EventType, WatchOptions};
 use lock_store::layout::{
-    EPOCH_KEY, EpochRecord, FORCE_PREFIX, HOLDER_PREFIX, Holder, SESSION_PREFIX, SHARED_PREFIX,
-    decode, lease_hex,
+    EPOCH_KEY, EpochRecord, FORCE_PREFIX, HOLDER_PREFIX, Holder, PERMIT_PREFIX, SESSION_PREFIX,
+    SHARED_PREFIX, decode, lease_hex,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -156,7 +156,7 @@ async fn watch_all(
                             _ => (kv.create_revision(), kv.lease(), kv.mod_revision()),
                         };
                         let key = String::from_utf8_lossy(kv.key()).into_owned();
-                        let holder = (!delete && hold_of(&key).is_some())
+                        let holder = (!delete && lock_key_of(&key).is_some())
                             .then(|| decode::<Holder>(kv.value()).map(|h| h.spiffe_id))
                             .flatten();
                         let epoch = (!delete && key == EPOCH_KEY)
@@ -210,6 +210,21 @@ pub fn hold_of(etcd_key: &str) -> Option<(&str, bool)> {
     rest.starts_with("s/").then_some((key, true))
 }
 
+/// The lock key and the permit number of a semaphore's permit record, `/p/<key>//<i>` (a
+/// holder record, on its session's lease; a key has no empty segment, so the first `//`
+/// after the prefix ends it).
+pub fn permit_of(etcd_key: &str) -> Option<(&str, u32)> {
+    let (key, permit) = etcd_key.strip_prefix(PERMIT_PREFIX)?.split_once("//")?;
+    Some((key, permit.parse().ok()?))
+}
+
+/// The lock key of any holder record: exclusive, shared, or a semaphore's permit.
+pub fn lock_key_of(etcd_key: &str) -> Option<&str> {
+    hold_of(etcd_key)
+        .map(|(key, _)| key)
+        .or_else(|| permit_of(etcd_key).map(|(key, _)| key))
+}
+
 /// The lock key of an exclusive waiter's mark, `/r/<key>//w/<lease>`.
 pub fn writer_mark_of(etcd_key: &str) -> Option<&str> {
     let (key, rest) = etcd_key.strip_prefix(SHARED_PREFIX)?.split_once("//")?;
@@ -258,6 +273,10 @@ pub struct StoreTruth {
     /// (lock key, revision) -> the shared hold record made at that revision: lookups by
     /// key and token revision find a shared hold here, every other at `/l/<key>`.
     pub shared_records: HashMap<(String, i64), String>,
+    /// (lock key, revision) -> the semaphore permit record made at that revision (a grant
+    /// or a handoff of the permit) and its permit number: lookups by key and token revision
+    /// find a permit's hold here.
+    pub permit_records: HashMap<(String, i64), (String, u32)>,
     /// Every holder record's and writer's mark's event, in order: what the reader–writer
     /// rules replay (`shared_rules::replay`).
     pub rw_events: Vec<StoreEvent>,
@@ -269,10 +288,14 @@ impl StoreTruth {
         // The live hold of each holder key, to end it when a handoff writes over it.
         let mut live: HashMap<String, i64> = HashMap::new();
         for e in events {
-            if let Some((key, shared)) = hold_of(&e.key) {
-                if shared && !e.delete {
+            if let Some(key) = lock_key_of(&e.key) {
+                if !e.delete && hold_of(&e.key).is_some_and(|(_, shared)| shared) {
                     t.shared_records
                         .insert((key.to_owned(), e.revision), e.key.clone());
+                }
+                if let (false, Some((_, permit))) = (e.delete, permit_of(&e.key)) {
+                    t.permit_records
+                        .insert((key.to_owned(), e.revision), (e.key.clone(), permit));
                 }
                 let id = (e.key.clone(), e.hold_id());
                 if e.delete {
@@ -336,13 +359,24 @@ impl StoreTruth {
         t
     }
 
-    /// The record of the hold of `key` made at `revision`: its shared hold record if it
-    /// was one, else the exclusive holder `/l/<key>`.
+    /// The record of the hold of `key` made at `revision`: its shared hold record or its
+    /// permit record if it was one, else the exclusive holder `/l/<key>`.
     fn hkey(&self, key: &str, revision: i64) -> String {
+        let id = (key.to_owned(), revision);
+        if let Some((record, _)) = self.permit_records.get(&id) {
+            return record.clone();
+        }
         self.shared_records
-            .get(&(key.to_owned(), revision))
+            .get(&id)
             .cloned()
             .unwrap_or_else(|| format!("{HOLDER_PREFIX}{key}"))
+    }
+
+    /// The permit the hold of `key` made at `revision` was, if it was a semaphore's.
+    pub fn permit_at(&self, key: &str, revision: i64) -> Option<u32> {
+        self.permit_records
+            .get(&(key.to_owned(), revision))
+            .map(|(_, permit)| *permit)
     }
 
     /// When the watcher saw the hold of `key` made at `revision` (an upper bound on when
@@ -359,11 +393,11 @@ impl StoreTruth {
             .contains_key(&(key.to_owned(), revision))
     }
 
-    /// Whether the log has any hold record of `key` (exclusive or shared).
+    /// Whether the log has any hold record of `key` (exclusive, shared or a permit).
     pub fn logged(&self, key: &str) -> bool {
         self.hold_lease
             .keys()
-            .any(|(k, _)| hold_of(k).is_some_and(|(lk, _)| lk == key))
+            .any(|(k, _)| lock_key_of(k) == Some(key))
     }
 
     /// Did the grant of `key` at `revision` create a holder key?
@@ -394,15 +428,16 @@ impl StoreTruth {
             .copied()
     }
 
-    /// Holds of `key` written on `lease`, exclusive or shared: (create revision, seen
-    /// created, seen deleted).
+    /// Holds of `key` written on `lease`, exclusive, shared or permits: (create revision,
+    /// seen created, seen deleted).
     pub fn holds_on(&self, key: &str, lease: i64) -> Vec<(i64, u64, Option<u64>)> {
         let hkey = format!("{HOLDER_PREFIX}{key}");
         let shared = format!("{SHARED_PREFIX}{key}//s/{}", lease_hex(lease));
+        let permit = |k: &str| permit_of(k).is_some_and(|(pk, _)| pk == key);
         let mut out: Vec<_> = self
             .hold_lease
             .iter()
-            .filter(|((k, _), l)| (*k == hkey || *k == shared) && **l == lease)
+            .filter(|((k, _), l)| (*k == hkey || *k == shared || permit(k)) && **l == lease)
             .filter_map(|((k, rev), _)| {
                 let (made, gone) = self.hold_seen.get(&(k.clone(), *rev))?;
                 Some((*rev, *made, *gone))

@@ -8,6 +8,7 @@ use super::register::RegisterClient;
 
 mod attacker;
 mod hold_stream;
+mod permits;
 mod plan;
 mod renewals;
 mod set;
@@ -75,6 +76,12 @@ struct Client {
     /// This round's hold is asked for, held and released `SHARED` (a shared round's
     /// reader); reset at the top of every round.
     shared: bool,
+    /// This round's holds are a semaphore's permits (`PERMIT`, `worker/permits.rs`);
+    /// reset at the top of every round.
+    permits: bool,
+    /// The permits this round was granted, by token: a release or a write under a token
+    /// is recorded with its permit, and a write goes to that permit's fence.
+    granted_permits: Vec<(u64, u32)>,
 }
 
 /// A call's outcome as the history records it.
@@ -92,6 +99,8 @@ struct Answer {
     served: Option<String>,
     /// A release's delete revision.
     rev: Option<i64>,
+    /// A semaphore grant's permit.
+    permit: Option<u32>,
 }
 
 fn classify<T>(
@@ -157,6 +166,8 @@ impl Client {
             ops: 0,
             contested,
             shared: false,
+            permits: false,
+            granted_permits: Vec::new(),
         })
     }
 
@@ -176,14 +187,35 @@ impl Client {
             rev: None,
             set: None,
             shared: self.shared && matches!(f, Kind::Acquire | Kind::Release),
+            permit: None,
         }
     }
 
     fn mode(&self) -> i32 {
-        if self.shared {
+        if self.permits {
+            HoldMode::Permit.into()
+        } else if self.shared {
             HoldMode::Shared.into()
         } else {
             HoldMode::Exclusive.into()
+        }
+    }
+
+    /// The permit `token` was granted this round (None: not a permit's token).
+    fn permit_of(&self, token: u64) -> Option<u32> {
+        self.granted_permits
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, p)| *p)
+    }
+
+    /// The fenced resources' record for writes to `key` under `token`: the key, or a
+    /// semaphore's `<key>//<permit>` (an empty segment no key has), since a resource fences
+    /// each permit on its own.
+    fn fence_key(&self, key: &str, token: u64) -> String {
+        match self.permit_of(token) {
+            Some(p) => format!("{key}//{p}"),
+            None => key.to_owned(),
         }
     }
 
@@ -200,6 +232,7 @@ impl Client {
         let mut e = self.event(self.next_op, Phase::Invoke, f);
         e.key = key.map(str::to_owned);
         e.token = token;
+        e.permit = token.and_then(|t| self.permit_of(t));
         e.via = via;
         self.rec.record(&e);
         self.next_op
@@ -215,6 +248,7 @@ impl Client {
         e.token = answer.token;
         e.served = answer.served;
         e.rev = answer.rev;
+        e.permit = answer.permit;
         e.why = why;
         self.rec.record(&e);
     }
@@ -244,10 +278,13 @@ impl Client {
     async fn run(mut self) -> anyhow::Result<()> {
         while !self.done() {
             self.shared = false;
+            self.granted_permits.clear();
             let (key, contested) = match self.contested_key() {
                 Some(k) => (k, true),
                 None => (self.plan.keys.pick(&mut self.rng, self.plan.origin), false),
             };
+            // A stalled permit holder's key is waited for as a permit.
+            self.permits = contested && self.plan.keys.is_sem(&key);
             if self
                 .session
                 .as_ref()
@@ -267,6 +304,11 @@ impl Client {
             if !contested && self.rng.random_range(0..100) < self.plan.shared_percent {
                 let key = self.plan.keys.pick_shared(&mut self.rng, self.plan.origin);
                 self.shared_round(&key).await;
+                continue;
+            }
+            if !contested && self.rng.random_range(0..100) < self.plan.sem_percent {
+                let key = self.plan.keys.pick_sem(&mut self.rng, self.plan.origin);
+                self.permit_round(&key).await;
                 continue;
             }
             if !contested && self.rng.random_range(0..100) < self.plan.set_percent {
@@ -382,6 +424,10 @@ impl Client {
             Outcome::Ok((resp, served)) => {
                 answer.token = Some(resp.token);
                 answer.served = served;
+                if self.permits {
+                    answer.permit = Some(resp.permit);
+                    self.granted_permits.push((resp.token, resp.permit));
+                }
                 Outcome::Ok(resp.token)
             }
             Outcome::Fail(w) => Outcome::Fail(w),
@@ -462,8 +508,9 @@ impl Client {
     /// accepted (a leader writes several times in one term) and refuses a lower one.
     async fn write_register(&mut self, key: &str, token: u64) {
         let op = self.invoke(Kind::Write, Some(key), Some(token), None);
+        let fenced = self.fence_key(key, token);
         let outcome =
-            match tokio::time::timeout(CALL_TIMEOUT, self.register.write(key, token)).await {
+            match tokio::time::timeout(CALL_TIMEOUT, self.register.write(&fenced, token)).await {
                 Ok(Ok(true)) => Outcome::Ok(()),
                 Ok(Ok(false)) => Outcome::Fail("STALE".into()),
                 Ok(Err(e)) => Outcome::Unknown(e.to_string()),
@@ -476,7 +523,7 @@ impl Client {
         let Some(db) = self.pg.as_ref() else {
             return Ok(false);
         };
-        let id = record_id(key);
+        let id = record_id(&self.fence_key(key, token));
         let fence = i64::try_from(token)?;
         db.execute(
             "INSERT INTO fenced_resource (id, value, fence) VALUES ($1, '', 0) ON CONFLICT (id) DO NOTHING",

@@ -53,6 +53,8 @@ async fn every_fault_kind_with_zero_violations() {
         report.shared_writers > 0,
         "no writer of a shared key was granted"
     );
+    // Semaphores: permits taken under the faults, each key held to the semaphore's rules.
+    assert!(report.permits_granted > 0, "no permit was granted");
     // The observer followed keys through the faults, and saw holds end more than one way.
     assert!(
         report.observed.get("granted").copied().unwrap_or(0) > 0,
@@ -139,6 +141,52 @@ async fn catches_readers_granted_past_a_waiting_writer() {
     assert!(
         found(&report, "shared-store"),
         "no reader granted past a waiting writer caught"
+    );
+}
+
+/// Issue 53: a semaphore that counts one permit too many (the N+1st session is granted
+/// permit N while N are held) is caught three ways: the grant's permit is out of range and
+/// N+1 holders held at once (`semaphore`), the store held N+1 permit records
+/// (`semaphore-store`), and no fenced-semaphore order fits the key, on which Porcupine's
+/// permits model agrees.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_semaphore_that_grants_one_permit_too_many() {
+    let mut opts = with_bug("semaphore-over-grant", 20, vec![]);
+    // More clients on a semaphore's key than it has permits.
+    opts.sem_percent = 50;
+    let report = run(opts).await;
+    assert!(report.permits_granted > 0, "no permit was granted: no test");
+    assert!(!report.passed());
+    let said = |check: &str, what: &str| {
+        report
+            .violations
+            .iter()
+            .any(|v| v.check == check && v.detail.contains(what))
+    };
+    let n = lock_integration::registry::GATE_SEM_PERMITS;
+    assert!(
+        said("semaphore", &format!("permit {n}, but the class has {n}")),
+        "no grant of permit N caught"
+    );
+    assert!(
+        said("semaphore", &format!("holders of {n} permits at once")),
+        "no N+1 holders at once caught"
+    );
+    assert!(
+        said("semaphore-store", &format!("permit {n} of a class of {n}")),
+        "no permit N record caught in the store log"
+    );
+    let sem_keys: Vec<&String> = report
+        .not_linearizable
+        .iter()
+        .filter(|k| lock_gate::semaphore::permits(k).is_some())
+        .collect();
+    assert!(!sem_keys.is_empty(), "no semaphore key not linearizable");
+    assert!(
+        report.porcupine.disagreements.is_empty() && report.porcupine.illegal >= sem_keys.len(),
+        "Porcupine's permits model disagrees: {:?}",
+        report.porcupine.disagreements
     );
 }
 

@@ -197,6 +197,7 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     rev: None,
                     set: None,
                     shared: false,
+                    permit: None,
                 });
             }
         }),
@@ -236,6 +237,7 @@ fn the_clean_history_passes_and_every_planted_anomaly_is_caught() {
                     rev: None,
                     set: None,
                     shared: false,
+                    permit: None,
                 });
             }
         }),

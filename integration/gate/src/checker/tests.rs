@@ -29,6 +29,7 @@ fn ev(c: u32, op: u64, t: u64, ph: Phase, f: Kind, s: i64, token: Option<u64>) -
         rev: None,
         set: None,
         shared: false,
+        permit: None,
     }
 }
 

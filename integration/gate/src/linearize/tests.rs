@@ -21,6 +21,7 @@ fn op(client: u32, kind: Kind, session: i64, token: Option<u64>, t: (u64, u64), 
         rev: None,
         set: None,
         shared: false,
+        permit: None,
     }
 }
 
@@ -253,6 +254,7 @@ fn an_epoch_advance_falls_at_its_commit_revision() {
         rev: None,
         set: None,
         shared: false,
+        permit: None,
     };
     let refs: Vec<&Op> = ops.iter().collect();
     let by_time = StoreTruth::default();

@@ -46,6 +46,7 @@ impl Shared {
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         }
     }
 

@@ -143,6 +143,7 @@ fn op_event(c: u32, op: u64, t: u64, ph: Phase, f: Kind, s: i64, token: Option<u
         rev: None,
         set: None,
         shared: false,
+        permit: None,
     }
 }
 

@@ -19,7 +19,8 @@ use lock_client::proto::lock_client::LockClient;
 use lock_client::stub::{self as remote, Svid};
 use lock_config::edge_headers::{IDENTITY_HEADER, KEY_HEADER, encode_key};
 use lock_config::proto::v1::{
-    AcquireRequest, AcquireResponse, CloseSessionRequest, OpenSessionRequest, ReleaseRequest,
+    AcquireRequest, AcquireResponse, CloseSessionRequest, HoldMode, OpenSessionRequest,
+    ReleaseRequest,
 };
 use lock_integration::h2raw::{H2Client, Part, Reply, grpc_frame};
 use lock_integration::pki::SvidFiles;
@@ -79,6 +80,9 @@ struct Victim {
     key: String,
     session: i64,
     token: u64,
+    /// A semaphore's permit: attacked in its own mode (`PERMIT`), so that what refuses
+    /// the attack is the ownership check, not the mode's.
+    permit: bool,
 }
 
 enum Outcome {
@@ -269,11 +273,16 @@ impl Attacker {
 
     async fn attack(&mut self, name: &str, v: &Victim) -> Outcome {
         let victim_id = gate_id(v.client as usize);
+        let mode = if v.permit {
+            HoldMode::Permit.into()
+        } else {
+            HoldMode::Exclusive.into()
+        };
         let release = ReleaseRequest {
             key: v.key.clone(),
             token: v.token,
             session_id: v.session,
-            ..Default::default()
+            mode,
         };
         let mut edge = self.edge.clone();
         let call = async {
@@ -290,7 +299,7 @@ impl Attacker {
                         key: v.key.clone(),
                         session_id: v.session,
                         wait_millis: 0,
-                        ..Default::default()
+                        mode,
                     })
                     .await
                     .map(|r| Some(r.into_inner().token)),
@@ -455,6 +464,7 @@ impl Attacker {
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         });
         self.next_op
     }
@@ -482,6 +492,7 @@ impl Attacker {
             rev: None,
             set: None,
             shared: false,
+            permit: None,
         });
     }
 }
@@ -571,6 +582,7 @@ fn read_victims(paths: &[PathBuf], me: u32) -> Vec<Victim> {
                                 key,
                                 session,
                                 token,
+                                permit: e.permit.is_some(),
                             },
                         );
                     }

@@ -71,6 +71,11 @@ pub struct WorkerPlan {
     /// `EXCLUSIVE` and write to it.
     #[serde(default)]
     pub shared_percent: u32,
+    /// Share of rounds on a key of the semaphore class (`permits: N`): a permit taken, held
+    /// (longer than other rounds' holds, so that more than N clients meet on a key), written
+    /// under on its own fence, and released (`worker/permits.rs`).
+    #[serde(default)]
+    pub sem_percent: u32,
     /// This worker also runs the attacker.
     #[serde(default)]
     pub attacker: Option<super::attacker::AttackerPlan>,
@@ -87,6 +92,9 @@ pub struct KeyPlan {
     /// The `shared: true` class's prefix (empty: no shared rounds).
     #[serde(default)]
     pub shared_prefix: String,
+    /// The semaphore class's prefix (empty: no semaphore rounds).
+    #[serde(default)]
+    pub sem_prefix: String,
     pub run: String,
     pub per_generation: u32,
     pub generation_ms: u64,
@@ -136,6 +144,21 @@ impl KeyPlan {
     pub(super) fn pick_shared(&self, rng: &mut StdRng, origin: u64) -> String {
         let g = self.generation(rng, origin);
         format!("{}/{}/g{g}/k0", self.shared_prefix, self.run)
+    }
+
+    /// The semaphore class's key of a generation (one, so that more clients meet on it than
+    /// it has permits).
+    pub(super) fn pick_sem(&self, rng: &mut StdRng, origin: u64) -> String {
+        let g = self.generation(rng, origin);
+        format!("{}/{}/g{g}/k0", self.sem_prefix, self.run)
+    }
+
+    /// Whether `key` is the semaphore class's.
+    pub(super) fn is_sem(&self, key: &str) -> bool {
+        !self.sem_prefix.is_empty()
+            && key
+                .strip_prefix(self.sem_prefix.as_str())
+                .is_some_and(|rest| rest.starts_with('/'))
     }
 
     pub(super) fn pick(&self, rng: &mut StdRng, origin: u64) -> String {

@@ -79,6 +79,7 @@ async fn renew(
         rev: None,
         set: None,
         shared: false,
+        permit: None,
     };
     while !dead.load(Ordering::SeqCst) {
         let (tx, rx) = tokio::sync::mpsc::channel(1);

@@ -40,6 +40,7 @@ impl Client {
                         token: Some(resp.token),
                         served: served.clone(),
                         rev: None,
+                        permit: None,
                     };
                     self.complete_in_set(*op, Kind::Acquire, &Outcome::Ok(()), answer, &ops);
                 }
@@ -96,6 +97,7 @@ impl Client {
                         token: None,
                         served: served.clone(),
                         rev,
+                        permit: None,
                     };
                     self.complete_in_set(*op, Kind::Release, &outcome, answer, &ops);
                 }
