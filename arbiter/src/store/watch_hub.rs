@@ -23,6 +23,13 @@
 //! watch on it (Broken: heads retry their grants, whose SEALED answers tell; Observes resume
 //! through their clients), and the next watcher that asks reopens it.
 //!
+//! One stream for both kinds, not one each, though a head's wake is then read behind the
+//! Observes' answers by the same task. Measured (`tests/watch_hub.rs`, debug builds on two
+//! shared cores, three runs of 40 wakes each way): beside 500 Observes of a key changing
+//! ~21 times a second (~10,600 answers/s), a head's wake took p50 44-72 ms on one stream and
+//! 46-74 ms on two, p90 156-168 ms and 123-154 ms; alone, 2-3 ms either way. The Observes'
+//! load is the cost, whichever stream carries them.
+//!
 //! | module   | owns                                                                 |
 //! |----------|----------------------------------------------------------------------|
 //! | `stream` | the task: the stream, its epoch check, its watchers by id             |
