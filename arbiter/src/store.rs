@@ -8,8 +8,7 @@
 //! | `sealed`      | [`Store`], etcd as request paths see it: every response passes the seal     |
 //! | `epoch`       | the seal's checks on the epoch record (its writes: `lock_store::epoch`)     |
 //! | `batch`       | group commit of grant and release Txns on distinct keys                     |
-//! | `watch_hub`   | one etcd watch stream for every waiting queue head                          |
-//! | `observe_hub` | one etcd watch stream for every Observe (to merge with `watch_hub`)         |
+//! | `watch_hub`   | one etcd watch stream for every waiting queue head and every Observe        |
 //! | `calls`       | every etcd call's span and latency, told by the connection                  |
 //!
 //! From `lock_store`: `etcd` (the bounded connection and its renewals), `etcd_tls`,
@@ -22,7 +21,6 @@
 pub mod batch;
 pub(crate) mod calls;
 pub(crate) mod epoch;
-pub(crate) mod observe_hub;
 pub(crate) mod sealed;
 pub(crate) mod watch_hub;
 

@@ -15,10 +15,10 @@
 //! token it was never handed by mistake.
 //!
 //! Bounded: at most `--max-observers` streams per arbiter. They share one etcd watch stream
-//! (`observe_hub.rs`), each with a watch of its own. A quiet key's stream gets a PROGRESS
-//! answer every minute: a fresh resume point, and traffic that keeps proxies' idle
-//! timeouts from ending it. A drain ends every stream
-//! DRAINING; the client resumes at the key's next owner.
+//! with the waiting queue heads (`watch_hub.rs`), each with a watch of its own. A quiet
+//! key's stream gets a PROGRESS answer every minute: a fresh resume point, and traffic that
+//! keeps proxies' idle timeouts from ending it. A drain ends every stream DRAINING; the
+//! client resumes at the key's next owner.
 
 use crate::error::ArbiterError;
 use crate::ops::bugs::Bug;
@@ -27,7 +27,7 @@ use crate::serve::edge::EdgeContext;
 use crate::serve::engine::Engine;
 use crate::store::hold_end::HoldEnd;
 use crate::store::layout::{Holder, decode, holder_key, lease_hex};
-use crate::store::observe_hub::Note;
+use crate::store::watch_hub::{Note, Watch};
 use futures_util::stream::{self, Stream};
 use lock_config::FencingToken;
 use lock_config::proto::v1::{ObserveEvent, ObserveRequest, ObserveResponse};
@@ -206,8 +206,10 @@ async fn watch(
         }
         revision + 1
     };
-    // On the store's one Observe watch stream (`observe_hub.rs`), with its own start.
-    let mut observing = store.observe_hub().watch(&holder, start);
+    // On the store's one watch stream (`watch_hub.rs`), with its own start: puts and
+    // deletes, with previous values.
+    let watch = Watch::changes(&holder, start).with_prev_kv();
+    let mut observing = store.watch_hub().every(watch);
     // How often to check the key still lives here (a shard move: the client resumes there).
     let mut placed =
         tokio::time::interval_at(tokio::time::Instant::now() + PLACE_EVERY, PLACE_EVERY);

@@ -12,7 +12,6 @@ use crate::ops::bugs::{Bug, Bugs};
 use crate::store::batch::{Answer, Batcher};
 use crate::store::epoch::{Epoch, EpochCache};
 use crate::store::etcd::{Etcd, LeaseGrant};
-use crate::store::observe_hub::ObserveHub;
 use crate::store::shard_map::DocCache;
 use crate::store::watch_hub::{StreamSource, WatchHub};
 use etcd_client::{
@@ -30,10 +29,9 @@ pub struct Store {
     /// Group commit of grant and release transactions, started on first use (inside the
     /// runtime).
     batcher: Arc<OnceLock<Batcher>>,
-    /// The one watch stream of every waiting queue head, started on first use.
+    /// The one watch stream of every waiting queue head and every Observe, started on
+    /// first use.
     watch_hub: Arc<OnceLock<WatchHub>>,
-    /// The one watch stream of every Observe, started on first use.
-    observe_hub: Arc<OnceLock<ObserveHub>>,
     bugs: Bugs,
     /// With several clusters: the tag of this cluster's session ids (`sessions.rs`).
     tag: Option<u8>,
@@ -78,7 +76,6 @@ impl Store {
             epochs: Arc::new(EpochCache::new(bugs.clone())),
             batcher: Arc::new(OnceLock::new()),
             watch_hub: Arc::new(OnceLock::new()),
-            observe_hub: Arc::new(OnceLock::new()),
             bugs,
             tag: None,
             shard: None,
@@ -151,13 +148,8 @@ impl Store {
             .get_or_init(|| Batcher::start(self.etcd.clone(), self.bugs.clone()))
     }
 
-    /// The Observe streams' shared watch stream (started on first use).
-    pub fn observe_hub(&self) -> &ObserveHub {
-        self.observe_hub
-            .get_or_init(|| ObserveHub::start(self.clone()))
-    }
-
-    /// The queue heads' shared watch stream (started on first use).
+    /// The one watch stream shared by queue heads and Observe streams (started on first
+    /// use).
     pub fn watch_hub(&self) -> &WatchHub {
         self.watch_hub.get_or_init(|| WatchHub::start(self.clone()))
     }
@@ -197,7 +189,7 @@ impl Store {
 }
 
 /// The watch hub's stream opens under the epoch current when it opens: a response from
-/// another cluster breaks it, and the heads' grants answer SEALED.
+/// another cluster breaks it, the heads' grants answer SEALED and the Observes resume.
 impl StreamSource for Store {
     async fn open(
         &self,
@@ -370,8 +362,8 @@ impl Sealed {
     }
 
     /// Opens a watch stream with its first watch. One stream carries every queue head's
-    /// watch (`watch_hub.rs`), so it is not wrapped: the hub checks each response against
-    /// this view's epoch (`Epoch::check_header`) before acting on it.
+    /// and every Observe's watch (`watch_hub.rs`), so it is not wrapped: the hub checks
+    /// each response against this view's epoch (`Epoch::check_header`) before acting on it.
     pub async fn watch_stream(
         &self,
         key: &str,

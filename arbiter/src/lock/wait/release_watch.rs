@@ -5,6 +5,7 @@
 use crate::lock::wait::wait_end::WaitEnd;
 use crate::store::Store;
 pub use crate::store::watch_hub::Wake;
+use crate::store::watch_hub::Watch;
 use std::time::{Duration, SystemTime};
 
 /// Waits until the key at `holder_key` is deleted at or after `from_revision`, on the
@@ -28,8 +29,8 @@ pub async fn wait_or_overwrite(
 /// Waits until any key under `prefix` is deleted at or after `from_revision` (a
 /// semaphore's permits: the end of any may free one), on the same stream.
 pub async fn wait_prefix(store: &Store, prefix: &str, from_revision: i64, end: &WaitEnd) -> Wake {
-    let mut watching = store.watch_hub().watch_prefix(prefix, from_revision);
-    end.bound(watching.next()).await.unwrap_or_else(Wake::Ended)
+    let watch = Watch::deletes(prefix, from_revision).under_prefix();
+    first(store, watch, end).await
 }
 
 async fn wait_for(
@@ -39,9 +40,17 @@ async fn wait_for(
     overwrites: bool,
     end: &WaitEnd,
 ) -> Wake {
-    let mut watching = store
-        .watch_hub()
-        .watch(holder_key, from_revision, overwrites);
+    let watch = if overwrites {
+        Watch::changes(holder_key, from_revision)
+    } else {
+        Watch::deletes(holder_key, from_revision)
+    };
+    first(store, watch, end).await
+}
+
+/// The first event of `watch`, or the wait's end.
+async fn first(store: &Store, watch: Watch, end: &WaitEnd) -> Wake {
+    let mut watching = store.watch_hub().first(watch);
     end.bound(watching.next()).await.unwrap_or_else(Wake::Ended)
 }
 
