@@ -8,7 +8,7 @@ use crate::error::ArbiterError;
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::etcd::Etcd;
 use crate::store::layout::{EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode};
-use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, TxnOp};
+use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader};
 use lock_config::shards::ShardFence;
 use std::sync::{Arc, RwLock};
 
@@ -40,14 +40,12 @@ impl Epoch {
         })
     }
 
-    /// The read a failed write makes to tell whether the fence moved (None off a shard).
-    pub fn fence_read(&self) -> Option<TxnOp> {
-        self.fence
-            .as_ref()
-            .map(|_| TxnOp::get(SHARD_FENCE_KEY, None))
+    /// The key a failed write reads to tell whether the fence moved (None off a shard).
+    pub fn fence_key(&self) -> Option<&'static str> {
+        self.fence.as_ref().map(|_| SHARD_FENCE_KEY)
     }
 
-    /// Whether a failure branch's read of the fence (`seen`, from [`Epoch::fence_read`])
+    /// Whether a failure branch's read of the fence (`seen`, of [`Epoch::fence_key`])
     /// shows it unchanged. Off a shard there is no fence to move.
     pub fn fence_unchanged(&self, seen: Option<&KeyValue>) -> bool {
         self.fence.is_none() || seen.map(KeyValue::mod_revision) == Some(self.fence_mod_revision)
@@ -196,14 +194,10 @@ impl EpochCache {
         // the reads fails the next compare, which re-reads both).
         let resp = store.get(EPOCH_KEY).await?;
         let fence_resp = store.get(SHARD_FENCE_KEY).await?;
-        let got = |i: usize| match i {
-            0 => resp.kvs().first().cloned(),
-            _ => fence_resp.kvs().first().cloned(),
-        };
-        let fence = got(1).and_then(|kv| {
+        let fence = fence_resp.kvs().first().and_then(|kv| {
             decode::<ShardFence>(kv.value()).map(|f| (Arc::new(f), kv.mod_revision()))
         });
-        let epoch = got(0).and_then(|kv| {
+        let epoch = resp.kvs().first().and_then(|kv| {
             decode::<EpochRecord>(kv.value())
                 .map(Arc::new)
                 .map(|record| Epoch {
