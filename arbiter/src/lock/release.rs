@@ -425,3 +425,6 @@ fn handoff_txn(
     };
     (t, reads)
 }
+
+#[cfg(test)]
+mod tests;

@@ -46,6 +46,9 @@ use std::time::Duration;
 mod verdict;
 pub use verdict::{SetSeen, SetVerdict, releasable, verdict};
 
+#[cfg(test)]
+mod tests;
+
 // ---- the transactions (I/O) ------------------------------------------------------------
 
 /// A granted set: its token (one for every key) and the revision it was made at.

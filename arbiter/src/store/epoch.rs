@@ -60,6 +60,32 @@ impl Epoch {
     }
 }
 
+#[cfg(test)]
+impl Epoch {
+    /// Epoch 3 as a read of its record at `mod_revision` makes it; on a shard, with its
+    /// fence at `fence_mod_revision` (for tests that build transactions without etcd).
+    pub(crate) fn for_tests(mod_revision: i64, fence_mod_revision: Option<i64>) -> Self {
+        Self {
+            record: Arc::new(EpochRecord {
+                advanced_by: None,
+                epoch: 3,
+                cluster_id: EpochRecord::cluster_id_hex(0xcdf8_1819_4e3a_8c32),
+            }),
+            mod_revision,
+            fence: fence_mod_revision.map(|_| {
+                Arc::new(ShardFence {
+                    name: "s1".to_owned(),
+                    version: 1,
+                    pending: None,
+                })
+            }),
+            fence_mod_revision: fence_mod_revision.unwrap_or(0),
+            floor: 0,
+            skip_cluster_id: false,
+        }
+    }
+}
+
 /// The cluster-ID half of the seal, on plain data: `header_cluster` is the cluster ID of a
 /// response header (None: the response had no header, which proves nothing: sealed).
 pub fn cluster_id_verdict(
