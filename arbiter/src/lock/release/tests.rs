@@ -66,8 +66,20 @@ fn handoff_compares_writes_and_the_bug_that_removes_the_holder_compares() {
         ]
     );
     assert_eq!(writes, ["/l/pay/k", "/d/pay/k", "/q/pay/k//7b"]);
-    // A permit's handoff claims every permit of the key for the batch.
-    let (_, writes) = handoff(&[], true, false, false);
+    // A permit's handoff claims every permit of the key for the batch, and compares the
+    // head holds none of them.
+    let (compares, writes) = handoff(&[], true, false, false);
+    assert_eq!(
+        compares,
+        [
+            "epoch",
+            "shard-fence",
+            "token",
+            "lease",
+            "head-session",
+            "head-holds-no-permit"
+        ]
+    );
     assert_eq!(
         writes,
         [
