@@ -8,7 +8,7 @@
 //! Handoff (issue 18): when the key's FIFO queue head waits at this arbiter, or (durable
 //! class) the key's `/q/` queue has a first waiter anywhere, the same transaction instead
 //! overwrites the holder record with the head's (and deletes a durable head's entry): one
-//! consensus write ends one grant and makes the next.
+//! consensus write ends one grant and makes the next (the transaction: `handoff.rs`).
 
 use crate::error::ArbiterError;
 use crate::lock::grant::QueuePlace;
@@ -17,17 +17,16 @@ use crate::lock::sessions::Sessions;
 use crate::lock::wait::durable::FirstWaiter;
 use crate::lock::wait::queue::{Handed, Offer, Queues};
 use crate::ops::bugs::{Bug, Bugs};
-use crate::store::epoch::Epoch;
 use crate::store::layout::{
-    DelayMarker, EPOCH_KEY, Holder, decode, delay_key, encode, holder_key, lease_hex, permit_key,
-    permits_prefix, session_key,
+    EPOCH_KEY, Holder, decode, delay_key, holder_key, lease_hex, permit_key,
 };
-use crate::store::txn::{KeyRead, RangeRead};
 use crate::store::{Sealed, Store, TxnBuilder};
 use etcd_client::{Compare, CompareOp, KeyValue};
 use lock_config::{FencingToken, LockKey};
 
+mod handoff;
 mod verdict;
+use handoff::handoff_txn;
 use verdict::{HeadTold, Released, handoff_verdict, release_verdict, token_epoch_verdict};
 
 /// A committed release: the revision of its write, and whether that write handed the key
@@ -105,18 +104,6 @@ struct HandoffAt<'a> {
     /// The releaser's grant: the record's mod revision (the token's) and its lease.
     revision: i64,
     lease: i64,
-}
-
-/// What a refused handoff reads back, by what it reads.
-struct HandoffReads {
-    epoch: KeyRead,
-    head_session: KeyRead,
-    /// A durable head's queue entry.
-    entry: Option<KeyRead>,
-    /// A shard's map fence.
-    fence: Option<KeyRead>,
-    /// A permit's handoff: every permit of the key (does the head hold one already?).
-    permits: Option<RangeRead>,
 }
 
 /// Where a release attempt stands among its retries.
@@ -350,80 +337,6 @@ impl Releaser<'_> {
         });
         Ok(released)
     }
-}
-
-/// The handoff transaction (no I/O, so a test can list what it compares): while the
-/// releaser's grant is the record (`at`), the epoch unchanged and the head's session bound
-/// (a durable head's entry there), put the head's record on its lease (`delay`: and its
-/// lock-delay marker; durable: delete its entry); else read back what the verdict needs.
-fn handoff_txn(
-    bugs: &Bugs,
-    epoch: &Epoch,
-    at: HandoffAt<'_>,
-    delay: bool,
-    head: &Head,
-) -> (TxnBuilder, HandoffReads) {
-    let head_session = session_key(head.lease);
-    let mut t = TxnBuilder::new();
-    t.when(
-        "epoch",
-        Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
-    )
-    .when_some("shard-fence", epoch.fence_compare());
-    if !bugs.has(Bug::HandoffWithoutHolderCompare) {
-        t.when(
-            "token",
-            Compare::mod_revision(at.hkey, CompareOp::Equal, at.revision),
-        )
-        .when("lease", Compare::lease(at.hkey, CompareOp::Equal, at.lease));
-    }
-    t.when(
-        "head-session",
-        Compare::create_revision(
-            head_session.as_str(),
-            CompareOp::Equal,
-            head.session_create_revision,
-        ),
-    );
-    let holder = Holder {
-        acquired_at_ms: now_ms(),
-        ..head.holder.clone()
-    };
-    t.put(at.hkey, encode(&holder), Some(head.lease));
-    let prefix = at.permit.map(|_| permits_prefix(at.key));
-    if let Some(prefix) = &prefix {
-        // A grant of a permit: no other grant of the key in the same batch (`permit.rs`),
-        // and none to a head that holds a permit of the key already (its own attempt
-        // may have got one while its offer stood): a session holds at most one.
-        t.claim(prefix.clone());
-        t.when(
-            "head-holds-no-permit",
-            Compare::lease(prefix.as_str(), CompareOp::NotEqual, head.lease).with_prefix(),
-        );
-    }
-    if delay {
-        // The head's hold gets its marker, as its own grant would have put it.
-        let marker = encode(&DelayMarker {
-            session: lease_hex(head.lease),
-            delay_from_ms: None,
-        });
-        t.put(&delay_key(at.key), marker, None);
-    }
-    if let Some(entry) = &head.entry {
-        t.when(
-            "head-place",
-            Compare::create_revision(entry.key.as_str(), CompareOp::Equal, entry.create_revision),
-        );
-        t.delete(&entry.key);
-    }
-    let reads = HandoffReads {
-        epoch: t.read(EPOCH_KEY),
-        head_session: t.read(&head_session),
-        entry: head.entry.as_ref().map(|e| t.read(&e.key)),
-        fence: epoch.fence_key().map(|k| t.read(k)),
-        permits: prefix.as_deref().map(|p| t.read_prefix(p)),
-    };
-    (t, reads)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::store::epoch::Epoch;
+use crate::store::layout::permits_prefix;
 
 fn head(durable: bool) -> Head {
     Head {
