@@ -7,6 +7,7 @@
 //! |---------------|-----------------------------------------------------------------------------|
 //! | `sealed`      | [`Store`], etcd as request paths see it: every response passes the seal     |
 //! | `epoch`       | the seal's checks on the epoch record (its writes: `lock_store::epoch`)     |
+//! | `txn`         | a transaction built by named compares and read handles; its typed answer    |
 //! | `batch`       | group commit of grant and release Txns on distinct keys                     |
 //! | `watch_hub`   | one etcd watch stream for every waiting queue head and every Observe        |
 //! | `calls`       | every etcd call's span and latency, told by the connection                  |
@@ -22,8 +23,10 @@ pub mod batch;
 pub(crate) mod calls;
 pub(crate) mod epoch;
 pub(crate) mod sealed;
+pub(crate) mod txn;
 pub(crate) mod watch_hub;
 
 pub(crate) use lock_store::{etcd, etcd_tls, hold_end, layout, shard_map};
 
 pub(crate) use sealed::{Sealed, ShardRole, Store};
+pub(crate) use txn::TxnBuilder;

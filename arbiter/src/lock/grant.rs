@@ -8,6 +8,7 @@
 //! revision: a release may hand the key on by overwriting the record, `release.rs`); the store has checked the seal
 //! on its header before the verdict is made. FIFO waiting (`fifo.rs`) and durable waiting
 //! (`durable.rs`) both sit on [`Granter::attempt`], as etcd's v3lock sits on its Mutex.
+//! The transaction itself is built without I/O in `request.rs`.
 //!
 //! An attempt whose answer is lost is settled before anything is answered (issue 34). Its
 //! transaction may still be applied long after (the gate's bridge partition: held in a
@@ -24,14 +25,12 @@
 use crate::error::ArbiterError;
 use crate::lock::sessions::{Session, Sessions};
 use crate::ops::bugs::{Bug, Bugs};
-use crate::store::layout::{
-    DelayMarker, EPOCH_KEY, Holder, attempt_fence_key, delay_key, encode, holder_key, lease_hex,
-    session_key,
-};
+use crate::store::layout::{Holder, attempt_fence_key, holder_key, lease_hex};
 use crate::store::{Sealed, Store};
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::KeyValue;
 use lock_config::registry::ResolvedClass;
 use lock_config::{FencingToken, LockKey};
+use request::{Ask, grant_txn};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 mod verdict;
@@ -188,73 +187,22 @@ impl Granter<'_> {
         queued: Option<&QueuePlace>,
     ) -> Result<Verdict, ArbiterError> {
         let hkey = holder_key(key);
-        let skey = session_key(session.lease);
         let lease = lease_hex(session.lease);
         let claimant = claimant(sealed, session, &lease);
-        let mut compares = vec![
-            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, claimant.epoch_mod_revision),
-            Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
-            Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
-        ];
-        if self.bugs.has(Bug::GrantWithoutEpochCompare) {
-            compares.remove(0);
-        }
-        // On a shard, the map fence beside the epoch record (ADR-09).
         let epoch = sealed.epoch();
-        if !self.bugs.has(Bug::ShardFenceOff) {
-            compares.extend(epoch.fence_compare());
-        }
         // The attempt's fence (a durable grant consumes its queue entry instead).
         let fence = (queued.is_none() && !self.bugs.has(Bug::GrantWithoutSettle))
             .then(|| attempt_fence_key(session.lease, rand::random()));
-        if let Some(x) = &fence {
-            compares.push(Compare::create_revision(x.as_str(), CompareOp::Equal, 0));
-        }
-        let record = encode(&holder_record(session, class));
-        let mut writes = vec![hkey.clone()];
-        let mut bytes =
-            record.len() + 3 * hkey.len() + skey.len() + fence.as_ref().map_or(0, String::len) + 64;
-        let mut success = vec![TxnOp::put(
-            hkey.as_str(),
-            record,
-            Some(PutOptions::new().with_lease(session.lease)),
-        )];
-        // Lock-delay: no grant while the key's marker exists; the grant puts one, on no
-        // lease, so an end without a release leaves it behind (`delay.rs`).
-        let dkey = class.lock_delay_seconds().map(|_| delay_key(key));
-        if let Some(d) = &dkey {
-            compares.push(Compare::create_revision(d.as_str(), CompareOp::Equal, 0));
-            let marker = encode(&DelayMarker {
-                session: lease.clone(),
-                delay_from_ms: None,
-            });
-            bytes += marker.len() + 2 * d.len();
-            success.push(TxnOp::put(d.as_str(), marker, None));
-            writes.push(d.clone());
-        }
-        if let Some(q) = queued {
-            writes.push(q.key.clone());
-            bytes += 2 * q.key.len();
-            compares.push(Compare::create_revision(
-                q.key.as_str(),
-                CompareOp::Equal,
-                q.create_revision,
-            ));
-            success.push(TxnOp::delete(q.key.as_str(), None));
-        }
-        let mut failure = vec![
-            TxnOp::get(hkey.as_str(), None),
-            TxnOp::get(EPOCH_KEY, None),
-            TxnOp::get(skey.as_str(), None),
-        ];
-        failure.extend(epoch.fence_read());
-        // Last, so the reads above keep their places.
-        let delay_at = failure.len();
-        if let Some(d) = &dkey {
-            failure.push(TxnOp::get(d.as_str(), None));
-        }
-        let txn = Txn::new().when(compares).and_then(success).or_else(failure);
-        let resp = match sealed.txn_creating_batched(txn, &hkey, writes, bytes).await {
+        let ask = Ask {
+            epoch,
+            session,
+            key,
+            class,
+            queued,
+            fence: fence.as_deref(),
+        };
+        let (txn, reads) = grant_txn(self.bugs, &ask);
+        let resp = match sealed.txn_creating_batched(txn, &hkey).await {
             Ok(r) => r,
             // The injected bug (issue 34): a grant whose answer was lost read as a definite
             // "held", unsettled, though it may have committed (an arbiter etcd hears and
@@ -283,29 +231,23 @@ impl Granter<'_> {
             }
             Err(e) => return Err(e),
         };
-        let read_at = resp.header().map(|h| h.revision());
+        let read_at = resp.revision();
         let seen = if resp.succeeded() {
             TxnSeen::Committed {
                 revision: read_at.unwrap_or(0),
             }
         } else {
-            let ops = resp.op_responses();
-            let got = |i: usize| -> Option<&KeyValue> {
-                match ops.get(i) {
-                    Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-                    _ => None,
-                }
-            };
             // A moved fence is a moved epoch to the verdict: re-read both, try again.
-            let fence_unchanged = epoch.fence_unchanged(got(3));
+            let fence_unchanged = epoch.fence_unchanged(reads.fence.and_then(|r| resp.kv(r)));
             TxnSeen::Refused {
-                holder: got(0).map(holder_seen),
-                epoch_mod_revision: got(1)
+                holder: resp.kv(reads.holder).map(holder_seen),
+                epoch_mod_revision: resp
+                    .kv(reads.epoch)
                     .filter(|_| fence_unchanged)
                     .map(KeyValue::mod_revision),
-                session_create_revision: got(2).map(KeyValue::create_revision),
+                session_create_revision: resp.kv(reads.session).map(KeyValue::create_revision),
                 read_at,
-                delay: dkey.as_ref().and(got(delay_at)).map(delay_seen),
+                delay: reads.delay.and_then(|r| resp.kv(r)).map(delay_seen),
             }
         };
         Ok(verdict(&claimant, &seen))
@@ -361,6 +303,7 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 mod delay;
+mod request;
 mod settle;
 
 #[cfg(test)]

@@ -22,14 +22,12 @@ use crate::lock::grant::{
 };
 use crate::lock::sessions::Session;
 use crate::ops::bugs::Bug;
-use crate::store::Sealed;
 use crate::store::layout::{
     EPOCH_KEY, attempt_fence_key, encode, lease_hex, permit_key, permit_of, permits_prefix,
     session_key,
 };
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
-};
+use crate::store::{Sealed, TxnBuilder};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue};
 use lock_config::registry::ResolvedClass;
 use lock_config::{FencingToken, LockKey};
 
@@ -154,40 +152,41 @@ async fn try_grant(
     let lease = lease_hex(session.lease);
     let claimant = claimant(sealed, session, &lease);
     let epoch = sealed.epoch();
-    let mut compares = vec![
+    let fence = attempt_fence_key(session.lease, rand::random());
+    let mut t = TxnBuilder::new();
+    t.when(
+        "epoch",
         Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, claimant.epoch_mod_revision),
+    )
+    .when(
+        "session",
         Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+    )
+    .when(
+        "permit-absent",
         Compare::create_revision(pkey.as_str(), CompareOp::Equal, 0),
-    ];
+    )
     // One permit per session: no permit of the key on this lease (a range compare: etcd
     // checks every key in it, and an empty range as one key with no lease).
-    compares
-        .push(Compare::lease(prefix.as_str(), CompareOp::NotEqual, session.lease).with_prefix());
-    compares.extend(epoch.fence_compare());
-    let fence = attempt_fence_key(session.lease, rand::random());
-    compares.push(Compare::create_revision(
-        fence.as_str(),
-        CompareOp::Equal,
-        0,
-    ));
+    .when(
+        "no-own-permit",
+        Compare::lease(prefix.as_str(), CompareOp::NotEqual, session.lease).with_prefix(),
+    )
+    .when_some("shard-fence", epoch.fence_compare())
+    .when(
+        "attempt-fence-absent",
+        Compare::create_revision(fence.as_str(), CompareOp::Equal, 0),
+    );
     let record = encode(&holder_record(session, class));
+    t.put(&pkey, record, Some(session.lease));
     // The prefix stands for every permit of the key in the batch's one-write-per-key rule:
     // two grants of one key never commit at one revision, so their tokens differ.
-    let writes = vec![pkey.clone(), prefix.clone()];
-    let bytes = record.len() + 3 * pkey.len() + 2 * prefix.len() + skey.len() + fence.len() + 64;
-    let success = vec![TxnOp::put(
-        pkey.as_str(),
-        record,
-        Some(PutOptions::new().with_lease(session.lease)),
-    )];
-    let mut failure = vec![
-        TxnOp::get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
-        TxnOp::get(EPOCH_KEY, None),
-        TxnOp::get(skey.as_str(), None),
-    ];
-    failure.extend(epoch.fence_read());
-    let txn = Txn::new().when(compares).and_then(success).or_else(failure);
-    let resp = match sealed.txn_creating_batched(txn, &pkey, writes, bytes).await {
+    t.claim(prefix.clone());
+    let permits = t.read_prefix(&prefix);
+    let epoch_read = t.read(EPOCH_KEY);
+    let session_read = t.read(&skey);
+    let fence_read = epoch.fence_key().map(|k| t.read(k));
+    let resp = match sealed.txn_creating_batched(t, &pkey).await {
         Ok(r) => r,
         // The outcome is unknown: settle it on the permit it tried (`grant/settle.rs`).
         Err(ArbiterError::NoQuorum) => {
@@ -209,28 +208,21 @@ async fn try_grant(
         }
         Err(e) => return Err(e),
     };
-    let read_at = resp.header().map(|h| h.revision());
+    let read_at = resp.revision();
     if resp.succeeded() {
         return Ok(PermitTxnSeen::Committed {
             permit,
             revision: read_at.unwrap_or(0),
         });
     }
-    let ops = resp.op_responses();
-    let kvs = |i: usize| -> &[KeyValue] {
-        match ops.get(i) {
-            Some(TxnOpResponse::Get(g)) => g.kvs(),
-            _ => &[],
-        }
-    };
-    let fence_unchanged = epoch.fence_unchanged(kvs(3).first());
+    let fence_unchanged = epoch.fence_unchanged(fence_read.and_then(|r| resp.kv(r)));
     Ok(PermitTxnSeen::Refused {
-        epoch_mod_revision: kvs(1)
-            .first()
+        epoch_mod_revision: resp
+            .kv(epoch_read)
             .filter(|_| fence_unchanged)
             .map(KeyValue::mod_revision),
-        session_create_revision: kvs(2).first().map(KeyValue::create_revision),
-        permits: permits_seen(&prefix, kvs(0)),
+        session_create_revision: resp.kv(session_read).map(KeyValue::create_revision),
+        permits: permits_seen(&prefix, resp.kvs(permits)),
         read_at,
     })
 }

@@ -8,7 +8,7 @@
 //! Handoff (issue 18): when the key's FIFO queue head waits at this arbiter, or (durable
 //! class) the key's `/q/` queue has a first waiter anywhere, the same transaction instead
 //! overwrites the holder record with the head's (and deletes a durable head's entry): one
-//! consensus write ends one grant and makes the next.
+//! consensus write ends one grant and makes the next (the transaction: `handoff.rs`).
 
 use crate::error::ArbiterError;
 use crate::lock::grant::QueuePlace;
@@ -18,16 +18,15 @@ use crate::lock::wait::durable::FirstWaiter;
 use crate::lock::wait::queue::{Handed, Offer, Queues};
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::layout::{
-    DelayMarker, EPOCH_KEY, Holder, decode, delay_key, encode, holder_key, lease_hex, permit_key,
-    permits_prefix, session_key,
+    EPOCH_KEY, Holder, decode, delay_key, holder_key, lease_hex, permit_key,
 };
-use crate::store::{Sealed, Store};
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
-};
+use crate::store::{Sealed, Store, TxnBuilder};
+use etcd_client::{Compare, CompareOp, KeyValue};
 use lock_config::{FencingToken, LockKey};
 
+mod handoff;
 mod verdict;
+use handoff::handoff_txn;
 use verdict::{HeadTold, Released, handoff_verdict, release_verdict, token_epoch_verdict};
 
 /// A committed release: the revision of its write, and whether that write handed the key
@@ -95,12 +94,16 @@ impl Head {
     }
 }
 
-/// What a handoff overwrites: the key's holder record, or the releaser's permit.
+/// What a handoff overwrites: the key's holder record, or the releaser's permit, while it
+/// is still the releaser's grant.
 #[derive(Clone, Copy)]
 struct HandoffAt<'a> {
     key: &'a LockKey,
     hkey: &'a str,
     permit: Option<u32>,
+    /// The releaser's grant: the record's mod revision (the token's) and its lease.
+    revision: i64,
+    lease: i64,
 }
 
 /// Where a release attempt stands among its retries.
@@ -214,15 +217,18 @@ impl Releaser<'_> {
             (holder_key(key), None)
         };
         let hkey = hkey.as_str();
-        let mut compares = vec![Compare::mod_revision(
-            EPOCH_KEY,
-            CompareOp::Equal,
-            epoch.mod_revision,
-        )];
-        compares.extend(epoch.fence_compare());
+        let mut t = TxnBuilder::new();
+        t.when(
+            "epoch",
+            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
+        )
+        .when_some("shard-fence", epoch.fence_compare());
         let token_compare = !self.bugs.has(Bug::ReleaseWithoutTokenCompare);
         if token_compare {
-            compares.push(Compare::mod_revision(hkey, CompareOp::Equal, revision));
+            t.when(
+                "token",
+                Compare::mod_revision(hkey, CompareOp::Equal, revision),
+            );
         }
         match lease {
             Some(lease) => {
@@ -243,10 +249,16 @@ impl Releaser<'_> {
                     }
                 };
                 if let Some(head) = head {
-                    let at = HandoffAt { key, hkey, permit };
-                    return self.try_handoff(sealed, at, revision, lease, head).await;
+                    let at = HandoffAt {
+                        key,
+                        hkey,
+                        permit,
+                        revision,
+                        lease,
+                    };
+                    return self.try_handoff(sealed, at, head).await;
                 }
-                compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
+                t.when("lease", Compare::lease(hkey, CompareOp::Equal, lease));
             }
             None => {
                 let resp = sealed.get(hkey).await?;
@@ -255,46 +267,25 @@ impl Releaser<'_> {
                 if !ours || (token_compare && kv.mod_revision() != revision) {
                     return Err(ArbiterError::StaleToken);
                 }
-                compares.push(Compare::mod_revision(
-                    hkey,
-                    CompareOp::Equal,
-                    kv.mod_revision(),
-                ));
+                t.when(
+                    "holder-unchanged",
+                    Compare::mod_revision(hkey, CompareOp::Equal, kv.mod_revision()),
+                );
             }
         }
         // The lock-delay marker goes with the hold it marks: a release is no reason to delay
         // the next grant. Deleting an absent key writes nothing (a class with no delay).
         let dkey = delay_key(key);
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![
-                TxnOp::delete(hkey, None),
-                TxnOp::delete(dkey.as_str(), None),
-            ])
-            .or_else(
-                std::iter::once(TxnOp::get(EPOCH_KEY, None))
-                    .chain(epoch.fence_read())
-                    .collect::<Vec<_>>(),
-            );
-        let resp = sealed
-            .txn_batched(
-                txn,
-                vec![hkey.to_owned(), dkey.clone()],
-                3 * hkey.len() + 2 * dkey.len() + 64,
-            )
-            .await?;
-        let ops = resp.op_responses();
-        let got = |i: usize| match ops.get(i) {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-            _ => None,
-        };
+        t.delete(hkey).delete(&dkey);
+        let epoch_read = t.read(EPOCH_KEY);
+        let fence_read = epoch.fence_key().map(|k| t.read(k));
+        let resp = sealed.txn_batched(t).await?;
         // A moved fence counts as a moved epoch: re-read both.
-        let epoch_seen = got(0)
-            .filter(|_| epoch.fence_unchanged(got(1)))
+        let epoch_seen = resp
+            .kv(epoch_read)
+            .filter(|_| epoch.fence_unchanged(fence_read.and_then(|r| resp.kv(r))))
             .map(KeyValue::mod_revision);
-        let committed = resp
-            .succeeded()
-            .then(|| resp.header().map_or(0, |h| h.revision()));
+        let committed = resp.succeeded().then(|| resp.revision().unwrap_or(0));
         release_verdict(committed, epoch_seen, epoch.mod_revision)
     }
 
@@ -309,117 +300,36 @@ impl Releaser<'_> {
         &self,
         sealed: &Sealed,
         at: HandoffAt<'_>,
-        revision: i64,
-        lease: i64,
         mut head: Head,
     ) -> Result<Released, ArbiterError> {
-        let HandoffAt { key, hkey, permit } = at;
         let epoch = sealed.epoch();
-        let head_session = session_key(head.lease);
-        let mut compares = vec![Compare::mod_revision(
-            EPOCH_KEY,
-            CompareOp::Equal,
-            epoch.mod_revision,
-        )];
-        compares.extend(epoch.fence_compare());
-        if !self.bugs.has(Bug::HandoffWithoutHolderCompare) {
-            compares.push(Compare::mod_revision(hkey, CompareOp::Equal, revision));
-            compares.push(Compare::lease(hkey, CompareOp::Equal, lease));
-        }
-        compares.push(Compare::create_revision(
-            head_session.as_str(),
-            CompareOp::Equal,
-            head.session_create_revision,
-        ));
-        let holder = Holder {
-            acquired_at_ms: now_ms(),
-            ..head.holder.clone()
-        };
-        let mut success = vec![TxnOp::put(
-            hkey,
-            encode(&holder),
-            Some(PutOptions::new().with_lease(head.lease)),
-        )];
-        let mut writes = vec![hkey.to_owned()];
-        let mut bytes = 3 * hkey.len() + 2 * head_session.len() + 256;
-        let prefix = permits_prefix(key);
-        if permit.is_some() {
-            // A grant of a permit: no other grant of the key in the same batch (`permit.rs`),
-            // and none to a head that holds a permit of the key already (its own attempt
-            // may have got one while its offer stood): a session holds at most one.
-            writes.push(prefix.clone());
-            compares.push(
-                Compare::lease(prefix.as_str(), CompareOp::NotEqual, head.lease).with_prefix(),
-            );
-        }
-        if self.delay {
-            // The head's hold gets its marker, as its own grant would have put it.
-            let dkey = delay_key(key);
-            let marker = encode(&DelayMarker {
-                session: lease_hex(head.lease),
-                delay_from_ms: None,
-            });
-            bytes += marker.len() + 2 * dkey.len();
-            success.push(TxnOp::put(dkey.as_str(), marker, None));
-            writes.push(dkey);
-        }
-        if let Some(entry) = &head.entry {
-            compares.push(Compare::create_revision(
-                entry.key.as_str(),
-                CompareOp::Equal,
-                entry.create_revision,
-            ));
-            success.push(TxnOp::delete(entry.key.as_str(), None));
-            writes.push(entry.key.clone());
-            bytes += 2 * entry.key.len();
-        }
-        let mut failure = vec![
-            TxnOp::get(EPOCH_KEY, None),
-            TxnOp::get(head_session.as_str(), None),
-        ];
-        if let Some(entry) = &head.entry {
-            failure.push(TxnOp::get(entry.key.as_str(), None));
-        }
-        // Last, so the reads above keep their places.
-        let fence_at = failure.len();
-        failure.extend(epoch.fence_read());
-        let permits_at = failure.len();
-        if permit.is_some() {
-            failure.push(TxnOp::get(
-                prefix.as_str(),
-                Some(GetOptions::new().with_prefix()),
-            ));
-        }
-        let txn = Txn::new().when(compares).and_then(success).or_else(failure);
-        let resp = sealed
-            .txn_creating_batched(txn, hkey, writes, bytes)
-            .await?;
+        let (t, reads) = handoff_txn(self.bugs, epoch, at, self.delay, &head);
+        let resp = sealed.txn_creating_batched(t, at.hkey).await?;
         if resp.succeeded() {
-            let at = resp.header().map_or(0, |h| h.revision());
+            let revision = resp.revision().unwrap_or(0);
             head.tell(Handed::Granted {
-                revision: at,
+                revision,
                 epoch: epoch.clone(),
-                permit,
+                permit: at.permit,
             });
-            return Ok(Released::HandedOn(at));
+            return Ok(Released::HandedOn(revision));
         }
-        let ops = resp.op_responses();
-        let got = |i: usize| match ops.get(i) {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-            _ => None,
-        };
-        let epoch_unchanged = got(0).map(KeyValue::mod_revision) == Some(epoch.mod_revision)
-            && epoch.fence_unchanged(got(fence_at));
+        let epoch_unchanged = resp.kv(reads.epoch).map(KeyValue::mod_revision)
+            == Some(epoch.mod_revision)
+            && epoch.fence_unchanged(reads.fence.and_then(|r| resp.kv(r)));
         // A durable head that left the queue (deadline, cancelled) is gone as a head too.
-        let head_bound =
-            got(1).map(KeyValue::create_revision) == Some(head.session_create_revision)
-                && head.entry.as_ref().is_none_or(|e| {
-                    got(2).map(KeyValue::create_revision) == Some(e.create_revision)
-                });
-        let head_holds_permit = match ops.get(permits_at) {
-            Some(TxnOpResponse::Get(g)) => g.kvs().iter().any(|kv| kv.lease() == head.lease),
-            _ => false,
-        };
+        let head_bound = resp.kv(reads.head_session).map(KeyValue::create_revision)
+            == Some(head.session_create_revision)
+            && head.entry.as_ref().is_none_or(|e| {
+                reads
+                    .entry
+                    .and_then(|r| resp.kv(r))
+                    .map(KeyValue::create_revision)
+                    == Some(e.create_revision)
+            });
+        let head_holds_permit = reads
+            .permits
+            .is_some_and(|r| resp.kvs(r).iter().any(|kv| kv.lease() == head.lease));
         let (told, released) = handoff_verdict(epoch_unchanged, head_bound, head_holds_permit);
         head.tell(match told {
             HeadTold::SessionGone => Handed::SessionGone,
@@ -428,3 +338,6 @@ impl Releaser<'_> {
         Ok(released)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,9 +4,9 @@
 use crate::error::ArbiterError;
 use crate::ops::metrics::METRICS;
 use crate::store::layout::{SessionRecord, decode, encode, session_key};
-use crate::store::{Sealed, Store};
+use crate::store::{Sealed, Store, TxnBuilder};
 use dashmap::DashMap;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp};
 use lock_store::{Contended, StoreError};
 use std::collections::HashSet;
 
@@ -85,19 +85,14 @@ impl Sessions {
             closing: false,
         };
         let key = session_key(lease);
-        let txn = Txn::new()
-            .when(vec![Compare::create_revision(
-                key.as_str(),
-                CompareOp::Equal,
-                0,
-            )])
-            .and_then(vec![TxnOp::put(
-                key.as_str(),
-                encode(&record),
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
+        let mut txn = TxnBuilder::new();
+        txn.when(
+            "session-absent",
+            Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+        );
+        txn.put(&key, encode(&record), Some(lease));
         let bound = match sealed.txn(txn).await {
-            Ok(r) if r.succeeded() => r.header().map(|h| h.revision()),
+            Ok(r) if r.succeeded() => r.revision(),
             Ok(_) => None,
             Err(e) => {
                 let _ = sealed.revoke(lease).await;
@@ -171,17 +166,12 @@ impl Sessions {
             ttl_seconds: session.ttl_seconds,
             closing: true,
         };
-        let mark = Txn::new()
-            .when(vec![Compare::create_revision(
-                key.as_str(),
-                CompareOp::Equal,
-                session.create_revision,
-            )])
-            .and_then(vec![TxnOp::put(
-                key.as_str(),
-                encode(&record),
-                Some(PutOptions::new().with_lease(session.lease)),
-            )]);
+        let mut mark = TxnBuilder::new();
+        mark.when(
+            "session",
+            Compare::create_revision(key.as_str(), CompareOp::Equal, session.create_revision),
+        );
+        mark.put(&key, encode(&record), Some(session.lease));
         if !sealed.txn(mark).await?.succeeded() {
             self.forget(session.lease);
             return Err(ArbiterError::SessionNotFound);

@@ -32,16 +32,22 @@ use crate::lock::grant::{Granter, MAX_ATTEMPTS};
 use crate::lock::sessions::Session;
 use crate::lock::wait::release_watch::{self, Wake};
 use crate::lock::wait::wait_end::WaitEnd;
-use crate::store::Sealed;
+use crate::ops::bugs::{Bug, Bugs};
+use crate::store::epoch::Epoch;
 use crate::store::layout::{EPOCH_KEY, attempt_fence_key, encode, holder_key};
 use crate::store::layout::{lease_hex, session_key};
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use crate::store::txn::KeyRead;
+use crate::store::{Sealed, TxnBuilder};
+use etcd_client::{Compare, CompareOp, KeyValue};
 use lock_config::registry::ResolvedClass;
 use lock_config::{FencingToken, KeySet};
 use std::time::Duration;
 
 mod verdict;
 pub use verdict::{SetSeen, SetVerdict, releasable, verdict};
+
+#[cfg(test)]
+mod tests;
 
 // ---- the transactions (I/O) ------------------------------------------------------------
 
@@ -152,41 +158,10 @@ async fn try_grant(
     classes: &[ResolvedClass<'_>],
 ) -> Result<SetVerdict, ArbiterError> {
     let hkeys: Vec<String> = set.keys().iter().map(holder_key).collect();
-    let skey = session_key(session.lease);
     let fence = attempt_fence_key(session.lease, rand::random());
     let epoch = sealed.epoch();
-    let mut compares = vec![
-        Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, claimant.epoch_mod_revision),
-        Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
-        Compare::create_revision(fence.as_str(), CompareOp::Equal, 0),
-    ];
-    compares.extend(epoch.fence_compare());
-    let skip = granter
-        .bugs
-        .has(crate::ops::bugs::Bug::SetWithoutOneCompare)
-        .then(|| hkeys.len() - 1);
-    for (i, h) in hkeys.iter().enumerate() {
-        if Some(i) != skip {
-            compares.push(Compare::create_revision(h.as_str(), CompareOp::Equal, 0));
-        }
-    }
-    let success: Vec<TxnOp> = hkeys
-        .iter()
-        .zip(classes)
-        .map(|(h, class)| {
-            TxnOp::put(
-                h.as_str(),
-                encode(&holder_record(session, class)),
-                Some(PutOptions::new().with_lease(session.lease)),
-            )
-        })
-        .collect();
-    let mut failure: Vec<TxnOp> = hkeys.iter().map(|h| TxnOp::get(h.as_str(), None)).collect();
-    failure.push(TxnOp::get(EPOCH_KEY, None));
-    failure.push(TxnOp::get(skey.as_str(), None));
-    failure.extend(epoch.fence_read());
-    let txn = Txn::new().when(compares).and_then(success).or_else(failure);
-    let resp = match sealed.txn_creating_all(txn, &hkeys).await {
+    let (t, reads) = grant_txn(granter.bugs, epoch, session, &hkeys, classes, &fence);
+    let resp = match sealed.txn_creating_all(t, &hkeys).await {
         Ok(r) => r,
         // The outcome is unknown: settle it as a single grant is settled (put the fence
         // the transaction compares absent), then the records are the whole answer.
@@ -195,7 +170,7 @@ async fn try_grant(
         }
         Err(e) => return Err(e),
     };
-    let read_at = resp.header().map(|h| h.revision());
+    let read_at = resp.revision();
     if resp.succeeded() {
         return Ok(verdict(
             claimant,
@@ -204,24 +179,86 @@ async fn try_grant(
             },
         ));
     }
-    let ops = resp.op_responses();
-    let got = |i: usize| -> Option<&KeyValue> {
-        match ops.get(i) {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-            _ => None,
-        }
-    };
-    let n = hkeys.len();
-    let fence_unchanged = epoch.fence_unchanged(got(n + 2));
+    let fence_unchanged = epoch.fence_unchanged(reads.fence.and_then(|r| resp.kv(r)));
     let seen = SetSeen::Refused {
-        holders: (0..n).map(|i| got(i).map(holder_seen)).collect(),
-        epoch_mod_revision: got(n)
+        holders: reads
+            .holders
+            .iter()
+            .map(|h| resp.kv(*h).map(holder_seen))
+            .collect(),
+        epoch_mod_revision: resp
+            .kv(reads.epoch)
             .filter(|_| fence_unchanged)
             .map(KeyValue::mod_revision),
-        session_create_revision: got(n + 1).map(KeyValue::create_revision),
+        session_create_revision: resp.kv(reads.session).map(KeyValue::create_revision),
         read_at,
     };
     Ok(verdict(claimant, &seen))
+}
+
+/// What a refused set grant reads back, by what it reads.
+struct SetReads {
+    /// Each key's holder, in the set's order.
+    holders: Vec<KeyRead>,
+    epoch: KeyRead,
+    session: KeyRead,
+    /// A shard's map fence.
+    fence: Option<KeyRead>,
+}
+
+/// The set's grant transaction (no I/O, so a test can list what it compares): the epoch
+/// record (and a shard's fence) unchanged, the session bound, the attempt's `fence`
+/// absent and every key absent -> put every holder record on the session's lease; else
+/// read every key, the epoch record and the session back.
+fn grant_txn(
+    bugs: &Bugs,
+    epoch: &Epoch,
+    session: &Session,
+    hkeys: &[String],
+    classes: &[ResolvedClass<'_>],
+    fence: &str,
+) -> (TxnBuilder, SetReads) {
+    let skey = session_key(session.lease);
+    let mut t = TxnBuilder::new();
+    t.when(
+        "epoch",
+        Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
+    )
+    .when(
+        "session",
+        Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+    )
+    .when(
+        "attempt-fence-absent",
+        Compare::create_revision(fence, CompareOp::Equal, 0),
+    )
+    .when_some("shard-fence", epoch.fence_compare());
+    // The injected bug: the last key's compare left out.
+    let skip = bugs
+        .has(Bug::SetWithoutOneCompare)
+        .then(|| hkeys.len().saturating_sub(1));
+    for (i, h) in hkeys.iter().enumerate() {
+        if Some(i) != skip {
+            t.when(
+                "holder-absent",
+                Compare::create_revision(h.as_str(), CompareOp::Equal, 0),
+            );
+        }
+    }
+    for (h, class) in hkeys.iter().zip(classes) {
+        t.put(
+            h,
+            encode(&holder_record(session, class)),
+            Some(session.lease),
+        );
+    }
+    let reads = SetReads {
+        holders: hkeys.iter().map(|h| t.read(h)).collect(),
+        epoch: t.read(EPOCH_KEY),
+        session: t.read(&skey),
+        fence: epoch.fence_key().map(|k| t.read(k)),
+    };
+    (t, reads)
 }
 
 /// A set grant whose answer was lost: the attempt's fence is put (through the one-key
@@ -244,26 +281,16 @@ async fn settle(
         crate::lock::grant::Verdict::SessionGone => return Ok(SetVerdict::SessionGone),
         _ => return Err(ArbiterError::NoQuorum),
     }
-    let txn = Txn::new().and_then(
-        hkeys
-            .iter()
-            .map(|h| TxnOp::get(h.as_str(), None))
-            .collect::<Vec<_>>(),
-    );
-    let resp = sealed.txn(txn).await?;
-    let holders: Vec<Option<HolderSeen>> = resp
-        .op_responses()
-        .iter()
-        .map(|op| match op {
-            TxnOpResponse::Get(g) => g.kvs().first().map(holder_seen),
-            _ => None,
-        })
-        .collect();
+    let mut t = TxnBuilder::new();
+    let reads: Vec<KeyRead> = hkeys.iter().map(|h| t.then_read(h)).collect();
+    let resp = sealed.txn(t).await?;
+    let holders: Vec<Option<HolderSeen>> =
+        reads.iter().map(|r| resp.kv(*r).map(holder_seen)).collect();
     let seen = SetSeen::Refused {
         epoch_mod_revision: Some(claimant.epoch_mod_revision),
         session_create_revision: Some(claimant.session_create_revision),
         holders,
-        read_at: resp.header().map(|h| h.revision()),
+        read_at: resp.revision(),
     };
     match verdict(claimant, &seen) {
         SetVerdict::Granted { revision } => Ok(SetVerdict::Granted { revision }),
@@ -306,56 +333,46 @@ pub async fn release(
         }
         // Read every key and the epoch record in one round trip, then end exactly the keys
         // still this grant, compared unchanged since that read.
-        let mut reads: Vec<TxnOp> = hkeys.iter().map(|h| TxnOp::get(h.as_str(), None)).collect();
-        reads.push(TxnOp::get(EPOCH_KEY, None));
-        let resp = match sealed.txn(Txn::new().and_then(reads)).await {
+        let mut t = TxnBuilder::new();
+        let reads: Vec<KeyRead> = hkeys.iter().map(|h| t.then_read(h)).collect();
+        let epoch_read = t.then_read(EPOCH_KEY);
+        let resp = match sealed.txn(t).await {
             Ok(r) => r,
             Err(e) => {
                 sealed = reseal_once(store, e, attempt).await?;
                 continue;
             }
         };
-        let ops = resp.op_responses();
-        let got = |i: usize| -> Option<&KeyValue> {
-            match ops.get(i) {
-                Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-                _ => None,
-            }
-        };
-        if got(hkeys.len()).map(KeyValue::mod_revision) != Some(epoch.mod_revision) {
+        if resp.kv(epoch_read).map(KeyValue::mod_revision) != Some(epoch.mod_revision) {
             sealed = store.resealed().await?;
             fresh = true;
             continue;
         }
-        let holders: Vec<Option<(HolderSeen, Option<i64>)>> = (0..hkeys.len())
-            .map(|i| got(i).map(|kv| (holder_seen(kv), Some(kv.lease()))))
+        let holders: Vec<Option<(HolderSeen, Option<i64>)>> = reads
+            .iter()
+            .map(|r| resp.kv(*r).map(|kv| (holder_seen(kv), Some(kv.lease()))))
             .collect();
         let ending = releasable(&holders, revision, lease, identity);
         if ending.is_empty() {
             return Err(ArbiterError::StaleToken);
         }
-        let mut compares = vec![Compare::mod_revision(
-            EPOCH_KEY,
-            CompareOp::Equal,
-            epoch.mod_revision,
-        )];
-        compares.extend(epoch.fence_compare());
-        let mut deletes = Vec::with_capacity(ending.len());
+        let mut t = TxnBuilder::new();
+        t.when(
+            "epoch",
+            Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
+        )
+        .when_some("shard-fence", epoch.fence_compare());
         for &i in &ending {
-            compares.push(Compare::mod_revision(
-                hkeys[i].as_str(),
-                CompareOp::Equal,
-                revision,
-            ));
-            deletes.push(TxnOp::delete(hkeys[i].as_str(), None));
+            t.when(
+                "token",
+                Compare::mod_revision(hkeys[i].as_str(), CompareOp::Equal, revision),
+            );
+            t.delete(&hkeys[i]);
         }
-        match sealed
-            .txn(Txn::new().when(compares).and_then(deletes))
-            .await
-        {
+        match sealed.txn(t).await {
             Ok(r) if r.succeeded() => {
                 return Ok(SetReleased {
-                    revision: r.header().map_or(0, |h| h.revision()),
+                    revision: r.revision().unwrap_or(0),
                     keys: ending
                         .iter()
                         .map(|&i| set.keys()[i].as_str().to_owned())

@@ -35,12 +35,11 @@ use crate::lock::sessions::Session;
 use crate::lock::wait::release_watch::{self, Wake};
 use crate::lock::wait::wait_end::WaitEnd;
 use crate::ops::bugs::Bug;
-use crate::store::Sealed;
 use crate::store::layout::{EPOCH_KEY, attempt_fence_key, encode, holder_key};
 use crate::store::layout::{lease_hex, session_key, shared_hold_key, shared_holds_prefix};
 use crate::store::layout::{writer_waiting_key, writers_waiting_prefix};
-use etcd_client::TxnOpResponse;
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
+use crate::store::{Sealed, TxnBuilder};
+use etcd_client::{Compare, CompareOp, KeyValue};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::time::Duration;
@@ -149,20 +148,20 @@ async fn wait_loop(
 /// that is gone cannot be marked, and its next attempt says so).
 async fn mark_waiting(granter: &Granter<'_>, session: &Session, key: &LockKey) {
     let mark = writer_waiting_key(key, session.lease);
-    let txn = Txn::new()
-        .when(vec![
-            Compare::create_revision(mark.as_str(), CompareOp::Equal, 0),
-            Compare::create_revision(
-                session_key(session.lease).as_str(),
-                CompareOp::Equal,
-                session.create_revision,
-            ),
-        ])
-        .and_then(vec![TxnOp::put(
-            mark.as_str(),
-            "",
-            Some(PutOptions::new().with_lease(session.lease)),
-        )]);
+    let mut txn = TxnBuilder::new();
+    txn.when(
+        "mark-absent",
+        Compare::create_revision(mark.as_str(), CompareOp::Equal, 0),
+    )
+    .when(
+        "session",
+        Compare::create_revision(
+            session_key(session.lease).as_str(),
+            CompareOp::Equal,
+            session.create_revision,
+        ),
+    );
+    txn.put(&mark, "", Some(session.lease));
     if let Ok(sealed) = granter.store.sealed().await
         && let Err(e) = sealed.txn(txn).await
     {
@@ -211,13 +210,6 @@ async fn attempt(
     Err(ArbiterError::Held)
 }
 
-fn first_kv(ops: &[TxnOpResponse], i: usize) -> Option<&KeyValue> {
-    match ops.get(i) {
-        Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-        _ => None,
-    }
-}
-
 fn key_str(kv: &KeyValue) -> String {
     String::from_utf8_lossy(kv.key()).into_owned()
 }
@@ -239,48 +231,55 @@ async fn try_grant(
     let writers = writers_waiting_prefix(key);
     let own = shared_hold_key(key, session.lease);
     let mark = writer_waiting_key(key, session.lease);
-    let mut compares = vec![
+    let mut t = TxnBuilder::new();
+    t.when(
+        "epoch",
         Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, claimant.epoch_mod_revision),
+    )
+    .when(
+        "session",
         Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+    )
+    .when(
+        "attempt-fence-absent",
         Compare::create_revision(fence.as_str(), CompareOp::Equal, 0),
+    )
+    .when(
+        "holder-absent",
         Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
-    ];
-    compares.extend(epoch.fence_compare());
+    )
+    .when_some("shard-fence", epoch.fence_compare());
     let record = encode(&holder_record(session, class));
-    let on_lease = || Some(PutOptions::new().with_lease(session.lease));
-    let first =
-        |prefix: &str| TxnOp::get(prefix, Some(GetOptions::new().with_prefix().with_limit(1)));
-    let (written, success, probe) = match mode {
+    let written = match mode {
         Mode::Shared => {
             if !granter.bugs.has(Bug::SharedIgnoresWriter) {
-                compares.push(range_empty(&writers));
+                t.when("no-writer-waiting", range_empty(&writers));
             }
-            compares.push(Compare::create_revision(own.as_str(), CompareOp::Equal, 0));
-            let put = TxnOp::put(own.as_str(), record, on_lease());
-            // Read back: its own record (a retry), then the first writer's mark.
-            (
-                own.clone(),
-                vec![put],
-                vec![TxnOp::get(own.as_str(), None), first(&writers)],
-            )
+            t.when(
+                "own-absent",
+                Compare::create_revision(own.as_str(), CompareOp::Equal, 0),
+            );
+            t.put(&own, record, Some(session.lease));
+            own.clone()
         }
         Mode::Exclusive => {
-            compares.push(range_empty(&readers));
-            let put = TxnOp::put(hkey.as_str(), record, on_lease());
-            let unmark = TxnOp::delete(mark.as_str(), None);
-            (hkey.clone(), vec![put, unmark], vec![first(&readers)])
+            t.when("no-shared-hold", range_empty(&readers));
+            t.put(&hkey, record, Some(session.lease));
+            t.delete(&mark);
+            hkey.clone()
         }
     };
-    let mut failure = vec![
-        TxnOp::get(hkey.as_str(), None),
-        TxnOp::get(EPOCH_KEY, None),
-        TxnOp::get(skey.as_str(), None),
-    ];
-    let probes = probe.len();
-    failure.extend(probe);
-    failure.extend(epoch.fence_read());
-    let txn = Txn::new().when(compares).and_then(success).or_else(failure);
-    let resp = match sealed.txn_creating(txn, &written).await {
+    let holder = t.read(&hkey);
+    let epoch_read = t.read(EPOCH_KEY);
+    let session_read = t.read(&skey);
+    // Read back: a shared ask, its own record (a retry), then the first writer's mark; an
+    // exclusive ask, the first shared hold.
+    let (shared, writer) = match mode {
+        Mode::Shared => (t.read(&own), Some(t.read_first(&writers))),
+        Mode::Exclusive => (t.read_first(&readers), None),
+    };
+    let fence_read = epoch.fence_key().map(|k| t.read(k));
+    let resp = match sealed.txn_creating(t, &written).await {
         Ok(r) => r,
         // The outcome is unknown: settle it (its fence put), then the record is the answer.
         Err(ArbiterError::NoQuorum) => {
@@ -295,31 +294,27 @@ async fn try_grant(
         }
         Err(e) => return Err(e),
     };
-    let read_at = resp.header().map_or(0, |h| h.revision());
+    let read_at = resp.revision().unwrap_or(0);
     if resp.succeeded() {
         return Ok(SharedVerdict::Granted { revision: read_at });
     }
-    let ops = resp.op_responses();
-    let fence_unchanged = epoch.fence_unchanged(first_kv(&ops, 3 + probes));
-    let mut seen = Seen {
-        epoch_mod_revision: first_kv(&ops, 1)
+    let fence_unchanged = epoch.fence_unchanged(fence_read.and_then(|r| resp.kv(r)));
+    let seen = Seen {
+        epoch_mod_revision: resp
+            .kv(epoch_read)
             .filter(|_| fence_unchanged)
             .map(KeyValue::mod_revision),
-        session_create_revision: first_kv(&ops, 2).map(KeyValue::create_revision),
-        holder: first_kv(&ops, 0).map(holder_seen),
+        session_create_revision: resp.kv(session_read).map(KeyValue::create_revision),
+        holder: resp.kv(holder).map(holder_seen),
         read_at,
-        ..Seen::default()
+        shared: resp.kv(shared).map(|kv| (key_str(kv), holder_seen(kv))),
+        writer_waiting: writer
+            .and_then(|r| resp.kv(r))
+            .map(|kv| (key_str(kv), kv.lease())),
     };
     Ok(match mode {
-        Mode::Shared => {
-            seen.shared = first_kv(&ops, 3).map(|kv| (key_str(kv), holder_seen(kv)));
-            seen.writer_waiting = first_kv(&ops, 4).map(|kv| (key_str(kv), kv.lease()));
-            shared_verdict(claimant, &seen)
-        }
-        Mode::Exclusive => {
-            seen.shared = first_kv(&ops, 3).map(|kv| (key_str(kv), holder_seen(kv)));
-            exclusive_verdict(claimant, &seen)
-        }
+        Mode::Shared => shared_verdict(claimant, &seen),
+        Mode::Exclusive => exclusive_verdict(claimant, &seen),
     })
 }
 

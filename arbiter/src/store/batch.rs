@@ -17,7 +17,8 @@
 
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::etcd::Etcd;
-use etcd_client::{ResponseHeader, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use crate::store::txn::TxnAnswer;
+use etcd_client::{Txn, TxnOp, TxnOpResponse, TxnResponse};
 use lock_store::{Malformed, StoreError, Task};
 use std::collections::{HashSet, VecDeque};
 use tokio::sync::{mpsc, oneshot};
@@ -25,45 +26,18 @@ use tokio::sync::{mpsc, oneshot};
 /// Members per batch (etcd's default `--max-txn-ops` is 128 operations per branch; each
 /// member is one operation of the outer transaction).
 pub const MAX_MEMBERS: usize = 64;
-/// Bytes of keys and values per batch, well below etcd's 1.5 MiB request limit.
+/// Bytes per batch (the sum of its members' [`TxnBuilder::bytes`], an upper bound of the
+/// encoded request), well below etcd's 1.5 MiB request limit.
+///
+/// [`TxnBuilder::bytes`]: crate::store::txn::TxnBuilder::bytes
 pub const MAX_BYTES: usize = 256 * 1024;
-
-/// One transaction's answer, alone or as a member of a batch.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    header: Option<ResponseHeader>,
-    succeeded: bool,
-    ops: Vec<TxnOpResponse>,
-}
-
-impl Answer {
-    pub fn header(&self) -> Option<&ResponseHeader> {
-        self.header.as_ref()
-    }
-
-    pub fn succeeded(&self) -> bool {
-        self.succeeded
-    }
-
-    pub fn op_responses(&self) -> &[TxnOpResponse] {
-        &self.ops
-    }
-
-    fn alone(resp: &TxnResponse) -> Self {
-        Self {
-            header: resp.header().cloned(),
-            succeeded: resp.succeeded(),
-            ops: resp.op_responses(),
-        }
-    }
-}
 
 /// What a caller hands in: its transaction, the keys it writes, and its size.
 struct Member {
     txn: Txn,
     writes: Vec<String>,
     bytes: usize,
-    reply: oneshot::Sender<Result<Answer, StoreError>>,
+    reply: oneshot::Sender<Result<TxnAnswer, StoreError>>,
 }
 
 #[derive(Clone)]
@@ -79,13 +53,13 @@ impl Batcher {
         Self { tx }
     }
 
-    /// Sends `txn` (which writes `writes`, about `bytes` long) in the next batch.
-    pub async fn txn(
+    /// Sends `txn` (which writes `writes`, `bytes` long with its framing) in the next batch.
+    pub(crate) async fn txn(
         &self,
         txn: Txn,
         writes: Vec<String>,
         bytes: usize,
-    ) -> Result<Answer, StoreError> {
+    ) -> Result<TxnAnswer, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Member {
@@ -145,7 +119,7 @@ async fn send(etcd: &Etcd, mut batch: Vec<Member>, bugs: &Bugs) {
     }
     if batch.len() == 1 {
         if let Some(m) = batch.pop() {
-            let answer = etcd.txn(m.txn).await.map(|r| Answer::alone(&r));
+            let answer = etcd.txn(m.txn).await.map(|r| TxnAnswer::from(&r));
             let _ = m.reply.send(answer);
         }
         return;
@@ -177,7 +151,7 @@ async fn send(etcd: &Etcd, mut batch: Vec<Member>, bugs: &Bugs) {
         // Refused as a whole (not expected): each member alone, so one cannot fail all.
         Err(_) => {
             for (txn, reply) in txns.into_iter().zip(replies) {
-                let answer = etcd.txn(txn).await.map(|r| Answer::alone(&r));
+                let answer = etcd.txn(txn).await.map(|r| TxnAnswer::from(&r));
                 let _ = reply.send(answer);
             }
         }
@@ -186,16 +160,16 @@ async fn send(etcd: &Etcd, mut batch: Vec<Member>, bugs: &Bugs) {
 
 /// The members' answers from the outer response: each sub-transaction's own result, with
 /// the batch's header (its revision is every committed member's).
-fn split(resp: &TxnResponse) -> Vec<Answer> {
+fn split(resp: &TxnResponse) -> Vec<TxnAnswer> {
     let header = resp.header().cloned();
     resp.op_responses()
         .into_iter()
         .filter_map(|op| match op {
-            TxnOpResponse::Txn(sub) => Some(Answer {
-                header: header.clone(),
-                succeeded: sub.succeeded(),
-                ops: sub.op_responses(),
-            }),
+            TxnOpResponse::Txn(sub) => Some(TxnAnswer::new(
+                header.clone(),
+                sub.succeeded(),
+                sub.op_responses(),
+            )),
             _ => None,
         })
         .collect()

@@ -8,7 +8,7 @@ use crate::error::ArbiterError;
 use crate::ops::bugs::{Bug, Bugs};
 use crate::store::etcd::Etcd;
 use crate::store::layout::{EPOCH_KEY, EpochRecord, SHARD_FENCE_KEY, decode};
-use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader, TxnOp};
+use etcd_client::{Compare, CompareOp, KeyValue, ResponseHeader};
 use lock_config::shards::ShardFence;
 use std::sync::{Arc, RwLock};
 
@@ -40,14 +40,12 @@ impl Epoch {
         })
     }
 
-    /// The read a failed write makes to tell whether the fence moved (None off a shard).
-    pub fn fence_read(&self) -> Option<TxnOp> {
-        self.fence
-            .as_ref()
-            .map(|_| TxnOp::get(SHARD_FENCE_KEY, None))
+    /// The key a failed write reads to tell whether the fence moved (None off a shard).
+    pub fn fence_key(&self) -> Option<&'static str> {
+        self.fence.as_ref().map(|_| SHARD_FENCE_KEY)
     }
 
-    /// Whether a failure branch's read of the fence (`seen`, from [`Epoch::fence_read`])
+    /// Whether a failure branch's read of the fence (`seen`, of [`Epoch::fence_key`])
     /// shows it unchanged. Off a shard there is no fence to move.
     pub fn fence_unchanged(&self, seen: Option<&KeyValue>) -> bool {
         self.fence.is_none() || seen.map(KeyValue::mod_revision) == Some(self.fence_mod_revision)
@@ -59,6 +57,32 @@ impl Epoch {
             return Ok(());
         }
         cluster_id_verdict(&self.record, header.map(ResponseHeader::cluster_id))
+    }
+}
+
+#[cfg(test)]
+impl Epoch {
+    /// Epoch 3 as a read of its record at `mod_revision` makes it; on a shard, with its
+    /// fence at `fence_mod_revision` (for tests that build transactions without etcd).
+    pub(crate) fn for_tests(mod_revision: i64, fence_mod_revision: Option<i64>) -> Self {
+        Self {
+            record: Arc::new(EpochRecord {
+                advanced_by: None,
+                epoch: 3,
+                cluster_id: EpochRecord::cluster_id_hex(0xcdf8_1819_4e3a_8c32),
+            }),
+            mod_revision,
+            fence: fence_mod_revision.map(|_| {
+                Arc::new(ShardFence {
+                    name: "s1".to_owned(),
+                    version: 1,
+                    pending: None,
+                })
+            }),
+            fence_mod_revision: fence_mod_revision.unwrap_or(0),
+            floor: 0,
+            skip_cluster_id: false,
+        }
     }
 }
 
@@ -196,14 +220,10 @@ impl EpochCache {
         // the reads fails the next compare, which re-reads both).
         let resp = store.get(EPOCH_KEY).await?;
         let fence_resp = store.get(SHARD_FENCE_KEY).await?;
-        let got = |i: usize| match i {
-            0 => resp.kvs().first().cloned(),
-            _ => fence_resp.kvs().first().cloned(),
-        };
-        let fence = got(1).and_then(|kv| {
+        let fence = fence_resp.kvs().first().and_then(|kv| {
             decode::<ShardFence>(kv.value()).map(|f| (Arc::new(f), kv.mod_revision()))
         });
-        let epoch = got(0).and_then(|kv| {
+        let epoch = resp.kvs().first().and_then(|kv| {
             decode::<EpochRecord>(kv.value())
                 .map(Arc::new)
                 .map(|record| Epoch {

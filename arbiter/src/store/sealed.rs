@@ -9,14 +9,15 @@
 
 use crate::error::ArbiterError;
 use crate::ops::bugs::{Bug, Bugs};
-use crate::store::batch::{Answer, Batcher};
+use crate::store::batch::Batcher;
 use crate::store::epoch::{Epoch, EpochCache};
 use crate::store::etcd::{Etcd, LeaseGrant};
 use crate::store::shard_map::DocCache;
+use crate::store::txn::{TxnAnswer, TxnBuilder};
 use crate::store::watch_hub::{StreamSource, WatchHub};
 use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, LeaseKeepAliveResponse, ResponseHeader, Txn,
-    TxnOp, TxnResponse, WatchOptions, WatchStream,
+    TxnOp, WatchOptions, WatchStream,
 };
 use lock_config::LockKey;
 use lock_config::shards::{Placement, ShardsDoc, placement};
@@ -221,8 +222,9 @@ impl Sealed {
         self.store.epochs.check(&self.epoch, header)
     }
 
-    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, ArbiterError> {
-        let resp = self.etcd.txn(txn).await?;
+    pub async fn txn(&self, txn: TxnBuilder) -> Result<TxnAnswer, ArbiterError> {
+        let (txn, _) = txn.into_parts();
+        let resp = TxnAnswer::from(&self.etcd.txn(txn).await?);
         self.check(resp.header())?;
         Ok(resp)
     }
@@ -234,31 +236,26 @@ impl Sealed {
     /// answer is SEALED: whatever it granted is never handed out.
     pub async fn txn_creating(
         &self,
-        txn: Txn,
+        txn: TxnBuilder,
         created_key: &str,
-    ) -> Result<TxnResponse, ArbiterError> {
-        let resp = self.etcd.txn(txn).await?;
-        if let Err(sealed) = self.check(resp.header()) {
-            if resp.succeeded() {
-                self.withdraw(created_key, resp.header()).await;
-            }
-            return Err(sealed);
-        }
-        Ok(resp)
+    ) -> Result<TxnAnswer, ArbiterError> {
+        self.txn_creating_all(txn, std::slice::from_ref(&created_key))
+            .await
     }
 
     /// [`Sealed::txn_creating`] for a transaction that creates several keys (a set's
     /// grant): on a sealed store each is taken back, exactly that version.
     pub async fn txn_creating_all(
         &self,
-        txn: Txn,
-        created_keys: &[String],
-    ) -> Result<TxnResponse, ArbiterError> {
-        let resp = self.etcd.txn(txn).await?;
+        txn: TxnBuilder,
+        created_keys: &[impl AsRef<str>],
+    ) -> Result<TxnAnswer, ArbiterError> {
+        let (txn, _) = txn.into_parts();
+        let resp = TxnAnswer::from(&self.etcd.txn(txn).await?);
         if let Err(sealed) = self.check(resp.header()) {
             if resp.succeeded() {
                 for key in created_keys {
-                    self.withdraw(key, resp.header()).await;
+                    self.withdraw(key.as_ref(), resp.header()).await;
                 }
             }
             return Err(sealed);
@@ -266,29 +263,26 @@ impl Sealed {
         Ok(resp)
     }
 
-    /// A grant or release transaction that writes `writes` (about `bytes` of keys and
-    /// values), sent in the next group commit (`batch.rs`); its answer passes the seal like
-    /// any other.
-    pub async fn txn_batched(
-        &self,
-        txn: Txn,
-        writes: Vec<String>,
-        bytes: usize,
-    ) -> Result<Answer, ArbiterError> {
+    /// A grant or release transaction, sent in the next group commit (`batch.rs`) with the
+    /// keys it writes and its size as the builder reckons them; its answer passes the seal
+    /// like any other.
+    pub async fn txn_batched(&self, txn: TxnBuilder) -> Result<TxnAnswer, ArbiterError> {
+        let bytes = txn.bytes();
+        let (txn, writes) = txn.into_parts();
         let answer = self.batcher.txn(txn, writes, bytes).await?;
         self.check(answer.header())?;
         Ok(answer)
     }
 
-    /// [`Sealed::txn_creating`], sent in the next group commit. `writes` includes
-    /// `created_key`.
+    /// [`Sealed::txn_creating`], sent in the next group commit. The builder's writes
+    /// include `created_key`.
     pub async fn txn_creating_batched(
         &self,
-        txn: Txn,
+        txn: TxnBuilder,
         created_key: &str,
-        writes: Vec<String>,
-        bytes: usize,
-    ) -> Result<Answer, ArbiterError> {
+    ) -> Result<TxnAnswer, ArbiterError> {
+        let bytes = txn.bytes();
+        let (txn, writes) = txn.into_parts();
         let answer = self.batcher.txn(txn, writes, bytes).await?;
         if let Err(sealed) = self.check(answer.header()) {
             if answer.succeeded() {

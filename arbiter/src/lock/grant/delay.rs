@@ -19,9 +19,9 @@
 use super::now_ms;
 use crate::error::ArbiterError;
 use crate::lock::sessions::grant_random_lease;
-use crate::store::Sealed;
 use crate::store::layout::{DelayMarker, delay_key, encode, holder_key};
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use crate::store::{Sealed, TxnBuilder};
+use etcd_client::{Compare, CompareOp};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 
@@ -48,18 +48,18 @@ pub async fn start(
         session: session.unwrap_or_default(),
         delay_from_ms: Some(now_ms()),
     };
-    let txn = Txn::new()
-        .when(vec![
-            Compare::mod_revision(dkey.as_str(), CompareOp::Equal, marker_mod_revision),
-            Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
-        ])
-        .and_then(vec![TxnOp::put(
-            dkey.as_str(),
-            encode(&marker),
-            Some(PutOptions::new().with_lease(lease)),
-        )]);
+    let mut txn = TxnBuilder::new();
+    txn.when(
+        "marker-unchanged",
+        Compare::mod_revision(dkey.as_str(), CompareOp::Equal, marker_mod_revision),
+    )
+    .when(
+        "holder-absent",
+        Compare::create_revision(hkey.as_str(), CompareOp::Equal, 0),
+    );
+    txn.put(&dkey, encode(&marker), Some(lease));
     let committed = match sealed.txn(txn).await {
-        Ok(r) if r.succeeded() => r.header().map(|h| h.revision()),
+        Ok(r) if r.succeeded() => r.revision(),
         Ok(_) => None,
         Err(e) => {
             // Unknown outcome: if it committed, the marker is on the lease and the delay

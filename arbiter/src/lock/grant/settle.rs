@@ -7,9 +7,9 @@
 use super::{Claimant, Granter, HolderSeen, Verdict, holder_seen};
 use crate::error::ArbiterError;
 use crate::lock::sessions::Session;
-use crate::store::Sealed;
 use crate::store::layout::session_key;
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use crate::store::{Sealed, TxnBuilder};
+use etcd_client::{Compare, CompareOp, KeyValue};
 use lock_store::{Malformed, StoreError};
 
 /// Settlements tried for one attempt whose answer was lost, each bounded by the store
@@ -68,50 +68,38 @@ impl Granter<'_> {
     ) -> Result<Verdict, ArbiterError> {
         let skey = session_key(session.lease);
         for _ in 0..SETTLE_TRIES {
-            let txn = Txn::new()
-                .when(vec![
-                    Compare::create_revision(x, CompareOp::Equal, 0),
-                    Compare::create_revision(
-                        skey.as_str(),
-                        CompareOp::Equal,
-                        session.create_revision,
-                    ),
-                ])
-                .and_then(vec![
-                    TxnOp::put(x, "", Some(PutOptions::new().with_lease(session.lease))),
-                    TxnOp::get(hkey, None),
-                ])
-                .or_else(vec![
-                    TxnOp::get(hkey, None),
-                    TxnOp::get(x, None),
-                    TxnOp::get(skey.as_str(), None),
-                ]);
-            let bytes = 2 * x.len() + 2 * hkey.len() + skey.len() + 64;
-            let resp = match sealed.txn_batched(txn, vec![x.to_owned()], bytes).await {
+            let mut t = TxnBuilder::new();
+            t.when(
+                "attempt-fence-absent",
+                Compare::create_revision(x, CompareOp::Equal, 0),
+            )
+            .when(
+                "session",
+                Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+            );
+            t.put(x, "", Some(session.lease));
+            let holder_then = t.then_read(hkey);
+            let holder = t.read(hkey);
+            let fence = t.read(x);
+            let bound = t.read(&skey);
+            let resp = match sealed.txn_batched(t).await {
                 Ok(r) => r,
                 Err(ArbiterError::NoQuorum) => continue,
                 Err(e) => return Err(e),
-            };
-            let ops = resp.op_responses();
-            let got = |i: usize| -> Option<&KeyValue> {
-                match ops.get(i) {
-                    Some(TxnOpResponse::Get(g)) => g.kvs().first(),
-                    _ => None,
-                }
             };
             let seen = if resp.succeeded() {
                 SettleSeen {
                     fenced_now: true,
                     fence_present: false,
                     session_create_revision: Some(session.create_revision),
-                    holder: got(1).map(holder_seen),
+                    holder: resp.kv(holder_then).map(holder_seen),
                 }
             } else {
                 SettleSeen {
                     fenced_now: false,
-                    fence_present: got(1).is_some(),
-                    session_create_revision: got(2).map(KeyValue::create_revision),
-                    holder: got(0).map(holder_seen),
+                    fence_present: resp.kv(fence).is_some(),
+                    session_create_revision: resp.kv(bound).map(KeyValue::create_revision),
+                    holder: resp.kv(holder).map(holder_seen),
                 }
             };
             let verdict = settled(claimant, &seen);

@@ -312,3 +312,79 @@ fn settled_table() {
         assert_eq!(got, want, "{why}");
     }
 }
+
+// ---- the transaction (`request.rs`): each injected bug removes exactly its compare -----
+
+/// The names of the compares of a grant of `pay/k` (on a shard; durable, or with an
+/// attempt fence; with a lock-delay) under `bugs`.
+#[cfg(debug_assertions)]
+fn grant_compares(bugs: &[Bug], shard: bool, durable: bool, delay: bool) -> Vec<&'static str> {
+    use crate::store::epoch::Epoch;
+    let spec: lock_config::registry::LockClassSpec = serde_json::from_value(serde_json::json!({
+        "namespace": "pay",
+        "prefixes": ["pay/"],
+        "purpose": "efficiency",
+        "enforcement": "advisory",
+        "lockDelaySeconds": delay.then_some(5),
+        "tier": "entity",
+    }))
+    .unwrap();
+    let class = ResolvedClass {
+        name: "c",
+        spec: &spec,
+        ttl_seconds: 15,
+    };
+    let epoch = Epoch::for_tests(5, shard.then_some(9));
+    let session = Session {
+        lease: 0x7a,
+        spiffe_id: ME.into(),
+        instance: None,
+        ttl_seconds: 15,
+        create_revision: 40,
+    };
+    let key = LockKey::parse("pay/k").unwrap();
+    let place = QueuePlace {
+        key: "/q/pay/k//7a".into(),
+        create_revision: 44,
+    };
+    let ask = request::Ask {
+        epoch: &epoch,
+        session: &session,
+        key: &key,
+        class: &class,
+        queued: durable.then_some(&place),
+        fence: (!durable).then_some("/x/7a/1"),
+    };
+    let (txn, _) = request::grant_txn(&Bugs::new(bugs.to_vec()), &ask);
+    txn.compare_names().to_vec()
+}
+
+#[test]
+#[cfg(debug_assertions)]
+fn grant_compares_and_the_bugs_that_remove_one() {
+    assert_eq!(
+        grant_compares(&[], true, false, true),
+        [
+            "epoch",
+            "holder-absent",
+            "session",
+            "shard-fence",
+            "attempt-fence-absent",
+            "delay-absent"
+        ]
+    );
+    assert_eq!(
+        grant_compares(&[], false, true, false),
+        ["epoch", "holder-absent", "session", "queue-place"]
+    );
+    for (bug, removed) in [
+        (Bug::GrantWithoutEpochCompare, "epoch"),
+        (Bug::ShardFenceOff, "shard-fence"),
+    ] {
+        for durable in [false, true] {
+            let mut want = grant_compares(&[], true, durable, true);
+            want.retain(|n| *n != removed);
+            assert_eq!(grant_compares(&[bug], true, durable, true), want, "{bug:?}");
+        }
+    }
+}

@@ -1,12 +1,12 @@
 //! Ending a shared hold (its session's record, or an operator's by the caller's identity),
 //! and the reads of a key's shared holds: Inspect's count and ValidateToken's check.
 
-use super::{first_kv, key_str};
+use super::key_str;
 use crate::error::ArbiterError;
 use crate::lock::grant::{Granter, MAX_ATTEMPTS, reseal_once};
-use crate::store::Sealed;
 use crate::store::layout::{EPOCH_KEY, Holder, decode, shared_hold_key, shared_holds_prefix};
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
+use crate::store::{Sealed, TxnBuilder};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue};
 use lock_config::{FencingToken, LockKey};
 
 /// Ends the shared hold `token` names: with a session, that session's record; without
@@ -52,19 +52,22 @@ pub async fn release(
                 }
             }
         };
-        let mut compares = vec![
+        let mut t = TxnBuilder::new();
+        t.when(
+            "epoch",
             Compare::mod_revision(EPOCH_KEY, CompareOp::Equal, epoch.mod_revision),
+        )
+        .when(
+            "token",
             Compare::mod_revision(record.as_str(), CompareOp::Equal, revision),
-        ];
-        compares.extend(epoch.fence_compare());
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::delete(record.as_str(), None)])
-            .or_else(vec![TxnOp::get(EPOCH_KEY, None)]);
-        match sealed.txn(txn).await {
-            Ok(r) if r.succeeded() => return Ok(r.header().map_or(0, |h| h.revision())),
+        )
+        .when_some("shard-fence", epoch.fence_compare());
+        t.delete(&record);
+        let epoch_read = t.read(EPOCH_KEY);
+        match sealed.txn(t).await {
+            Ok(r) if r.succeeded() => return Ok(r.revision().unwrap_or(0)),
             Ok(r) => {
-                let epoch_seen = first_kv(&r.op_responses(), 0).map(KeyValue::mod_revision);
+                let epoch_seen = r.kv(epoch_read).map(KeyValue::mod_revision);
                 if epoch_seen == Some(epoch.mod_revision) {
                     return Err(ArbiterError::StaleToken);
                 }

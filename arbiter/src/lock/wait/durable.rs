@@ -21,8 +21,8 @@ use crate::lock::wait::wait_end::WaitEnd;
 use crate::lock::wait::waiter::{self, Event, Then, Transition};
 use crate::ops::bugs::Bug;
 use crate::store::layout::{QUEUE_PREFIX, holder_key, lease_hex, session_key};
-use crate::store::{Sealed, Store};
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use crate::store::{Sealed, Store, TxnBuilder};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget};
 use lock_config::LockKey;
 use lock_config::registry::ResolvedClass;
 use std::time::Duration;
@@ -251,39 +251,24 @@ async fn enqueue(
 ) -> Result<(QueuePlace, Option<usize>), ArbiterError> {
     let key = format!("{prefix}{}", lease_hex(session.lease));
     let skey = session_key(session.lease);
-    let txn = Txn::new()
-        .when(vec![
-            Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
-            Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
-        ])
-        .and_then(vec![
-            TxnOp::put(
-                key.as_str(),
-                Vec::<u8>::new(),
-                Some(PutOptions::new().with_lease(session.lease)),
-            ),
-            TxnOp::get(
-                prefix,
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            ),
-        ])
-        .or_else(vec![TxnOp::get(key.as_str(), None)]);
+    let mut txn = TxnBuilder::new();
+    txn.when(
+        "place-absent",
+        Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+    )
+    .when(
+        "session",
+        Compare::create_revision(skey.as_str(), CompareOp::Equal, session.create_revision),
+    );
+    txn.put(&key, Vec::<u8>::new(), Some(session.lease));
+    let queued = txn.then_count(prefix);
+    let place = txn.read(&key);
     let resp = store.sealed().await?.txn(txn).await?;
-    let length = match resp.op_responses().get(1) {
-        Some(etcd_client::TxnOpResponse::Get(g)) if resp.succeeded() => {
-            usize::try_from(g.count()).ok()
-        }
-        _ => None,
-    };
+    let length = resp.count(queued).and_then(|n| usize::try_from(n).ok());
     let create_revision = if resp.succeeded() {
-        resp.header().map_or(0, |h| h.revision())
+        resp.revision().unwrap_or(0)
     } else {
-        match resp.op_responses().first() {
-            Some(etcd_client::TxnOpResponse::Get(g)) => {
-                g.kvs().first().map_or(0, |kv| kv.create_revision())
-            }
-            _ => 0,
-        }
+        resp.kv(place).map_or(0, KeyValue::create_revision)
     };
     if create_revision == 0 {
         return Err(ArbiterError::SessionNotFound);

@@ -4,8 +4,9 @@
 use super::Engine;
 use crate::error::ArbiterError;
 use crate::lock::grant::{MAX_ATTEMPTS, reseal_once};
+use crate::store::TxnBuilder;
 use crate::store::layout::{EPOCH_KEY, Holder, decode, holder_key};
-use etcd_client::{Txn, TxnOp, TxnOpResponse};
+use etcd_client::KeyValue;
 use lock_config::registry::Fairness;
 use lock_config::{FencingToken, LockKey};
 
@@ -30,10 +31,9 @@ impl Engine {
         let store = &self.route(key).await?.store;
         let mut sealed = store.sealed().await?;
         for attempt in 0..MAX_ATTEMPTS {
-            let txn = Txn::new().and_then(vec![
-                TxnOp::get(hkey.as_str(), None),
-                TxnOp::get(EPOCH_KEY, None),
-            ]);
+            let mut txn = TxnBuilder::new();
+            let holder = txn.then_read(&hkey);
+            let epoch_read = txn.then_read(EPOCH_KEY);
             let resp = match sealed.txn(txn).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -41,17 +41,12 @@ impl Engine {
                     continue;
                 }
             };
-            let ops = resp.op_responses();
-            let first = |i: usize| match ops.get(i) {
-                Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
-                _ => None,
-            };
             let epoch = sealed.epoch();
-            if first(1).map(|kv| kv.mod_revision()) != Some(epoch.mod_revision) {
+            if resp.kv(epoch_read).map(KeyValue::mod_revision) != Some(epoch.mod_revision) {
                 sealed = store.resealed().await?;
                 continue;
             }
-            let current = first(0).map(|kv| kv.mod_revision());
+            let current = resp.kv(holder).map(KeyValue::mod_revision);
             let revision = i64::try_from(token.revision()).ok();
             if token.epoch() != epoch.record.epoch {
                 return Ok(false);
