@@ -462,7 +462,8 @@ async fn an_unknown_hold_mode_is_refused_and_changes_nothing() {
             None,
         )
     };
-    for mode in [3, i32::MAX, -1] {
+    // 3 is PERMIT now: the first number no arbiter knows is 4.
+    for mode in [4, i32::MAX, -1] {
         let refused = raw.acquire(acquire(mode)).await.unwrap_err();
         assert_eq!(
             lock_client::refusal(&refused).map(|r| r.reason),
@@ -493,7 +494,7 @@ async fn an_unknown_hold_mode_is_refused_and_changes_nothing() {
             None,
         )
     };
-    let refused = raw.release(release(3)).await.unwrap_err();
+    let refused = raw.release(release(4)).await.unwrap_err();
     assert_eq!(
         lock_client::refusal(&refused).map(|r| r.reason),
         Some(Reason::MalformedRequest),
